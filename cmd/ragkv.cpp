@@ -1,0 +1,181 @@
+// ragkv command line: CLI11 subcommands that parse flags, build the pipeline and print results.
+// All errors surface here once, as one line on stderr and a non-zero exit (2 for usage errors).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/bench-prefill.h"
+#include "core/chat-template.h"
+#include "core/error.h"
+#include "core/generate.h"
+#include "core/gguf.h"
+#include "core/model.h"
+#include "core/paths.h"
+#include "core/random-model.h"
+#include "core/tokenizer.h"
+
+namespace {
+
+struct DeviceFlags {
+  std::string device = "auto";
+  int threads = 0;
+  void add_to(CLI::App* app) {
+    app->add_option("--device", device, "Compute device: cpu, cuda or auto")
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+        ->capture_default_str();
+    app->add_option("--threads", threads, "CPU threads (0: one per core)")->check(CLI::NonNegativeNumber);
+  }
+  int thread_count() const { return threads > 0 ? threads : int(std::thread::hardware_concurrency()); }
+};
+
+void run_generate(const std::string& model_path, const std::string& prompt, int max_tokens, bool chat,
+                  bool json, const DeviceFlags& dev) {
+  auto backend = ragkv::make_backend(dev.device, dev.thread_count());
+  ragkv::Model model(model_path, *backend);
+  std::string text = prompt;
+  if (chat) {
+    const auto tpl = ragkv::ChatTemplate::detect(model.gguf());
+    if (tpl.name == "none") ragkv::fail("{}: the model has no chat template ragkv knows; drop --chat", model_path);
+    text = tpl.wrap(prompt);
+  }
+  const auto ids = ragkv::tokenize_prompt(model.tokenizer(), text);
+  ragkv::GenerateOptions opt;
+  opt.max_tokens = max_tokens;
+  std::function<void(const std::string&)> stream;
+  if (!json) stream = [](const std::string& piece) { std::fwrite(piece.data(), 1, piece.size(), stdout); std::fflush(stdout); };
+  const auto r = ragkv::generate_greedy(model, ids, opt, stream);
+  if (json) {
+    nlohmann::json out = {{"text", r.text}, {"prompt_tokens", r.prompt_ids.size()},
+                          {"output_ids", r.output_ids}, {"prefill_ms", r.prefill_ms},
+                          {"decode_ms", r.decode_ms}};
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << "\n";
+    std::fprintf(stderr, "ragkv: %zu prompt tokens in %.1f ms (%.1f tok/s), %zu new tokens in %.1f ms\n",
+                 r.prompt_ids.size(), r.prefill_ms, r.prompt_ids.size() / (r.prefill_ms / 1000.0),
+                 r.output_ids.size(), r.decode_ms);
+  }
+}
+
+void run_tokenize(const std::string& model_path, const std::string& text, bool no_special, bool bos) {
+  ragkv::GgufFile gguf(model_path);
+  auto tok = ragkv::Tokenizer::from_gguf(gguf);
+  std::vector<int32_t> ids;
+  if (bos && tok->bos_id() >= 0) ids.push_back(tok->bos_id());
+  const auto body = tok->encode(text, !no_special);
+  ids.insert(ids.end(), body.begin(), body.end());
+  std::cout << fmt::format("{}", fmt::join(ids, " ")) << "\n";
+}
+
+}  // namespace
+
+// OpenMP worker threads busy-wait between parallel regions by default; on a shared or
+// oversubscribed machine (ctest -j, other jobs) that stalls every region behind descheduled
+// spinners (measured: 7 s instead of 0.3 s for a short prefill on a loaded 2-core machine).
+// ragkv therefore runs with OMP_WAIT_POLICY=PASSIVE unless the user chose a policy. The runtime
+// reads it when it loads, before main, hence the re-exec.
+void ensure_passive_openmp_wait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("RAGKV_NO_REEXEC")) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  setenv("RAGKV_NO_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+}
+
+int main(int argc, char** argv) {
+  ensure_passive_openmp_wait(argv);
+  CLI::App app{"ragkv: retrieval-augmented generation with chunk-KV reuse"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ragkv 0.1.0");
+
+  // generate
+  auto* gen = app.add_subcommand("generate", "Greedy completion of a prompt");
+  std::string gen_model = ragkv::default_llm_path(), gen_prompt;
+  int gen_max = 32;
+  bool gen_chat = false, gen_json = false;
+  DeviceFlags gen_dev;
+  gen->add_option("--model", gen_model, "LLM in GGUF format")->capture_default_str();
+  gen->add_option("--prompt", gen_prompt, "Prompt text")->required();
+  gen->add_option("--max-tokens", gen_max, "Maximum new tokens")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  gen->add_flag("--chat", gen_chat, "Wrap the prompt in the model's chat template (one user turn)");
+  gen->add_flag("--json", gen_json, "Print one JSON object instead of streaming text");
+  gen_dev.add_to(gen);
+
+  // tokenize
+  auto* tokc = app.add_subcommand("tokenize", "Print the token ids of a text, on one line");
+  std::string tok_model = ragkv::default_llm_path(), tok_text;
+  bool tok_no_special = false, tok_bos = false;
+  tokc->add_option("--model", tok_model, "LLM in GGUF format")->capture_default_str();
+  tokc->add_option("--text", tok_text, "Text to tokenize")->required();
+  tokc->add_flag("--no-special", tok_no_special, "Treat special-token texts as plain text");
+  tokc->add_flag("--bos", tok_bos, "Prepend BOS when the model adds one");
+
+  // make-test-model
+  auto* mtm = app.add_subcommand("make-test-model", "Write a GGUF with random weights of given shapes (tests, benchmarks)");
+  ragkv::RandomModelSpec spec;
+  std::string mtm_out, mtm_type = "f32";
+  mtm->add_option("--out", mtm_out, "Output GGUF path")->required();
+  mtm->add_option("--arch", spec.arch, "llama, qwen2 or gemma3")->check(CLI::IsMember({"llama", "qwen2", "gemma3"}))->capture_default_str();
+  mtm->add_option("--layers", spec.n_layer, "Transformer layers")->check(CLI::Range(1, 1024))->capture_default_str();
+  mtm->add_option("--embd", spec.n_embd, "Embedding width")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  mtm->add_option("--heads", spec.n_head, "Attention heads")->check(CLI::Range(1, 1024))->capture_default_str();
+  mtm->add_option("--kv-heads", spec.n_head_kv, "KV heads")->check(CLI::Range(1, 1024))->capture_default_str();
+  mtm->add_option("--head-dim", spec.head_dim, "Head size (0: embd / heads)")->check(CLI::Range(0, 1024))->capture_default_str();
+  mtm->add_option("--ff", spec.n_ff, "Feed-forward width")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  mtm->add_option("--context", spec.n_ctx, "Context length")->check(CLI::Range(1, 1 << 22))->capture_default_str();
+  mtm->add_option("--weight-type", mtm_type, "Projection weight type")->check(CLI::IsMember({"f32", "f16", "q8_0"}))->capture_default_str();
+  mtm->add_option("--seed", spec.seed, "Random seed")->capture_default_str();
+
+  // bench
+  auto* bench = app.add_subcommand("bench", "Benchmarks (JSON on stdout)");
+  bench->require_subcommand(1);
+  auto* bprefill = bench->add_subcommand("prefill", "Prefill and decode tokens/s per model");
+  std::vector<std::string> bench_models;
+  ragkv::PrefillBenchOptions bopt;
+  DeviceFlags bench_dev;
+  bprefill->add_option("--model", bench_models, "Models (default: the two default LLMs)");
+  bprefill->add_option("--tokens", bopt.prompt_tokens, "Prompt length")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  bprefill->add_option("--decode-tokens", bopt.decode_tokens, "Tokens decoded after the prompt")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  bprefill->add_option("--repetitions", bopt.repetitions, "Timed prefills per model")->check(CLI::Range(1, 1000))->capture_default_str();
+  bench_dev.add_to(bprefill);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  try {
+    if (*gen) {
+      run_generate(gen_model, gen_prompt, gen_max, gen_chat, gen_json, gen_dev);
+    } else if (*tokc) {
+      run_tokenize(tok_model, tok_text, tok_no_special, tok_bos);
+    } else if (*mtm) {
+      spec.weight_type = mtm_type == "f16" ? ragkv::GgmlType::F16 : mtm_type == "q8_0" ? ragkv::GgmlType::Q8_0 : ragkv::GgmlType::F32;
+      ragkv::write_random_model(spec, mtm_out);
+      std::fprintf(stderr, "ragkv: wrote %s\n", mtm_out.c_str());
+    } else if (*bprefill) {
+      if (bench_models.empty()) bench_models = {ragkv::default_llm_path(), ragkv::gemma_llm_path()};
+      bopt.device = bench_dev.device;
+      bopt.threads = bench_dev.thread_count();
+      nlohmann::json results = nlohmann::json::array();
+      for (const auto& m : bench_models) {
+        bopt.model_path = m;
+        results.push_back(ragkv::bench_prefill(bopt));
+        std::fprintf(stderr, "ragkv bench: %s done\n", m.c_str());
+      }
+      std::cout << nlohmann::json{{"bench", "prefill"}, {"results", results}}.dump(2) << "\n";
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ragkv: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,71 @@
+// Backend-independent parts of the backend interface: storage, tensor views, the factory.
+#include "core/backend.h"
+
+#include "core/error.h"
+
+#ifdef RAGKV_HAVE_CUDA
+#include "cuda/cuda-backend.h"
+#endif
+
+namespace ragkv {
+
+size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+const char* dtype_name(DType t) { return t == DType::f32 ? "f32" : "f16"; }
+
+Storage::~Storage() {
+  if (owner_ && data_) owner_->raw_free(data_);
+}
+
+Tensor Tensor::slice_rows(int64_t first, int64_t n) const {
+  if (first < 0 || n < 0 || first + n > rows)
+    fail("internal: row slice [{}, {}) outside a tensor of {} rows", first, first + n, rows);
+  Tensor t = *this;
+  t.byte_offset += static_cast<size_t>(first * cols) * dtype_size(dtype);
+  t.rows = n;
+  return t;
+}
+
+Tensor Tensor::reshape(int64_t new_rows, int64_t new_cols) const {
+  if (new_rows * new_cols != rows * cols)
+    fail("internal: cannot view [{}][{}] as [{}][{}]", rows, cols, new_rows, new_cols);
+  Tensor t = *this;
+  t.rows = new_rows;
+  t.cols = new_cols;
+  return t;
+}
+
+Tensor Backend::alloc(DType dtype, int64_t rows, int64_t cols) {
+  Tensor t;
+  t.dtype = dtype;
+  t.rows = rows;
+  t.cols = cols;
+  const size_t bytes = std::max<size_t>(1, static_cast<size_t>(rows * cols) * dtype_size(dtype));
+  t.storage = std::make_shared<Storage>(this, raw_alloc(bytes), bytes);
+  return t;
+}
+
+bool cuda_available() {
+#ifdef RAGKV_HAVE_CUDA
+  return cuda_device_present();
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
+  if (device == "cpu") return make_cpu_backend(threads);
+  if (device == "cuda") {
+#ifdef RAGKV_HAVE_CUDA
+    if (!cuda_device_present()) fail("--device cuda: no CUDA device is available on this machine");
+    return make_cuda_backend(0);
+#else
+    fail("--device cuda: this ragkv was built without the CUDA backend (nvcc was not found)");
+#endif
+  }
+  // "auto" stays on the CPU until the CUDA backend implements every op (the CUDA issue);
+  // DESIGN.md §1 makes it pick cuda when a GPU is present from then on.
+  if (device == "auto") return make_cpu_backend(threads);
+  fail("unknown device '{}' (expected cpu, cuda or auto)", device);
+}
+
+}  // namespace ragkv

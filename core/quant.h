@@ -1,0 +1,32 @@
+// ggml tensor types: names, block geometry and dequantisation of each supported type to f32.
+// Block layouts follow the GGUF specification (ggml's block_q4_0, block_q4_K, ...).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace ragkv {
+
+// Numbering as in the GGUF specification.
+enum class GgmlType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22,
+  IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
+  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+};
+
+// Name as ggml prints it ("Q4_K"), or "type<N>" for a number ggml does not define.
+const char* ggml_type_name(GgmlType t);
+// True when dequantize_row() handles this type.
+bool ggml_type_supported(GgmlType t);
+// Elements per block (1 for plain float types) and bytes per block. Throw for unknown types.
+int64_t ggml_block_elems(GgmlType t);
+size_t ggml_block_bytes(GgmlType t);
+// Bytes of a row of n elements (n must be a multiple of the block size; throws otherwise).
+size_t ggml_row_bytes(GgmlType t, int64_t n);
+
+// Dequantise n elements (a multiple of the block size) starting at src into dst.
+// Throws ragkv::Error naming the type when it is not supported.
+void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
+
+}  // namespace ragkv

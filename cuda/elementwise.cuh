@@ -1,0 +1,16 @@
+// Element-wise f32 launchers (elementwise.cu): gated activations and the residual add.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ragkv {
+
+// out[i] = silu(gate[i]) · up[i], silu(g) = g / (1 + e^−g). n elements.
+void swiglu_f32_cuda(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// out[i] = gelu_tanh(gate[i]) · up[i], gelu_tanh(g) = ½·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))).
+void geglu_f32_cuda(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+// a[i] += b[i].
+void add_f32_cuda(float* a, const float* b, int64_t n, cudaStream_t stream);
+
+}  // namespace ragkv

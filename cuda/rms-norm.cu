@@ -1,0 +1,69 @@
+// RMSNorm, one thread block per row (as ggml's rms_norm_f32 and llm.c's rmsnorm kernels).
+//
+// Each thread accumulates x² over a strided slice of the row, the block reduces with warp
+// shuffles (plus one shared-memory hop across warps for blocks wider than a warp), then every
+// thread scales its own slice. Short rows (< 1024, e.g. per-head QK-norm over head_dim and the
+// hidden sizes of the small models) take one warp, which needs no shared memory and no
+// __syncthreads; longer rows take 256 threads.
+//
+// In-place use (x == y) is safe: a thread reads and writes only its own elements, and it writes
+// them only after the block-wide sum is complete. For the same reason x and y carry no
+// __restrict__.
+//
+// Numerics against the CPU reference (core/cpu-backend.cpp, which sums in double): the sum of
+// squares is a float tree reduction here, within a few ulp of the double sum for the row lengths
+// the models use; then inv = 1 / sqrt(ss / n + eps) and y = x · inv · w in the same order.
+#include "cuda/cuda-check.h"
+#include "cuda/rms-norm.cuh"
+
+namespace ragkv {
+
+namespace {
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <int kBlock>
+__global__ void rms_norm_f32_kernel(const float* x, const float* __restrict__ w, float* y,
+                                    int64_t cols, float eps) {
+  static_assert(kBlock % 32 == 0 && kBlock <= 1024, "block must be whole warps");
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * cols;
+  float* yr = y + row * cols;
+
+  float ss = 0.f;
+  for (int64_t j = threadIdx.x; j < cols; j += kBlock) {
+    const float v = xr[j];
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  if constexpr (kBlock > 32) {
+    __shared__ float partial[kBlock / 32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) partial[warp] = ss;
+    __syncthreads();
+    ss = lane < kBlock / 32 ? partial[lane] : 0.f;
+    ss = warp_sum(ss);
+  }
+
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  for (int64_t j = threadIdx.x; j < cols; j += kBlock) yr[j] = xr[j] * inv * w[j];
+}
+
+}  // namespace
+
+void rms_norm_f32_cuda(const float* x, const float* w, float* y, int64_t rows, int64_t cols,
+                       float eps, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  if (cols < 1024) {
+    rms_norm_f32_kernel<32><<<static_cast<unsigned>(rows), 32, 0, stream>>>(x, w, y, cols, eps);
+  } else {
+    rms_norm_f32_kernel<256><<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, w, y, cols, eps);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ragkv

@@ -1,0 +1,14 @@
+// RMSNorm launcher (rms-norm.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ragkv {
+
+// y[r][j] = x[r][j] / sqrt(mean_j(x[r][j]²) + eps) · w[j] for every row r of a row-major
+// [rows][cols] f32 tensor. x and y may alias. Throws ragkv::Error when the launch fails.
+void rms_norm_f32_cuda(const float* x, const float* w, float* y, int64_t rows, int64_t cols,
+                       float eps, cudaStream_t stream);
+
+}  // namespace ragkv

@@ -1,0 +1,74 @@
+// Rotary position embedding (RoFormer, Su et al. 2021, §3.4.2), in place, f32 or f16 storage.
+//
+// One thread per rotated pair: the grid covers rows × n_heads × n_rot/2 threads; each computes
+// θ = (pos · freq_scale) · inv_freq[i], sin and cos, and rotates its pair (by −θ when inverse).
+// Dimensions ≥ n_rot are never touched. f16 values are widened to f32, rotated, and rounded back
+// to nearest even, as the CPU backend does.
+//
+// Agreement with the CPU reference (core/cpu-backend.cpp) rests on computing the same float θ:
+// the host computes the inv_freq table exactly as the CPU backend does (double pow, divided by
+// the freq factor, rounded to f32), and here θ is the same two float products. sinf/cosf are
+// the accurate versions (no --use_fast_math: their full range reduction matters, as θ reaches
+// thousands of radians at long positions), so results differ from the CPU by a few f32 ulp.
+#include "cuda/cuda-check.h"
+#include "cuda/rope.cuh"
+
+namespace ragkv {
+
+namespace {
+
+__device__ __forceinline__ float load_f32(const float* p) { return *p; }
+__device__ __forceinline__ float load_f32(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ void store_f32(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_f32(__half* p, float v) { *p = __float2half_rn(v); }
+
+template <typename T>
+__global__ void rope_kernel(T* __restrict__ x, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int64_t n_pairs, int n_heads,
+                            int head_dim, int half, float freq_scale, bool neox, float sign) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_pairs) return;
+  const int i = static_cast<int>(t % half);
+  const int64_t head = t / half;  // row · n_heads + h
+  const int64_t row = head / n_heads;
+
+  const float pos = static_cast<float>(positions[row]) * freq_scale;
+  const float theta = pos * inv_freq[i];
+  const float c = cosf(theta);
+  const float s = sign * sinf(theta);
+
+  T* v = x + head * head_dim;
+  const int i0 = neox ? i : 2 * i;
+  const int i1 = neox ? i + half : 2 * i + 1;
+  const float a = load_f32(v + i0), b = load_f32(v + i1);
+  store_f32(v + i0, a * c - b * s);
+  store_f32(v + i1, a * s + b * c);
+}
+
+template <typename T>
+void rope_launch(T* x, const int32_t* positions, const float* inv_freq, const RopeShape& s,
+                 cudaStream_t stream) {
+  const int half = s.n_rot / 2;
+  const int64_t n_pairs = s.rows * s.n_heads * half;
+  if (n_pairs == 0) return;
+  constexpr int kBlock = 256;
+  const int64_t blocks = (n_pairs + kBlock - 1) / kBlock;
+  rope_kernel<T><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
+      x, positions, inv_freq, n_pairs, s.n_heads, s.head_dim, half, s.freq_scale, s.neox,
+      s.inverse ? -1.f : 1.f);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void rope_f32_cuda(float* x, const int32_t* positions, const float* inv_freq, const RopeShape& s,
+                   cudaStream_t stream) {
+  rope_launch(x, positions, inv_freq, s, stream);
+}
+
+void rope_f16_cuda(__half* x, const int32_t* positions, const float* inv_freq, const RopeShape& s,
+                   cudaStream_t stream) {
+  rope_launch(x, positions, inv_freq, s, stream);
+}
+
+}  // namespace ragkv

@@ -1,0 +1,222 @@
+// CPU backend ops against plain scalar references written from the formulas, over a table of
+// shapes with odd sizes. The CPU backend is the reference for the CUDA backend, so it is itself
+// checked here op by op.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/backend.h"
+#include "core/fp16.h"
+#include "core/gguf.h"
+
+using namespace ragkv;
+
+namespace {
+
+std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+Tensor upload(Backend& b, const std::vector<float>& v, int64_t rows, int64_t cols) {
+  Tensor t = b.alloc(DType::f32, rows, cols);
+  b.upload(t, v.data());
+  return t;
+}
+
+std::vector<float> download(Backend& b, const Tensor& t) {
+  std::vector<float> v(size_t(t.numel()));
+  b.download(t, v.data());
+  return v;
+}
+
+// A weight backed by host floats, loaded through the normal GGUF path.
+std::unique_ptr<Weight> weight_from(Backend& b, std::vector<float>& host, int64_t out, int64_t in) {
+  GgufTensor t;
+  t.name = "test.weight";
+  t.type = GgmlType::F32;
+  t.ne = out == 1 ? std::vector<int64_t>{in} : std::vector<int64_t>{in, out};
+  t.nbytes = host.size() * 4;
+  t.data = reinterpret_cast<const uint8_t*>(host.data());
+  return b.load_weight(t);
+}
+
+double max_rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - ref[i]) / (1.0 + std::fabs(ref[i])));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("cpu backend: matmul with bias equals the naive product") {
+  auto b = make_cpu_backend(2);
+  for (auto [n, in, out] : {std::tuple{1, 64, 7}, {7, 33, 65}, {33, 576, 192}}) {
+    auto x = random_vec(size_t(n * in), 1), w = random_vec(size_t(out * in), 2), bias = random_vec(size_t(out), 3);
+    auto W = weight_from(*b, w, out, in);
+    auto B = weight_from(*b, bias, 1, out);
+    Tensor X = upload(*b, x, n, in), Y = b->alloc(DType::f32, n, out);
+    b->matmul(X, *W, Y, B.get());
+    std::vector<float> ref(size_t(n * out));
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < out; ++j) {
+        double s = bias[j];
+        for (int p = 0; p < in; ++p) s += double(x[i * in + p]) * w[j * in + p];
+        ref[i * out + j] = float(s);
+      }
+    CHECK(max_rel_err(download(*b, Y), ref) < 1e-4);
+  }
+}
+
+TEST_CASE("cpu backend: rms_norm, glu and add equal their formulas") {
+  auto b = make_cpu_backend(2);
+  const int rows = 7, cols = 577;
+  auto x = random_vec(rows * cols, 4), w = random_vec(cols, 5);
+  auto W = weight_from(*b, w, 1, cols);
+  Tensor X = upload(*b, x, rows, cols), Y = b->alloc(DType::f32, rows, cols);
+  b->rms_norm(X, *W, 1e-6f, Y);
+  std::vector<float> ref(x.size());
+  for (int i = 0; i < rows; ++i) {
+    double ss = 0;
+    for (int j = 0; j < cols; ++j) ss += double(x[i * cols + j]) * x[i * cols + j];
+    const double inv = 1.0 / std::sqrt(ss / cols + 1e-6);
+    for (int j = 0; j < cols; ++j) ref[i * cols + j] = float(x[i * cols + j] * inv * w[j]);
+  }
+  CHECK(max_rel_err(download(*b, Y), ref) < 1e-5);
+
+  auto g = random_vec(rows * cols, 6, 3.f), u = random_vec(rows * cols, 7);
+  Tensor G = upload(*b, g, rows, cols), U = upload(*b, u, rows, cols), O = b->alloc(DType::f32, rows, cols);
+  b->swiglu(G, U, O);
+  for (size_t i = 0; i < g.size(); ++i) ref[i] = float(g[i] / (1.0 + std::exp(-double(g[i]))) * u[i]);
+  CHECK(max_rel_err(download(*b, O), ref) < 1e-5);
+  b->geglu(G, U, O);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double v = g[i];
+    ref[i] = float(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))) * u[i]);
+  }
+  CHECK(max_rel_err(download(*b, O), ref) < 1e-5);
+  b->add(G, U);
+  for (size_t i = 0; i < g.size(); ++i) ref[i] = g[i] + u[i];
+  CHECK(max_rel_err(download(*b, G), ref) < 1e-6);
+}
+
+TEST_CASE("cpu backend: rope matches the rotation formula, and inverse undoes it (f32 and f16)") {
+  auto b = make_cpu_backend(2);
+  const int n = 5, heads = 3, hd = 64;
+  auto x = random_vec(n * heads * hd, 8);
+  std::vector<int32_t> pos = {0, 1, 17, 1000, 7999};
+  for (bool neox : {false, true}) {
+    RopeParams p;
+    p.n_rot = hd;
+    p.freq_base = 100000.f;
+    p.neox = neox;
+    if (neox) p.freq_factors.assign(hd / 2, 1.f), p.freq_factors[3] = 8.f;
+    Tensor X = upload(*b, x, n, heads * hd);
+    b->rope(X, pos, heads, hd, p, false);
+    std::vector<float> ref = x;
+    for (int r = 0; r < n; ++r)
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < hd / 2; ++i) {
+          double theta = pos[r] * std::pow(double(p.freq_base), -2.0 * i / hd);
+          if (!p.freq_factors.empty()) theta /= p.freq_factors[i];
+          const int i0 = neox ? i : 2 * i, i1 = neox ? i + hd / 2 : 2 * i + 1;
+          float* v = ref.data() + (r * heads + h) * hd;
+          const double a = x[(r * heads + h) * hd + i0], c = x[(r * heads + h) * hd + i1];
+          v[i0] = float(a * std::cos(theta) - c * std::sin(theta));
+          v[i1] = float(a * std::sin(theta) + c * std::cos(theta));
+        }
+    // f32 angles at position ~8k lose a few ulps of the angle: 1e-3 absolute is the float limit.
+    CHECK(max_rel_err(download(*b, X), ref) < 2e-3);
+    b->rope(X, pos, heads, hd, p, true);
+    CHECK(max_rel_err(download(*b, X), x) < 1e-5);
+
+    // f16 storage (the KV-cache dtype): rotate in place, within f16 rounding.
+    Tensor H = b->alloc(DType::f16, n, heads * hd);
+    std::vector<f16_t> xh(x.size());
+    fp32_to_fp16_row(x.data(), xh.data(), int64_t(x.size()));
+    b->upload(H, xh.data());
+    b->rope(H, pos, heads, hd, p, false);
+    b->download(H, xh.data());
+    std::vector<float> back(x.size());
+    fp16_to_fp32_row(xh.data(), back.data(), int64_t(x.size()));
+    CHECK(max_rel_err(back, ref) < 4e-3);
+  }
+}
+
+TEST_CASE("cpu backend: attention equals naive masked softmax (GQA, positions, window, segment mass)") {
+  auto b = make_cpu_backend(2);
+  struct Case { int n_q, n_kv, n_head, n_kv_head, hd, window; };
+  for (Case c : {Case{1, 1, 2, 1, 64, 0}, Case{7, 33, 4, 2, 64, 0}, Case{33, 300, 3, 1, 32, 16},
+                 Case{300, 300, 2, 2, 256, 0}}) {
+    CAPTURE(c.n_q);
+    CAPTURE(c.n_kv);
+    const int qc = c.n_head * c.hd, kc = c.n_kv_head * c.hd;
+    auto q = random_vec(size_t(c.n_q * qc), 9), k = random_vec(size_t(c.n_kv * kc), 10), v = random_vec(size_t(c.n_kv * kc), 11);
+    // Keys at shuffled absolute positions; queries at the last n_q of them, out of order.
+    std::vector<int32_t> kpos(c.n_kv), qpos(c.n_q);
+    for (int j = 0; j < c.n_kv; ++j) kpos[j] = (j * 7919) % c.n_kv;
+    for (int i = 0; i < c.n_q; ++i) qpos[i] = c.n_kv - 1 - (i * 3) % c.n_q;
+    std::vector<f16_t> kh(k.size()), vh(v.size());
+    fp32_to_fp16_row(k.data(), kh.data(), int64_t(k.size()));
+    fp32_to_fp16_row(v.data(), vh.data(), int64_t(v.size()));
+    Tensor K = b->alloc(DType::f16, c.n_kv, kc), V = b->alloc(DType::f16, c.n_kv, kc);
+    b->upload(K, kh.data());
+    b->upload(V, vh.data());
+    Tensor Q = upload(*b, q, c.n_q, qc), O = b->alloc(DType::f32, c.n_q, qc);
+    AttentionParams p{c.n_head, c.n_kv_head, c.hd, 1.f / std::sqrt(float(c.hd)), c.window, 0.f};
+    std::vector<float> mass;
+    SegmentMass seg{{0, c.n_kv / 3, c.n_kv}, &mass};
+    b->attention(Q, qpos, K, V, kpos, c.n_kv, p, O, &seg);
+
+    std::vector<float> ref(size_t(c.n_q * qc));
+    std::vector<float> ref_mass(size_t(c.n_q * c.n_head * 2), 0.f);
+    for (int i = 0; i < c.n_q; ++i)
+      for (int h = 0; h < c.n_head; ++h) {
+        const int g = h / (c.n_head / c.n_kv_head);
+        std::vector<double> s(c.n_kv, -INFINITY);
+        double mx = -INFINITY;
+        for (int j = 0; j < c.n_kv; ++j) {
+          if (kpos[j] > qpos[i] || (c.window > 0 && kpos[j] <= qpos[i] - c.window)) continue;
+          double d = 0;
+          for (int t = 0; t < c.hd; ++t) d += double(q[i * qc + h * c.hd + t]) * fp16_to_fp32(kh[j * kc + g * c.hd + t]);
+          s[j] = d * p.scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (double& e : s) sum += (e = std::isinf(e) ? 0 : std::exp(e - mx));
+        for (int t = 0; t < c.hd; ++t) {
+          double o = 0;
+          for (int j = 0; j < c.n_kv; ++j) o += s[j] / sum * fp16_to_fp32(vh[j * kc + g * c.hd + t]);
+          ref[i * qc + h * c.hd + t] = float(o);
+        }
+        for (int j = 0; j < c.n_kv; ++j) ref_mass[(i * c.n_head + h) * 2 + (j >= c.n_kv / 3)] += float(s[j] / sum);
+      }
+    CHECK(max_rel_err(download(*b, O), ref) < 1e-4);
+    REQUIRE(mass.size() == ref_mass.size());
+    CHECK(max_rel_err(mass, ref_mass) < 1e-4);
+    for (size_t i = 0; i < mass.size(); i += 2) CHECK(mass[i] + mass[i + 1] == doctest::Approx(1.0).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("cpu backend: scatter and gather rows, f32 to f16") {
+  auto b = make_cpu_backend(1);
+  auto x = random_vec(3 * 8, 12);
+  Tensor X = upload(*b, x, 3, 8), D = b->alloc(DType::f16, 10, 8);
+  b->fill_zero(D);
+  std::vector<int32_t> rows = {9, 0, 4};
+  b->scatter_rows(X, D, rows);
+  std::vector<f16_t> h(80);
+  b->download(D, h.data());
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 8; ++j) CHECK(fp16_to_fp32(h[rows[i] * 8 + j]) == doctest::Approx(x[i * 8 + j]).epsilon(1e-3));
+  CHECK(h[1 * 8] == 0);
+  Tensor G = b->alloc(DType::f32, 2, 8);
+  b->gather_rows(X, G, std::vector<int32_t>{2, 0});
+  auto g = download(*b, G);
+  CHECK(g[0] == x[16]);
+  CHECK(g[8] == x[0]);
+}

@@ -1,0 +1,140 @@
+// GGUF reader: round trip through the writer, and every kind of bad file refused with a message
+// that names the problem.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/gguf-writer.h"
+#include "core/gguf.h"
+#include "core/model-config.h"
+#include "tests/test-paths.h"
+
+namespace fs = std::filesystem;
+using namespace ragkv;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "ragkv-tests";
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void write_bytes(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+}  // namespace
+
+TEST_CASE("gguf: writer and reader round trip metadata and tensors") {
+  GgufWriter w;
+  w.set("general.architecture", "llama");
+  w.set_u32("llama.block_count", 7);
+  w.set_f32("llama.rope.freq_base", 500000.f);
+  w.set_bool("flag", true);
+  w.set("names", GgufWriter::StringArray{"a", "", "ünïcode"});
+  w.set("floats", GgufWriter::FloatArray{1.5f, -2.f});
+  w.set("ints", GgufWriter::IntArray{3, -4, 5});
+  std::vector<float> vals(3 * 5);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = float(i) * 0.5f;
+  w.add_tensor_f32("m", {5, 3}, vals);
+  w.add_tensor_f32("v", {7}, std::vector<float>(7, 1.f));
+  const std::string path = temp_path("roundtrip.gguf");
+  w.write(path);
+
+  GgufFile g(path);
+  CHECK(g.version() == 3);
+  CHECK(g.get_string("general.architecture") == "llama");
+  CHECK(g.get_int("llama.block_count") == 7);
+  CHECK(g.get_float("llama.rope.freq_base") == doctest::Approx(500000.0));
+  CHECK(g.get_bool("flag"));
+  CHECK(g.get_string_array("names") == std::vector<std::string>{"a", "", "ünïcode"});
+  CHECK(g.get_float_array("floats") == std::vector<float>{1.5f, -2.f});
+  CHECK(g.get_int_array("ints") == std::vector<int32_t>{3, -4, 5});
+  CHECK_FALSE(g.find_int("absent").has_value());
+  const GgufTensor& m = g.tensor("m");
+  CHECK(m.ne == std::vector<int64_t>{5, 3});
+  CHECK(m.rows() == 3);
+  CHECK(m.nbytes == 60);
+  const float* data = reinterpret_cast<const float*>(m.data);
+  CHECK(data[14] == 7.f);
+  CHECK(reinterpret_cast<uintptr_t>(m.data) % 32 == 0);
+  CHECK(g.tensor("v").shape_str() == "[7]");
+}
+
+TEST_CASE("gguf: wrong types and missing keys name the key") {
+  GgufWriter w;
+  w.set("s", "text");
+  const std::string path = temp_path("types.gguf");
+  w.write(path);
+  GgufFile g(path);
+  CHECK(error_of([&] { g.get_int("s"); }).find("'s' is string") != std::string::npos);
+  CHECK(error_of([&] { g.get_string("nope"); }).find("'nope' is missing") != std::string::npos);
+  CHECK(error_of([&] { g.tensor("w"); }).find("tensor 'w' is missing") != std::string::npos);
+}
+
+TEST_CASE("gguf: a missing, empty, foreign or truncated file is refused with a clear error") {
+  CHECK(error_of([] { GgufFile g("/nonexistent/model.gguf"); }).find("cannot open") != std::string::npos);
+
+  const std::string empty = temp_path("empty.gguf");
+  write_bytes(empty, {});
+  CHECK(error_of([&] { GgufFile g(empty); }).find("not a GGUF file") != std::string::npos);
+
+  const std::string foreign = temp_path("foreign.gguf");
+  write_bytes(foreign, std::vector<char>(4096, 'x'));
+  CHECK(error_of([&] { GgufFile g(foreign); }).find("bad magic") != std::string::npos);
+
+  // A real model cut short: the header survives, the tensor data does not.
+  const std::string model = test::smollm_path();
+  REQUIRE_MESSAGE(fs::exists(model), "run `make setup` first: " << model);
+  std::vector<char> head(4 << 20);
+  std::ifstream(model, std::ios::binary).read(head.data(), std::streamsize(head.size()));
+  const std::string cut = temp_path("truncated.gguf");
+  write_bytes(cut, head);
+  const std::string msg = error_of([&] { GgufFile g(cut); });
+  CHECK(msg.find("not within the file bounds") != std::string::npos);
+  CHECK(msg.find("truncated") != std::string::npos);
+
+  // Cut inside the metadata (vocabulary strings).
+  head.resize(100000);
+  write_bytes(cut, head);
+  CHECK(error_of([&] { GgufFile g(cut); }).find("runs past the end of the file") != std::string::npos);
+
+  // A corrupt count in the header.
+  std::vector<char> bad(64, 0);
+  const uint32_t magic = 0x46554747, version = 3;
+  const uint64_t huge = ~uint64_t(0) >> 1;
+  std::memcpy(bad.data(), &magic, 4);
+  std::memcpy(bad.data() + 4, &version, 4);
+  std::memcpy(bad.data() + 8, &huge, 8);
+  write_bytes(cut, bad);
+  CHECK(error_of([&] { GgufFile g(cut); }).find("corrupt GGUF header") != std::string::npos);
+}
+
+TEST_CASE("gguf: an unsupported architecture or tensor type is refused by name") {
+  GgufWriter w;
+  w.set("general.architecture", "mamba");
+  w.add_tensor("blk.0.attn_q.weight", GgmlType::IQ2_XS, {256, 1}, std::vector<uint8_t>(ggml_block_bytes(GgmlType::IQ2_XS)));
+  const std::string path = temp_path("unsupported.gguf");
+  w.write(path);
+  GgufFile g(path);
+  CHECK(error_of([&] { ModelConfig::from_gguf(g); }).find("architecture 'mamba' is not supported") != std::string::npos);
+  auto cpu = make_cpu_backend(1);
+  const std::string msg = error_of([&] { cpu->load_weight(g.tensor("blk.0.attn_q.weight")); });
+  CHECK(msg.find("IQ2_XS") != std::string::npos);
+  CHECK(msg.find("blk.0.attn_q.weight") != std::string::npos);
+}
