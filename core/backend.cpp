@@ -1,6 +1,8 @@
 // Backend-independent parts of the backend interface: storage, tensor views, the factory.
 #include "core/backend.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 #ifdef RAGKV_HAVE_CUDA
@@ -42,6 +44,16 @@ Tensor Backend::alloc(DType dtype, int64_t rows, int64_t cols) {
   const size_t bytes = std::max<size_t>(1, static_cast<size_t>(rows * cols) * dtype_size(dtype));
   t.storage = std::make_shared<Storage>(this, raw_alloc(bytes), bytes);
   return t;
+}
+
+std::vector<float> rope_inv_freq(const RopeParams& p) {
+  std::vector<float> inv(static_cast<size_t>(p.n_rot / 2));
+  for (int i = 0; i < p.n_rot / 2; ++i) {
+    double f = std::pow(double(p.freq_base), -2.0 * i / p.n_rot);
+    if (!p.freq_factors.empty()) f /= p.freq_factors[i];
+    inv[i] = float(f);
+  }
+  return inv;
 }
 
 bool cuda_available() {

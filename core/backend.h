@@ -83,6 +83,10 @@ struct RopeParams {
   std::vector<float> freq_factors;  // Llama-3 style: θ_i divided by factor_i (empty: none)
 };
 
+// Per-pair inverse frequencies θ_i = base^(−2i/n_rot) / factor_i (RoFormer Eq. 15; Llama-3
+// factors), computed in double and rounded to f32 so every backend rotates by the same angles.
+std::vector<float> rope_inv_freq(const RopeParams& p);
+
 struct AttentionParams {
   int n_head = 0, n_kv_head = 0, head_dim = 0;
   float scale = 0.f;          // applied to q·k

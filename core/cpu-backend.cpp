@@ -176,12 +176,7 @@ class CpuBackend : public Backend {
       fail("internal: rope on [{}][{}] with {} heads of {} and {} positions", x.rows, x.cols,
            n_heads, head_dim, positions.size());
     const int half = p.n_rot / 2;
-    std::vector<float> inv_freq(half);
-    for (int i = 0; i < half; ++i) {
-      double f = std::pow(double(p.freq_base), -2.0 * i / p.n_rot);
-      if (!p.freq_factors.empty()) f /= p.freq_factors[i];
-      inv_freq[i] = float(f);
-    }
+    const std::vector<float> inv_freq = rope_inv_freq(p);
     const float sign = inverse ? -1.f : 1.f;
     const bool f16 = x.dtype == DType::f16;
 #pragma omp parallel for schedule(static) num_threads(threads_)
@@ -269,7 +264,10 @@ class CpuBackend : public Backend {
 };
 
 // Attention per KV head group with SGEMM: S = scale·Q·Kᵀ, mask by position, softmax, O = P·V.
-// Queries are processed in blocks so the score matrix stays bounded for long prompts.
+// Queries are processed in blocks so the score matrix stays bounded for long prompts. When the
+// key positions ascend with the rows (every prefill, and reused chunks placed in order), each
+// block only touches the key range its positions can see: causal prefill does half the work, and
+// sliding-window layers only their window.
 void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
                            const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
                            const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
@@ -286,9 +284,27 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
   const int group = p.n_head / p.n_kv_head;
   const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
   if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
+  const auto kp_all = k_pos.first(static_cast<size_t>(n_kv));
+  const bool ascending = std::is_sorted(kp_all.begin(), kp_all.end());
+
+  constexpr int64_t kBlock = 256;
+  struct Range { int64_t lo, hi; };
+  std::vector<Range> ranges;  // visible key rows per query block
+  for (int64_t q0 = 0; q0 < n_q; q0 += kBlock) {
+    Range r{0, n_kv};
+    if (ascending) {
+      const auto blk = q_pos.subspan(q0, std::min(kBlock, n_q - q0));
+      const int32_t qmax = *std::max_element(blk.begin(), blk.end());
+      const int32_t qmin = *std::min_element(blk.begin(), blk.end());
+      r.hi = std::upper_bound(kp_all.begin(), kp_all.end(), qmax) - kp_all.begin();
+      if (p.sliding_window > 0)
+        r.lo = std::upper_bound(kp_all.begin(), kp_all.end(), qmin - p.sliding_window) - kp_all.begin();
+      r.lo = std::min(r.lo, r.hi);
+    }
+    ranges.push_back(r);
+  }
 
   std::vector<float> kf(static_cast<size_t>(n_kv * hd)), vf(static_cast<size_t>(n_kv * hd));
-  constexpr int64_t kBlock = 256;
   std::vector<float> scores(static_cast<size_t>(std::min(n_q, kBlock) * std::max<int64_t>(n_kv, 1)));
   for (int g = 0; g < p.n_kv_head; ++g) {
     // This KV head's keys and values as contiguous f32 [n_kv][hd].
@@ -303,17 +319,24 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
     to_f32(v, vf);
     for (int hg = 0; hg < group; ++hg) {
       const int h = g * group + hg;
-      for (int64_t q0 = 0; q0 < n_q; q0 += kBlock) {
+      for (int64_t q0 = 0, b = 0; q0 < n_q; q0 += kBlock, ++b) {
         const int64_t nb = std::min(kBlock, n_q - q0);
-        gemm_nt(nb, n_kv, hd, q.as<float>() + q0 * q_cols + int64_t(h) * hd, q_cols, kf.data(), hd,
-                scores.data(), n_kv, p.scale);
+        const auto [lo, hi] = ranges[b];
+        const int64_t w = hi - lo;
+        float* o = out.as<float>() + q0 * q_cols + int64_t(h) * hd;
+        if (w == 0) {  // nothing visible (cannot happen for a query that sees itself)
+          for (int64_t i = 0; i < nb; ++i) std::fill(o + i * q_cols, o + i * q_cols + hd, 0.f);
+          continue;
+        }
+        gemm_nt(nb, w, hd, q.as<float>() + q0 * q_cols + int64_t(h) * hd, q_cols, kf.data() + lo * hd, hd,
+                scores.data(), w, p.scale);
 #pragma omp parallel for schedule(static) num_threads(threads_)
         for (int64_t i = 0; i < nb; ++i) {
-          float* s = scores.data() + i * n_kv;
+          float* s = scores.data() + i * w;
           const int32_t qp = q_pos[q0 + i];
           float mx = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < n_kv; ++j) {
-            const int32_t kp = k_pos[j];
+          for (int64_t j = 0; j < w; ++j) {
+            const int32_t kp = kp_all[lo + j];
             const bool visible = kp <= qp && (p.sliding_window <= 0 || kp > qp - p.sliding_window);
             if (!visible) {
               s[j] = -std::numeric_limits<float>::infinity();
@@ -323,25 +346,24 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
             mx = std::max(mx, s[j]);
           }
           double sum = 0;
-          for (int64_t j = 0; j < n_kv; ++j) {
+          for (int64_t j = 0; j < w; ++j) {
             s[j] = std::isinf(s[j]) ? 0.f : std::exp(s[j] - mx);
             sum += s[j];
           }
           const float inv = sum > 0 ? float(1.0 / sum) : 0.f;
-          for (int64_t j = 0; j < n_kv; ++j) s[j] *= inv;
+          for (int64_t j = 0; j < w; ++j) s[j] *= inv;
           if (seg_mass) {
             float* m = seg_mass->out->data() + ((q0 + i) * p.n_head + h) * n_seg;
             for (int64_t sg = 0; sg < n_seg; ++sg) {
-              const int64_t b = std::max<int64_t>(0, seg_mass->seg_begin[sg]);
-              const int64_t e = std::min<int64_t>(n_kv, seg_mass->seg_begin[sg + 1]);
+              const int64_t sb = std::max<int64_t>(lo, seg_mass->seg_begin[sg]);
+              const int64_t se = std::min<int64_t>(hi, seg_mass->seg_begin[sg + 1]);
               float acc = 0.f;
-              for (int64_t j = b; j < e; ++j) acc += s[j];
+              for (int64_t j = sb; j < se; ++j) acc += s[j - lo];
               m[sg] = acc;
             }
           }
         }
-        gemm_nn(nb, hd, n_kv, scores.data(), n_kv, vf.data(), hd,
-                out.as<float>() + q0 * q_cols + int64_t(h) * hd, q_cols);
+        gemm_nn(nb, hd, w, scores.data(), w, vf.data() + lo * hd, hd, o, q_cols);
       }
     }
   }

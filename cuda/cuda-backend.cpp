@@ -229,18 +229,15 @@ void CudaBackend::rope(const Tensor& x, std::span<const int32_t> positions, int 
     fail("internal: CUDA rope has {} frequency factors for {} rotated pairs", p.freq_factors.size(), half);
   if (half == 0 || x.rows == 0) return;
 
-  // Staging layout: int32 positions [rows], then f32 inv_freq [half]. inv_freq is computed
-  // exactly as CpuBackend::rope computes it, so both backends rotate by the same float θ.
+  // Staging layout: int32 positions [rows], then f32 inv_freq [half]. inv_freq comes from
+  // rope_inv_freq(), shared with the CPU backend, so both rotate by the same float θ.
   const size_t pos_bytes = positions.size() * sizeof(int32_t);
   const size_t bytes = pos_bytes + size_t(half) * sizeof(float);
   host_staging_.resize(bytes);
   std::memcpy(host_staging_.data(), positions.data(), pos_bytes);
   float* inv_freq = reinterpret_cast<float*>(host_staging_.data() + pos_bytes);
-  for (int i = 0; i < half; ++i) {
-    double f = std::pow(double(p.freq_base), -2.0 * i / p.n_rot);
-    if (!p.freq_factors.empty()) f /= p.freq_factors[i];
-    inv_freq[i] = float(f);
-  }
+  const std::vector<float> freqs = rope_inv_freq(p);
+  std::memcpy(inv_freq, freqs.data(), freqs.size() * sizeof(float));
   auto* dev = static_cast<uint8_t*>(scratch_upload(bytes));
   const auto* d_pos = reinterpret_cast<const int32_t*>(dev);
   const auto* d_inv_freq = reinterpret_cast<const float*>(dev + pos_bytes);

@@ -205,9 +205,10 @@ def main():
             reference += ", pre-tokenizer Digits(individual)+ByteLevel as SmolLM2's tokenizer.json"
         doc = {"model": file, "reference": reference, "cases": out}
         dst = os.path.join(HERE, f"tokenizer_golden_{name}.json")
-        with open(dst, "w", encoding="utf-8") as f:
-            json.dump(doc, f, ensure_ascii=False, indent=1)
-            f.write("\n")
+        with open(dst, "w", encoding="utf-8") as f:  # one case per line, for readable diffs
+            head = json.dumps({k: v for k, v in doc.items() if k != "cases"}, ensure_ascii=False)[:-1]
+            lines = ",\n".join("  " + json.dumps(c, ensure_ascii=False) for c in out)
+            f.write(head + ',\n "cases": [\n' + lines + "\n ]}\n")
         checked = "not run (llama-cpp-python missing)" if llm is None else f"{n_llama_diff} differ"
         print(f"{dst}: {len(out)} cases; llama.cpp cross-check: {checked}")
 

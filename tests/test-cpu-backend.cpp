@@ -149,17 +149,20 @@ TEST_CASE("cpu backend: rope matches the rotation formula, and inverse undoes it
 
 TEST_CASE("cpu backend: attention equals naive masked softmax (GQA, positions, window, segment mass)") {
   auto b = make_cpu_backend(2);
-  struct Case { int n_q, n_kv, n_head, n_kv_head, hd, window; };
-  for (Case c : {Case{1, 1, 2, 1, 64, 0}, Case{7, 33, 4, 2, 64, 0}, Case{33, 300, 3, 1, 32, 16},
-                 Case{300, 300, 2, 2, 256, 0}}) {
+  struct Case { int n_q, n_kv, n_head, n_kv_head, hd, window; bool ascending; };
+  for (Case c : {Case{1, 1, 2, 1, 64, 0, false}, Case{7, 33, 4, 2, 64, 0, false}, Case{33, 300, 3, 1, 32, 16, false},
+                 Case{300, 300, 2, 2, 256, 0, false}, Case{300, 300, 2, 1, 64, 0, true},
+                 Case{600, 700, 2, 2, 32, 64, true}}) {
     CAPTURE(c.n_q);
     CAPTURE(c.n_kv);
+    CAPTURE(c.ascending);
     const int qc = c.n_head * c.hd, kc = c.n_kv_head * c.hd;
     auto q = random_vec(size_t(c.n_q * qc), 9), k = random_vec(size_t(c.n_kv * kc), 10), v = random_vec(size_t(c.n_kv * kc), 11);
     // Keys at shuffled absolute positions; queries at the last n_q of them, out of order.
     std::vector<int32_t> kpos(c.n_kv), qpos(c.n_q);
-    for (int j = 0; j < c.n_kv; ++j) kpos[j] = (j * 7919) % c.n_kv;
-    for (int i = 0; i < c.n_q; ++i) qpos[i] = c.n_kv - 1 - (i * 3) % c.n_q;
+    // (or, ascending: a prefill, where blocks skip the keys they cannot see).
+    for (int j = 0; j < c.n_kv; ++j) kpos[j] = c.ascending ? j : (j * 7919) % c.n_kv;
+    for (int i = 0; i < c.n_q; ++i) qpos[i] = c.ascending ? c.n_kv - c.n_q + i : c.n_kv - 1 - (i * 3) % c.n_q;
     std::vector<f16_t> kh(k.size()), vh(v.size());
     fp32_to_fp16_row(k.data(), kh.data(), int64_t(k.size()));
     fp32_to_fp16_row(v.data(), vh.data(), int64_t(v.size()));

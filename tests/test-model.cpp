@@ -1,7 +1,7 @@
 // The layer loop: internal consistency on random models of each architecture (batched prefill
-// equals token-by-token decoding; layer stepping equals forward), and agreement with llama.cpp
-// on the real default models (golden logits and greedy tokens in testdata/, made by
-// testdata/make_logits_golden.py).
+// equals token-by-token decoding; layer stepping equals forward), and agreement on the real
+// default models with Hugging Face transformers and llama.cpp (golden logits and
+// greedy tokens in testdata/, made by testdata/make_logits_golden.py).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -99,14 +99,30 @@ TEST_CASE("model: a prompt longer than the context is refused") {
   CHECK_THROWS_WITH_AS(m.forward(std::span(ids).first(20), kv, ws), doctest::Contains("context holds 16"), Error);
 }
 
-// ---- golden comparison with llama.cpp on the real models
+// ---- golden comparison with independent implementations on the real models
 
 namespace {
 
-struct GoldenStats {
+struct Deviation {
   double max_abs = 0, rms = 0, ref_rms = 0;
-  bool top1_equal = true;
 };
+
+// Deviation of our logits from a reference over the recorded vocabulary ids.
+Deviation deviation(const std::vector<float>& logits, const nlohmann::json& ref) {
+  Deviation d;
+  size_t n = 0;
+  for (const char* part : {"top", "sample"})
+    for (const auto& e : ref[part]) {
+      const double want = e[1].get<double>(), got = logits[e[0].get<int>()];
+      d.max_abs = std::max(d.max_abs, std::fabs(got - want));
+      d.rms += (got - want) * (got - want);
+      d.ref_rms += want * want;
+      ++n;
+    }
+  d.rms = std::sqrt(d.rms / double(n));
+  d.ref_rms = std::sqrt(d.ref_rms / double(n));
+  return d;
+}
 
 void check_against_golden(const std::string& model_path, const std::string& fixture) {
   REQUIRE_MESSAGE(fs::exists(model_path), "run `make setup` first: " << model_path);
@@ -116,51 +132,46 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
   auto backend = make_cpu_backend(0);
   Model m(model_path, *backend);
   REQUIRE(m.config().n_vocab == golden["n_vocab"].get<int>());
+  const std::string name = fs::path(model_path).filename().string();
 
   for (const auto& c : golden["cases"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
     CAPTURE(ids.size());
     // Our tokenizer produces the reference's ids for the prompt text.
-    std::vector<int32_t> ours = tokenize_prompt(m.tokenizer(), c["prompt"].get<std::string>());
-    CHECK(ours == ids);
+    CHECK(tokenize_prompt(m.tokenizer(), c["prompt"].get<std::string>()) == ids);
 
     GenerateOptions opt;
-    opt.max_tokens = int(c["greedy"].size());
+    opt.max_tokens = int(c["hf"]["greedy"].size());
     opt.stop_at_eog = false;
     const GenerateResult r = generate_greedy(m, ids, opt);
-    const auto& logits = r.first_logits;
 
-    // Tolerance: llama.cpp computes these quantised matmuls with activations rounded to 8 bits
-    // (Q8_1/Q8_K) and keeps K/V in f16; ragkv uses f32 activations over the same dequantised
-    // weights. The deviation is measured over the 256 top logits and 2,048 fixed vocabulary ids.
-    GoldenStats st;
-    size_t n = 0;
-    for (const char* part : {"top", "sample"})
-      for (const auto& e : c[part]) {
-        const double ref = e[1].get<double>(), got = logits[e[0].get<int>()];
-        st.max_abs = std::max(st.max_abs, std::fabs(got - ref));
-        st.rms += (got - ref) * (got - ref);
-        st.ref_rms += ref * ref;
-        ++n;
-      }
-    st.rms = std::sqrt(st.rms / n);
-    st.ref_rms = std::sqrt(st.ref_rms / n);
-    const int top_ref = c["top"][0][0].get<int>();
-    MESSAGE(fs::path(model_path).filename().string() << ": " << ids.size() << " tokens, max |Δlogit| "
-            << st.max_abs << ", rms Δ " << st.rms << " (logit rms " << st.ref_rms << ")");
-    CHECK(argmax(logits) == top_ref);
-    CHECK(st.max_abs < 0.75);
-    CHECK(st.rms < 0.02 * st.ref_rms + 0.05);
-    CHECK(r.output_ids == c["greedy"].get<std::vector<int32_t>>());
+    // Hugging Face transformers, f32 over the same dequantised weights: the same computation up
+    // to summation order and our f16 KV buffer (DESIGN.md §4). Tolerance: |Δlogit| ≤ 0.1 and
+    // rms Δ ≤ 0.2 % of the logits' rms; greedy tokens equal.
+    const Deviation hf = deviation(r.first_logits, c["hf"]);
+    MESSAGE(name << ": " << ids.size() << " tokens; vs transformers max |Δlogit| " << hf.max_abs
+            << ", rms Δ " << hf.rms << " (logit rms " << hf.ref_rms << ")");
+    CHECK(hf.max_abs < 0.1);
+    CHECK(hf.rms < 0.002 * hf.ref_rms);
+    CHECK(r.output_ids == c["hf"]["greedy"].get<std::vector<int32_t>>());
+
+    // llama.cpp rounds activations to 8 bits inside its quantised matmuls, so it sits further
+    // away (as far from transformers as from us); tolerance: same first token, |Δlogit| ≤ 1,
+    // rms Δ ≤ 8 % of the logits' rms.
+    const Deviation lc = deviation(r.first_logits, c["llamacpp"]);
+    MESSAGE(name << ": vs llama.cpp max |Δlogit| " << lc.max_abs << ", rms Δ " << lc.rms);
+    CHECK(argmax(r.first_logits) == c["llamacpp"]["top"][0][0].get<int>());
+    CHECK(lc.max_abs < 1.0);
+    CHECK(lc.rms < 0.08 * lc.ref_rms);
   }
 }
 
 }  // namespace
 
-TEST_CASE("golden: SmolLM2-135M logits and greedy tokens match llama.cpp") {
+TEST_CASE("golden: SmolLM2-135M logits and greedy tokens match transformers and llama.cpp") {
   check_against_golden(test::smollm_path(), "logits_golden_smollm2.json");
 }
 
-TEST_CASE("golden: Gemma 3 270M logits and greedy tokens match llama.cpp") {
+TEST_CASE("golden: Gemma 3 270M logits and greedy tokens match transformers and llama.cpp") {
   check_against_golden(test::gemma_path(), "logits_golden_gemma3.json");
 }

@@ -1,0 +1,183 @@
+// Chunker: token windows over each document, snapped to paragraph/sentence ends, cut on UTF-8
+// character boundaries (see chunker.h for the contract and the chunk id scheme).
+#include "retrieval/chunker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/tokenizer.h"
+
+namespace ragkv {
+
+namespace {
+
+bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Moves a byte position back to the first byte of the UTF-8 character it falls in.
+size_t char_start(std::string_view t, size_t p) {
+  while (p > 0 && p < t.size() && (static_cast<unsigned char>(t[p]) & 0xC0) == 0x80) --p;
+  return p;
+}
+
+// Byte offset in text where each token starts (offs[i]), with offs[n] = text.size(), from the
+// token_to_piece lengths. For byte-level BPE the pieces spell the text exactly. Where a piece
+// does not match the text at the current position (a byte the vocabulary cannot spell, a
+// SentencePiece prefix space, a normalised character) the piece is looked for a little further
+// on; failing that the token gets zero width. Offsets are therefore always monotonic and within
+// the text, and exact wherever the pieces spell the text.
+std::vector<size_t> token_offsets(std::string_view text, const std::vector<TokenId>& ids, const Tokenizer& tok) {
+  constexpr size_t kResyncWindow = 16;
+  std::vector<size_t> offs(ids.size() + 1, text.size());
+  size_t pos = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    offs[i] = pos;
+    const std::string piece_s = tok.token_to_piece(ids[i]);
+    std::string_view piece = piece_s;
+    if (piece.empty()) continue;
+    if (text.compare(pos, piece.size(), piece) == 0) {
+      pos += piece.size();
+      continue;
+    }
+    if (piece.front() == ' ' && pos == 0) piece.remove_prefix(1);  // SentencePiece's added space
+    const size_t f = text.substr(pos, kResyncWindow + piece.size()).find(piece);
+    if (!piece.empty() && f != std::string_view::npos) {
+      offs[i] = pos + f;
+      pos += f + piece.size();
+    }
+  }
+  offs[ids.size()] = text.size();
+  for (size_t& o : offs) o = char_start(text, o);  // never cut inside a character
+  return offs;
+}
+
+// Does t end a sentence? 1: ASCII/Latin terminator (needs whitespace after it to count),
+// 2: a CJK full-width terminator (counts without whitespace), 0: no.
+int sentence_end_kind(std::string_view t) {
+  // Skip closing quotes and brackets: `He said "no."` ends a sentence.
+  for (;;) {
+    if (!t.empty() && std::string_view(")]}\"'").find(t.back()) != std::string_view::npos)
+      t.remove_suffix(1);
+    else if (t.ends_with("\xE2\x80\x9D") || t.ends_with("\xE2\x80\x99"))  // ” ’
+      t.remove_suffix(3);
+    else if (t.ends_with("\xC2\xBB"))  // »
+      t.remove_suffix(2);
+    else
+      break;
+  }
+  if (t.empty()) return 0;
+  if (t.back() == '.' || t.back() == '!' || t.back() == '?' || t.ends_with("\xE2\x80\xA6")) return 1;  // … too
+  if (t.ends_with("\xE3\x80\x82") || t.ends_with("\xEF\xBC\x81") || t.ends_with("\xEF\xBC\x9F")) return 2;  // 。！？
+  return 0;
+}
+
+// How good a cut at byte p is: 3 paragraph end (a blank line), 2 sentence end, 1 line end, 0 none.
+int boundary_score(std::string_view t, size_t p) {
+  size_t l = p, r = p;
+  while (l > 0 && is_space(static_cast<unsigned char>(t[l - 1]))) --l;
+  while (r < t.size() && is_space(static_cast<unsigned char>(t[r]))) ++r;
+  const auto newlines = std::count(t.begin() + l, t.begin() + r, '\n');
+  if (newlines >= 2) return 3;
+  const int s = sentence_end_kind(t.substr(0, l));
+  if (s == 2 || (s == 1 && r > l)) return 2;
+  return newlines == 1 ? 1 : 0;
+}
+
+}  // namespace
+
+void check_chunk_params(const ChunkParams& p) {
+  if (p.chunk_tokens < 16 || p.chunk_tokens > 1 << 20)
+    fail("chunk_tokens must be in [16, 1048576], got {}", p.chunk_tokens);
+  if (p.chunk_overlap < 0 || p.chunk_overlap >= p.chunk_tokens)
+    fail("chunk_overlap must be in [0, chunk_tokens) = [0, {}), got {}", p.chunk_tokens, p.chunk_overlap);
+  if (!(p.snap_fraction >= 0.0 && p.snap_fraction < 1.0))
+    fail("snap_fraction must be in [0, 1), got {}", p.snap_fraction);
+}
+
+std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, const ChunkParams& p) {
+  check_chunk_params(p);
+  const std::string_view text = doc.text;
+  const auto ids = tok.encode(text, false);
+  const size_t n = ids.size(), W = size_t(p.chunk_tokens), overlap = size_t(p.chunk_overlap);
+  const std::vector<size_t> offs = token_offsets(text, ids, tok);
+  const size_t snap_tokens = size_t(std::floor(p.snap_fraction * double(W)));
+  auto end_byte = [&](size_t e) { return e >= n ? text.size() : offs[e]; };
+
+  std::vector<Chunk> chunks;
+  size_t s = 0;
+  while (s < n) {
+    // Window [s, e): the rest of the document, or W tokens snapped back to the best boundary
+    // in the last snap_tokens (a paragraph beats a sentence beats a line; the latest wins ties).
+    size_t e = n;
+    if (n - s > W) {
+      e = s + W;
+      int best = 0;
+      const size_t lo = s + std::max<size_t>(1, W - snap_tokens);
+      for (size_t t = s + W; t >= lo; --t) {
+        if (offs[t] <= offs[s]) break;
+        const int sc = boundary_score(text, offs[t]);
+        if (sc > best) best = sc, e = t;
+      }
+    }
+    const size_t a = offs[s];
+    while (e < n && end_byte(e) <= a) ++e;  // a window holds at least one whole character
+
+    // Emit the trimmed window. Its standalone encoding can take a token more than its share of
+    // the document's (BPE merges differ at a cut): then shorten the window a token at a time.
+    for (;;) {
+      size_t from = a, to = end_byte(e);
+      while (from < to && is_space(static_cast<unsigned char>(text[from]))) ++from;
+      while (to > from && is_space(static_cast<unsigned char>(text[to - 1]))) --to;
+      if (from == to) break;  // whitespace only: no chunk
+      const std::string_view piece = text.substr(from, to - from);
+      const int n_tok = int(tok.encode(piece, false).size());
+      const bool can_shorten = e - 1 > s && end_byte(e - 1) > a;
+      if (size_t(n_tok) <= W || !can_shorten) {
+        chunks.push_back(Chunk{fmt::format("{}#{}", doc.id, chunks.size()), doc.id, doc.title, std::string(piece),
+                               from, n_tok});
+        break;
+      }
+      --e;
+    }
+    if (e >= n) break;
+    s = std::max(s + 1, e > overlap ? e - overlap : size_t(0));
+  }
+  return chunks;
+}
+
+std::vector<Chunk> chunk_corpus(const std::vector<Document>& docs, const Tokenizer& tok, const ChunkParams& p,
+                                const std::function<void(size_t, size_t)>& progress) {
+  check_chunk_params(p);
+  std::vector<std::vector<Chunk>> per_doc(docs.size());
+  std::exception_ptr error;
+  std::mutex mu;
+  size_t done = 0;  // guarded by mu
+  const long n_docs = long(docs.size());
+#pragma omp parallel for schedule(dynamic, 4)
+  for (long i = 0; i < n_docs; ++i) {
+    try {
+      per_doc[size_t(i)] = chunk_document(docs[size_t(i)], tok, p);
+    } catch (...) {
+      std::lock_guard lock(mu);
+      if (!error) error = std::current_exception();
+    }
+    if (progress) {
+      std::lock_guard lock(mu);
+      progress(++done, docs.size());
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  std::vector<Chunk> all;
+  size_t total = 0;
+  for (const auto& v : per_doc) total += v.size();
+  all.reserve(total);
+  for (auto& v : per_doc)
+    for (auto& c : v) all.push_back(std::move(c));
+  return all;
+}
+
+std::string chunk_embedding_text(const Chunk& c) { return c.title.empty() ? c.text : c.title + "\n" + c.text; }
+
+}  // namespace ragkv

@@ -1,0 +1,48 @@
+// Chunker (DESIGN.md §5): cuts each document into windows of at most `chunk_tokens` LLM tokens
+// with `chunk_overlap` tokens shared between neighbours. A window end is snapped back to a
+// paragraph end, else a sentence end, else a line end when one lies in its last `snap_fraction`
+// of tokens; cuts never split a UTF-8 sequence. A document shorter than the window is one chunk.
+//
+// Chunk ids are "<doc id>#<index>" (index 0, 1, ... in document order): the same corpus and
+// parameters give the same ids, and a chunk id names its document (the text after the last
+// '#' is the index). n_tokens is the count of the chunk text tokenized on its own, as the
+// prompt tokenizes it (DESIGN.md §4), and never exceeds chunk_tokens.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "retrieval/corpus.h"
+
+namespace ragkv {
+
+class Tokenizer;
+
+struct ChunkParams {
+  int chunk_tokens = 256;      // window length in LLM tokens
+  int chunk_overlap = 0;       // tokens repeated at the start of the next window, < chunk_tokens
+  double snap_fraction = 0.2;  // a paragraph/sentence end in the window's last 20 % ends it there
+};
+void check_chunk_params(const ChunkParams& p);  // Error naming the bad parameter
+
+struct Chunk {
+  std::string id;     // "<doc>#<index>"
+  std::string doc;    // Document::id
+  std::string title;  // Document::title
+  std::string text;   // == document text.substr(offset, text.size()), whitespace-trimmed
+  size_t offset = 0;  // byte offset of text in the document text
+  int n_tokens = 0;   // LLM tokens of text encoded alone (no BOS)
+};
+
+std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, const ChunkParams& p);
+
+// All documents, chunks in document order (documents are chunked in parallel; the result does
+// not depend on the thread count). progress(done_docs, total_docs) is called from one thread.
+std::vector<Chunk> chunk_corpus(const std::vector<Document>& docs, const Tokenizer& tok, const ChunkParams& p,
+                                const std::function<void(size_t, size_t)>& progress = {});
+
+// The text the embedder sees for a chunk: "title\ntext", or text when there is no title.
+std::string chunk_embedding_text(const Chunk& c);
+
+}  // namespace ragkv
