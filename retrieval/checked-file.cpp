@@ -168,9 +168,12 @@ void ByteReader::expect_end() const {
 }
 
 CheckedFile read_checked_file(const std::filesystem::path& path, std::string_view magic, uint32_t version) {
+  return check_frame(read_file(path), path.string(), magic, version);
+}
+
+CheckedFile check_frame(std::string bytes, const std::string& name, std::string_view magic, uint32_t version) {
   CheckedFile f;
-  f.bytes = read_file(path);
-  const std::string name = path.string();
+  f.bytes = std::move(bytes);
   if (f.bytes.size() < magic.size() + 4 + 8 || magic.size() != 8)
     fail("{}: truncated: {} bytes, a {} file has at least 20", name, f.bytes.size(), magic);
   if (std::string_view(f.bytes).substr(0, 8) != magic)

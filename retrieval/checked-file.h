@@ -89,6 +89,8 @@ struct CheckedFile {
   std::string_view body() const { return std::string_view(bytes).substr(12, bytes.size() - 20); }
 };
 CheckedFile read_checked_file(const std::filesystem::path& path, std::string_view magic, uint32_t version);
+// The same checks on bytes already read (name is the file, for errors).
+CheckedFile check_frame(std::string bytes, const std::string& name, std::string_view magic, uint32_t version);
 // Writes magic + version + body parts + checksum atomically; returns the checksum written.
 uint64_t write_checked_file(const std::filesystem::path& path, std::string_view magic, uint32_t version,
                             std::initializer_list<std::string_view> body_parts);

@@ -146,18 +146,18 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
     const GenerateResult r = generate_greedy(m, ids, opt);
 
     // Hugging Face transformers, f32 over the same dequantised weights: the same computation up
-    // to summation order and our f16 KV buffer (DESIGN.md §4). Tolerance: |Δlogit| ≤ 0.1 and
-    // rms Δ ≤ 0.2 % of the logits' rms; greedy tokens equal.
+    // to summation order and our f16 KV buffer (DESIGN.md §4). Tolerance: |Δlogit| ≤ 0.05 and
+    // rms Δ ≤ 0.1 % of the logits' rms (measured: ≤ 0.009 and ≤ 0.03 %); greedy tokens equal.
     const Deviation hf = deviation(r.first_logits, c["hf"]);
     MESSAGE(name << ": " << ids.size() << " tokens; vs transformers max |Δlogit| " << hf.max_abs
             << ", rms Δ " << hf.rms << " (logit rms " << hf.ref_rms << ")");
-    CHECK(hf.max_abs < 0.1);
-    CHECK(hf.rms < 0.002 * hf.ref_rms);
+    CHECK(hf.max_abs < 0.05);
+    CHECK(hf.rms < 0.001 * hf.ref_rms);
     CHECK(r.output_ids == c["hf"]["greedy"].get<std::vector<int32_t>>());
 
     // llama.cpp rounds activations to 8 bits inside its quantised matmuls, so it sits further
-    // away (as far from transformers as from us); tolerance: same first token, |Δlogit| ≤ 1,
-    // rms Δ ≤ 8 % of the logits' rms.
+    // away (as far from transformers as from us: up to 0.92 on these prompts); tolerance: same
+    // first token, |Δlogit| ≤ 1, rms Δ ≤ 8 % of the logits' rms (measured: ≤ 0.71, ≤ 5 %).
     const Deviation lc = deviation(r.first_logits, c["llamacpp"]);
     MESSAGE(name << ": vs llama.cpp max |Δlogit| " << lc.max_abs << ", rms Δ " << lc.rms);
     CHECK(argmax(r.first_logits) == c["llamacpp"]["top"][0][0].get<int>());

@@ -1,0 +1,324 @@
+// INDEX_DIR: build (chunk, embed, HNSW, write files, manifest last) and open (verify, load).
+// File formats are described in index-dir.h.
+#include "retrieval/index-dir.h"
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "core/error.h"
+#include "retrieval/checked-file.h"
+
+namespace ragkv {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kChunksFile = "chunks.jsonl";
+constexpr const char* kEmbeddingsFile = "embeddings.bin";
+constexpr const char* kHnswFile = "hnsw.bin";
+constexpr std::string_view kEmbMagic{"RKVEMB\0\0", 8};
+constexpr uint32_t kEmbVersion = 1;
+constexpr const char* kFormatName = "ragkv-index";
+
+json file_entry(const fs::path& path) {
+  const std::string bytes = read_file(path);
+  return json{{"name", path.filename().string()}, {"bytes", bytes.size()}, {"xxh64", checksum_hex(checksum64(bytes))}};
+}
+
+// Reads a file the manifest lists and checks its size and checksum; returns its bytes.
+std::string read_listed_file(const fs::path& dir, const json& files, const char* key, const char* name) {
+  const fs::path path = dir / name;
+  if (!files.contains(key)) fail("{}: manifest lists no \"{}\" file", (dir / kManifest).string(), key);
+  uint64_t want_bytes = 0;
+  std::string want_sum;
+  try {
+    want_bytes = files.at(key).at("bytes").get<uint64_t>();
+    want_sum = files.at(key).at("xxh64").get<std::string>();
+  } catch (const json::exception& e) {
+    fail("{}: malformed manifest entry for {}: {}", (dir / kManifest).string(), name, e.what());
+  }
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) fail("{}: missing ({}): the index is incomplete, rebuild it", path.string(), ec.message());
+  if (size != want_bytes)
+    fail("{}: {} bytes, the manifest says {}: the file was changed or truncated, rebuild the index", path.string(),
+         size, want_bytes);
+  std::string bytes = read_file(path);
+  if (checksum_hex(checksum64(bytes)) != want_sum)
+    fail("{}: checksum differs from the manifest's: the file is corrupt or from another build, rebuild the index",
+         path.string());
+  return bytes;
+}
+
+std::string chunks_jsonl(const std::vector<Chunk>& chunks) {
+  std::string out;
+  for (const Chunk& c : chunks) {
+    try {
+      out += json{{"id", c.id},       {"doc", c.doc},   {"offset", c.offset},
+                  {"title", c.title}, {"text", c.text}, {"n_tokens", c.n_tokens}}
+                 .dump(-1, ' ', false, json::error_handler_t::strict);
+    } catch (const json::exception& e) {
+      fail("chunk {}: cannot be written as JSON ({})", c.id, e.what());
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+std::vector<Chunk> parse_chunks_jsonl(const std::string& name, std::string_view content) {
+  std::vector<Chunk> chunks;
+  size_t line_no = 0;
+  for (size_t start = 0; start < content.size();) {
+    size_t end = content.find('\n', start);
+    if (end == std::string_view::npos) end = content.size();
+    const std::string_view line = content.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    try {
+      const json j = json::parse(line);
+      Chunk c;
+      c.id = j.at("id").get<std::string>();
+      c.doc = j.at("doc").get<std::string>();
+      c.offset = j.at("offset").get<size_t>();
+      c.title = j.at("title").get<std::string>();
+      c.text = j.at("text").get<std::string>();
+      c.n_tokens = j.at("n_tokens").get<int>();
+      chunks.push_back(std::move(c));
+    } catch (const json::exception& e) {
+      fail("{}:{}: not a chunk record {{\"id\",\"doc\",\"offset\",\"title\",\"text\",\"n_tokens\"}}: {}", name, line_no,
+           e.what());
+    }
+  }
+  return chunks;
+}
+
+json manifest_json(const IndexManifest& m, const fs::path& dir) {
+  return json{
+      {"format", kFormatName},
+      {"format_version", m.format_version},
+      {"complete", true},
+      {"tokenizer_fingerprint", m.tokenizer_fingerprint},
+      {"embedder_fingerprint", m.embedder_fingerprint},
+      {"chunking",
+       {{"chunk_tokens", m.chunking.chunk_tokens},
+        {"chunk_overlap", m.chunking.chunk_overlap},
+        {"snap_fraction", m.chunking.snap_fraction},
+        {"chunk_id", "<doc>#<index>"},
+        {"embedding_text", "title\\ntext"}}},
+      {"counts", {{"documents", m.n_documents}, {"chunks", m.n_chunks}}},
+      {"embedding", {{"dim", m.dim}, {"metric", "inner_product"}, {"normalized", true}}},
+      {"hnsw",
+       {{"M", m.hnsw.M}, {"ef_construction", m.hnsw.ef_construction}, {"ef_search", m.hnsw.ef_search},
+        {"seed", m.hnsw.seed}}},
+      {"files",
+       {{"chunks", file_entry(dir / kChunksFile)},
+        {"embeddings", file_entry(dir / kEmbeddingsFile)},
+        {"hnsw", file_entry(dir / kHnswFile)}}},
+  };
+}
+
+IndexManifest parse_manifest(const fs::path& path, const json& j) {
+  IndexManifest m;
+  try {
+    if (j.value("format", "") != kFormatName) fail("{}: not a ragkv index manifest", path.string());
+    m.format_version = j.at("format_version").get<int>();
+    if (m.format_version != kIndexFormatVersion)
+      fail("{}: index format version {}, this build reads version {}: rebuild the index", path.string(),
+           m.format_version, kIndexFormatVersion);
+    if (!j.value("complete", false)) fail("{}: the build did not complete: rebuild the index", path.string());
+    m.tokenizer_fingerprint = j.at("tokenizer_fingerprint").get<std::string>();
+    m.embedder_fingerprint = j.at("embedder_fingerprint").get<std::string>();
+    const json& c = j.at("chunking");
+    m.chunking.chunk_tokens = c.at("chunk_tokens").get<int>();
+    m.chunking.chunk_overlap = c.at("chunk_overlap").get<int>();
+    m.chunking.snap_fraction = c.at("snap_fraction").get<double>();
+    m.n_documents = j.at("counts").at("documents").get<size_t>();
+    m.n_chunks = j.at("counts").at("chunks").get<size_t>();
+    m.dim = j.at("embedding").at("dim").get<size_t>();
+    const json& h = j.at("hnsw");
+    m.hnsw.M = h.at("M").get<size_t>();
+    m.hnsw.ef_construction = h.at("ef_construction").get<size_t>();
+    m.hnsw.ef_search = h.at("ef_search").get<size_t>();
+    m.hnsw.seed = h.at("seed").get<uint64_t>();
+  } catch (const json::exception& e) {
+    fail("{}: malformed manifest: {}", path.string(), e.what());
+  }
+  return m;
+}
+
+}  // namespace
+
+IndexManifest build_index_dir(const fs::path& dir, const std::vector<Document>& docs, const Tokenizer& tok,
+                              const EmbedFn& embed, const IndexBuildOptions& opt, const BuildProgressFn& progress) {
+  std::function<void(size_t, size_t)> chunk_progress;
+  if (progress) chunk_progress = [&](size_t d, size_t t) { progress("chunk", d, t); };
+  const std::vector<Chunk> chunks = chunk_corpus(docs, tok, opt.chunking, chunk_progress);
+  return write_index_dir(dir, chunks, docs.size(), embed, opt, progress);
+}
+
+IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chunks, size_t n_documents,
+                              const EmbedFn& embed, const IndexBuildOptions& opt, const BuildProgressFn& progress) {
+  check_chunk_params(opt.chunking);
+  if (chunks.empty()) fail("{}: nothing to index: the corpus gave no chunks", dir.string());
+  if (opt.embed_batch == 0) fail("embed_batch must be >= 1");
+  if (opt.embedder_fingerprint.empty()) fail("an index needs an embedder fingerprint");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("{}: cannot create index directory: {}", dir.string(), ec.message());
+  // From here until the new manifest is written, dir holds no index that looks complete.
+  fs::remove(dir / kManifest, ec);
+  if (ec) fail("{}: cannot remove the old manifest: {}", (dir / kManifest).string(), ec.message());
+
+  const std::string chunk_lines = chunks_jsonl(chunks);
+  write_file_atomic(dir / kChunksFile, {chunk_lines});
+
+  // Embed in batches; rows f32 [n][dim], L2-normalised.
+  const size_t n = chunks.size();
+  size_t dim = 0;
+  std::vector<float> rows;
+  for (size_t b = 0; b < n; b += opt.embed_batch) {
+    const size_t e = std::min(n, b + opt.embed_batch);
+    std::vector<std::string> texts;
+    texts.reserve(e - b);
+    for (size_t i = b; i < e; ++i) texts.push_back(chunk_embedding_text(chunks[i]));
+    std::vector<float> out = embed(texts);
+    if (out.empty() || out.size() % texts.size() != 0)
+      fail("embedder returned {} floats for {} texts (expected texts × dim)", out.size(), texts.size());
+    const size_t d = out.size() / texts.size();
+    if (dim == 0) {
+      dim = d;
+      rows.reserve(n * dim);
+    } else if (d != dim) {
+      fail("embedder returned {}-dimensional vectors for chunks {}..{}, {}-dimensional before", d, chunks[b].id,
+           chunks[e - 1].id, dim);
+    }
+    for (size_t i = b; i < e; ++i) l2_normalize(std::span<float>(out).subspan((i - b) * dim, dim), "embedding of chunk " + chunks[i].id);
+    rows.insert(rows.end(), out.begin(), out.end());
+    if (progress) progress("embed", e, n);
+  }
+
+  std::string emb_header;
+  append_pod(emb_header, uint32_t(dim));
+  append_pod(emb_header, uint32_t(opt.embedder_fingerprint.size()));
+  append_pod(emb_header, uint64_t(n));
+  emb_header += opt.embedder_fingerprint;
+  write_checked_file(dir / kEmbeddingsFile, kEmbMagic, kEmbVersion,
+                     {emb_header, std::string_view(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(float))});
+
+  std::function<void(size_t, size_t)> index_progress;
+  if (progress) index_progress = [&](size_t d, size_t t) { progress("index", d, t); };
+  const auto hnsw = HnswIndex::build(rows, dim, opt.hnsw, index_progress);
+  hnsw->save(dir / kHnswFile);
+
+  IndexManifest m;
+  m.format_version = kIndexFormatVersion;
+  m.tokenizer_fingerprint = opt.tokenizer_fingerprint;
+  m.embedder_fingerprint = opt.embedder_fingerprint;
+  m.chunking = opt.chunking;
+  m.n_documents = n_documents;
+  m.n_chunks = n;
+  m.dim = dim;
+  m.hnsw = opt.hnsw;
+  write_file_atomic(dir / kManifest, {manifest_json(m, dir).dump(2) + "\n"});
+  return m;
+}
+
+struct IndexDir::Impl {
+  IndexManifest manifest;
+  std::vector<Chunk> chunks;
+  std::vector<float> rows;  // f32 [n_chunks][dim], L2-normalised
+  std::unique_ptr<HnswIndex> hnsw;
+  std::unique_ptr<ExactIndex> exact;
+};
+
+IndexDir::IndexDir() : impl_(std::make_unique<Impl>()) {}
+IndexDir::IndexDir(IndexDir&&) noexcept = default;
+IndexDir& IndexDir::operator=(IndexDir&&) noexcept = default;
+IndexDir::~IndexDir() = default;
+
+IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerprint) {
+  const fs::path mpath = dir / kManifest;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("{}: no such index directory", dir.string());
+  if (!fs::exists(mpath, ec))
+    fail("{}: not a complete index (no {}): build it with `ragkv build-index`, or an interrupted build left it",
+         dir.string(), kManifest);
+  json j;
+  try {
+    j = json::parse(read_file(mpath));
+  } catch (const json::exception& e) {
+    fail("{}: malformed manifest: {}", mpath.string(), e.what());
+  }
+  IndexDir d;
+  Impl& x = *d.impl_;
+  x.manifest = parse_manifest(mpath, j);
+  const IndexManifest& m = x.manifest;
+  if (!embedder_fingerprint.empty() && m.embedder_fingerprint != embedder_fingerprint)
+    fail("{}: index built with embedder \"{}\", this run embeds with \"{}\": rebuild the index with this embedder",
+         dir.string(), m.embedder_fingerprint, embedder_fingerprint);
+  if (!j.contains("files") || !j["files"].is_object()) fail("{}: malformed manifest: no \"files\"", mpath.string());
+  const json& files = j["files"];
+
+  // chunks.jsonl
+  const std::string chunk_bytes = read_listed_file(dir, files, "chunks", kChunksFile);
+  x.chunks = parse_chunks_jsonl((dir / kChunksFile).string(), chunk_bytes);
+  if (x.chunks.size() != m.n_chunks)
+    fail("{}: {} chunks, the manifest says {}", (dir / kChunksFile).string(), x.chunks.size(), m.n_chunks);
+
+  // embeddings.bin (its own frame checksum is verified too)
+  const fs::path epath = dir / kEmbeddingsFile;
+  const CheckedFile ef =
+      check_frame(read_listed_file(dir, files, "embeddings", kEmbeddingsFile), epath.string(), kEmbMagic, kEmbVersion);
+  ByteReader r(epath.string(), ef.body());
+  const auto dim = r.pod<uint32_t>("dim");
+  const auto fp_len = r.pod<uint32_t>("fingerprint length");
+  const auto n = r.pod<uint64_t>("row count");
+  const std::string_view fp = r.bytes(fp_len, "embedder fingerprint");
+  if (dim != m.dim || n != m.n_chunks)
+    fail("{}: {} rows of dimension {}, the manifest says {} of {}", epath.string(), n, dim, m.n_chunks, m.dim);
+  if (fp != m.embedder_fingerprint)
+    fail("{}: embedder \"{}\" differs from the manifest's \"{}\"", epath.string(), fp, m.embedder_fingerprint);
+  if (dim == 0 || n > r.remaining() / sizeof(float) / dim)
+    fail("{}: truncated: {} rows of dimension {} do not fit in {} bytes", epath.string(), n, dim, r.remaining());
+  const std::string_view row_bytes = r.bytes(size_t(n) * dim * sizeof(float), "rows");
+  r.expect_end();
+  x.rows.resize(size_t(n) * dim);
+  std::memcpy(x.rows.data(), row_bytes.data(), row_bytes.size());
+
+  // hnsw.bin
+  read_listed_file(dir, files, "hnsw", kHnswFile);
+  x.hnsw = HnswIndex::load(dir / kHnswFile, x.rows, dim, m.hnsw.ef_search);
+  const HnswParams& hp = x.hnsw->params();
+  if (hp.M != m.hnsw.M || hp.ef_construction != std::max(m.hnsw.ef_construction, m.hnsw.M) || hp.seed != m.hnsw.seed)
+    fail("{}: HNSW parameters differ from the manifest's", (dir / kHnswFile).string());
+  x.exact = std::make_unique<ExactIndex>(x.rows, dim);
+  return d;
+}
+
+const IndexManifest& IndexDir::manifest() const { return impl_->manifest; }
+const std::vector<Chunk>& IndexDir::chunks() const { return impl_->chunks; }
+std::span<const float> IndexDir::embeddings() const { return impl_->rows; }
+const HnswIndex& IndexDir::hnsw() const { return *impl_->hnsw; }
+HnswIndex& IndexDir::hnsw() { return *impl_->hnsw; }
+const ExactIndex& IndexDir::exact() const { return *impl_->exact; }
+
+std::vector<Hit> IndexDir::search(std::span<const float> query, size_t k, bool exact) const {
+  check_query_dim(query, impl_->manifest.dim);
+  std::vector<float> q(query.begin(), query.end());
+  l2_normalize(q, "query embedding");
+  return exact ? impl_->exact->search(q, k) : impl_->hnsw->search(q, k);
+}
+
+StagedSearch IndexDir::staged_search(std::span<const float> query, size_t k) const {
+  check_query_dim(query, impl_->manifest.dim);
+  std::vector<float> q(query.begin(), query.end());
+  l2_normalize(q, "query embedding");
+  return impl_->hnsw->staged_search(q, k);
+}
+
+}  // namespace ragkv

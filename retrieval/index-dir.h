@@ -1,0 +1,88 @@
+// INDEX_DIR (DESIGN.md §1): building it from documents and an embedding function, and opening
+// it for search. Files:
+//   chunks.jsonl    one chunk a line: {"id","doc","offset","title","text","n_tokens"}
+//   embeddings.bin  framed (checked-file.h), magic "RKVEMB\0\0", version 1, body:
+//                   u32 dim, u32 fingerprint length, u64 n, embedder fingerprint bytes,
+//                   f32 [n][dim] L2-normalised rows (row i embeds chunk i)
+//   hnsw.bin        the HNSW graph over those rows (hnsw-index.cpp)
+//   manifest.json   format version, "complete": true, tokenizer and embedder fingerprints,
+//                   chunking and HNSW parameters, counts, and size + XXH64 of every file above.
+// Every file is written atomically, and the manifest last (an older one is removed first), so an
+// interrupted build leaves no index that looks complete. open() checks the manifest, the files'
+// sizes and checksums, the counts, and that the index was built by the caller's embedder.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "retrieval/chunker.h"
+#include "retrieval/hnsw-index.h"
+
+namespace ragkv {
+
+// Embeds a batch of texts: returns texts.size() × dim floats, row-major (any norm; the index
+// normalises). The real one is the BERT embedder; tests pass a deterministic fake.
+using EmbedFn = std::function<std::vector<float>(const std::vector<std::string>& texts)>;
+// Build progress: stage is "chunk" (documents), "embed" (chunks) or "index" (HNSW inserts).
+using BuildProgressFn = std::function<void(std::string_view stage, size_t done, size_t total)>;
+
+struct IndexBuildOptions {
+  ChunkParams chunking;
+  HnswParams hnsw;
+  std::string tokenizer_fingerprint;  // recorded; identifies the LLM tokenizer that counted tokens
+  std::string embedder_fingerprint;   // recorded and checked by open()
+  size_t embed_batch = 64;            // texts per EmbedFn call
+};
+
+struct IndexManifest {
+  int format_version = 0;
+  std::string tokenizer_fingerprint, embedder_fingerprint;
+  ChunkParams chunking;
+  size_t n_documents = 0, n_chunks = 0, dim = 0;
+  HnswParams hnsw;
+};
+
+constexpr int kIndexFormatVersion = 1;
+
+// Chunks docs with opt.chunking and writes INDEX_DIR (created if missing). Returns the manifest.
+IndexManifest build_index_dir(const std::filesystem::path& dir, const std::vector<Document>& docs,
+                              const Tokenizer& tok, const EmbedFn& embed, const IndexBuildOptions& opt,
+                              const BuildProgressFn& progress = {});
+// The same from ready chunks (the caller vouches that they were made with opt.chunking).
+IndexManifest write_index_dir(const std::filesystem::path& dir, const std::vector<Chunk>& chunks,
+                              size_t n_documents, const EmbedFn& embed, const IndexBuildOptions& opt,
+                              const BuildProgressFn& progress = {});
+
+class IndexDir {
+ public:
+  // Error unless dir holds a complete, intact index built with embedder_fingerprint (an empty
+  // fingerprint skips that check, for tools that only read chunks).
+  static IndexDir open(const std::filesystem::path& dir, std::string_view embedder_fingerprint);
+  IndexDir(IndexDir&&) noexcept;
+  IndexDir& operator=(IndexDir&&) noexcept;
+  ~IndexDir();
+
+  const IndexManifest& manifest() const;
+  const std::vector<Chunk>& chunks() const;
+  std::span<const float> embeddings() const;  // f32 [n_chunks][dim]
+  const HnswIndex& hnsw() const;
+  HnswIndex& hnsw();  // e.g. set_ef_search
+  const ExactIndex& exact() const;
+
+  // Top-k chunks for a query embedding (normalised here), by HNSW or, with exact, brute force.
+  std::vector<Hit> search(std::span<const float> query, size_t k, bool exact = false) const;
+  // Staged HNSW search (RAGCache §5.3) for a query embedding (normalised here).
+  StagedSearch staged_search(std::span<const float> query, size_t k) const;
+
+ private:
+  IndexDir();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ragkv
