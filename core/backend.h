@@ -92,6 +92,8 @@ struct AttentionParams {
   float scale = 0.f;          // applied to q·k
   int sliding_window = 0;     // > 0: a query at p sees keys at positions in (p - window, p]
   float softcap = 0.f;        // > 0: logits = softcap · tanh(logits / softcap)
+  bool causal = true;         // false: every query sees every key in [0, n_kv), positions unused
+                              // (bidirectional encoders such as BERT; sliding_window must be 0)
 };
 
 // Optional per-query attention mass per key segment (Cache-Craft inter/intra attention).
@@ -134,6 +136,13 @@ class Backend {
   // inverse = true removes it (rotation by −θ·p): stored chunk K is kept without RoPE.
   virtual void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads,
                     int head_dim, const RopeParams& p, bool inverse) = 0;
+  // Row-wise LayerNorm over the last dimension: y = (x − mean) / sqrt(var + eps) · w + b, with
+  // the biased variance (BERT). x and y may alias.
+  virtual void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                          const Tensor& y) = 0;
+  // y = gelu(x) in the exact erf form x/2 · (1 + erf(x/√2)) (BERT's "gelu"; GeGLU uses the tanh
+  // approximation). x and y may alias.
+  virtual void gelu_erf(const Tensor& x, const Tensor& y) = 0;
   // out = silu(gate) ⊙ up (SwiGLU) or gelu_tanh(gate) ⊙ up (GeGLU).
   virtual void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void geglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
@@ -144,8 +153,10 @@ class Backend {
   // out row i = src row rows[i] (f32 gather of active rows).
   virtual void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) = 0;
   // Attention of queries q [n_q][n_head·head_dim] at positions q_pos against KV rows [0, n_kv)
-  // of k, v (f16 [≥n_kv][n_kv_head·head_dim]) whose absolute positions are k_pos[0..n_kv).
-  // Causal by position: a query at p sees keys at positions ≤ p (and inside the sliding window).
+  // of k, v (f16 [≥n_kv][n_kv_head·head_dim]; f32 too, e.g. the encoder's own K/V) whose absolute
+  // positions are k_pos[0..n_kv).
+  // Causal by position: a query at p sees keys at positions ≤ p (and inside the sliding window);
+  // with p.causal == false every query sees all n_kv keys.
   // Grouped-query: query head h reads KV head h / (n_head / n_kv_head).
   virtual void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
                          const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,

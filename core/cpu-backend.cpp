@@ -204,6 +204,45 @@ class CpuBackend : public Backend {
     }
   }
 
+  void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) override {
+    check_f32(x, "layer_norm");
+    check_f32(y, "layer_norm");
+    check_same_shape(x, y, "layer_norm");
+    if (w.in_features * w.out_features != x.cols || b.in_features * b.out_features != x.cols)
+      fail("internal: layer_norm weight {} / bias {} have {} / {} values for rows of {}", w.name, b.name,
+           w.in_features * w.out_features, b.in_features * b.out_features, x.cols);
+    const float* wp = cpu(w).data.data();
+    const float* bp = cpu(b).data.data();
+    const float* xp = x.as<float>();
+    float* yp = y.as<float>();
+    const int64_t n = x.cols;
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t i = 0; i < x.rows; ++i) {
+      const float* xi = xp + i * n;
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += xi[j];
+      const double mean = sum / n;
+      double var = 0;  // two passes: no cancellation for rows with a large mean
+      for (int64_t j = 0; j < n; ++j) var += (xi[j] - mean) * (xi[j] - mean);
+      const float inv = float(1.0 / std::sqrt(var / n + eps));
+      const float m = float(mean);
+      float* yi = yp + i * n;
+      for (int64_t j = 0; j < n; ++j) yi[j] = (xi[j] - m) * inv * wp[j] + bp[j];
+    }
+  }
+
+  void gelu_erf(const Tensor& x, const Tensor& y) override {
+    check_f32(x, "gelu_erf");
+    check_f32(y, "gelu_erf");
+    check_same_shape(x, y, "gelu_erf");
+    const float* xp = x.as<float>();
+    float* yp = y.as<float>();
+    const int64_t n = x.numel();
+    constexpr float kInvSqrt2 = 0.70710678118654752f;
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t i = 0; i < n; ++i) yp[i] = 0.5f * xp[i] * (1.f + std::erf(xp[i] * kInvSqrt2));
+  }
+
   void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override {
     glu(gate, up, out, [](float g) { return g / (1.f + std::exp(-g)); });
   }
@@ -265,9 +304,10 @@ class CpuBackend : public Backend {
 
 // Attention per KV head group with SGEMM: S = scale·Q·Kᵀ, mask by position, softmax, O = P·V.
 // Queries are processed in blocks so the score matrix stays bounded for long prompts. When the
-// key positions ascend with the rows (every prefill, and reused chunks placed in order), each
-// block only touches the key range its positions can see: causal prefill does half the work, and
-// sliding-window layers only their window.
+// attention is causal and the key positions ascend with the rows (every prefill, and reused
+// chunks placed in order), each block only touches the key range its positions can see: causal
+// prefill does half the work, and sliding-window layers only their window. Non-causal attention
+// (encoders) sees every key.
 void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
                            const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
                            const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
@@ -281,6 +321,8 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
       int64_t(q_pos.size()) != n_q || p.n_head % p.n_kv_head != 0)
     fail("internal: attention shapes q [{}][{}], k [{}][{}], n_kv {}, {} heads / {} kv heads of {}",
          q.rows, q.cols, k.rows, k.cols, n_kv, p.n_head, p.n_kv_head, hd);
+  if (!p.causal && p.sliding_window > 0)
+    fail("internal: attention: a sliding window needs causal attention");
   const int group = p.n_head / p.n_kv_head;
   const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
   if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
@@ -292,7 +334,7 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
   std::vector<Range> ranges;  // visible key rows per query block
   for (int64_t q0 = 0; q0 < n_q; q0 += kBlock) {
     Range r{0, n_kv};
-    if (ascending) {
+    if (ascending && p.causal) {
       const auto blk = q_pos.subspan(q0, std::min(kBlock, n_q - q0));
       const int32_t qmax = *std::max_element(blk.begin(), blk.end());
       const int32_t qmin = *std::min_element(blk.begin(), blk.end());
@@ -337,7 +379,8 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
           float mx = -std::numeric_limits<float>::infinity();
           for (int64_t j = 0; j < w; ++j) {
             const int32_t kp = kp_all[lo + j];
-            const bool visible = kp <= qp && (p.sliding_window <= 0 || kp > qp - p.sliding_window);
+            const bool visible =
+                !p.causal || (kp <= qp && (p.sliding_window <= 0 || kp > qp - p.sliding_window));
             if (!visible) {
               s[j] = -std::numeric_limits<float>::infinity();
               continue;

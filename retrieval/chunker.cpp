@@ -14,7 +14,9 @@ namespace ragkv {
 
 namespace {
 
-bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 // Moves a byte position back to the first byte of the UTF-8 character it falls in.
 size_t char_start(std::string_view t, size_t p) {
@@ -69,7 +71,8 @@ int sentence_end_kind(std::string_view t) {
   }
   if (t.empty()) return 0;
   if (t.back() == '.' || t.back() == '!' || t.back() == '?' || t.ends_with("\xE2\x80\xA6")) return 1;  // … too
-  if (t.ends_with("\xE3\x80\x82") || t.ends_with("\xEF\xBC\x81") || t.ends_with("\xEF\xBC\x9F")) return 2;  // 。！？
+  if (t.ends_with("\xE3\x80\x82") || t.ends_with("\xEF\xBC\x81") || t.ends_with("\xEF\xBC\x9F"))
+    return 2;  // 。！？
   return 0;
 }
 
@@ -119,6 +122,18 @@ std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, con
         if (offs[t] <= offs[s]) break;
         const int sc = boundary_score(text, offs[t]);
         if (sc > best) best = sc, e = t;
+      }
+      // A hard cut that would leave a tail shorter than the snap zone (a long last sentence)
+      // ends instead at the latest sentence end anywhere in the window or, with none, halfway.
+      if (best == 0 && n - e < std::max<size_t>(1, snap_tokens)) {
+        e = s + (n - s + 1) / 2;
+        for (size_t t = lo - 1; t > s; --t) {
+          if (offs[t] <= offs[s]) break;
+          if (boundary_score(text, offs[t]) >= 2) {
+            e = t;
+            break;
+          }
+        }
       }
     }
     const size_t a = offs[s];

@@ -2,6 +2,8 @@
 // with `chunk_overlap` tokens shared between neighbours. A window end is snapped back to a
 // paragraph end, else a sentence end, else a line end when one lies in its last `snap_fraction`
 // of tokens; cuts never split a UTF-8 sequence. A document shorter than the window is one chunk.
+// A hard cut that would leave a tail shorter than that zone (a long final sentence) moves back
+// to the latest sentence end in the window, or to the middle, so no chunk is a stray "." .
 //
 // Chunk ids are "<doc id>#<index>" (index 0, 1, ... in document order): the same corpus and
 // parameters give the same ids, and a chunk id names its document (the text after the last

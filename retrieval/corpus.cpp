@@ -16,13 +16,20 @@ namespace fs = std::filesystem;
 
 const char* input_problem_name(InputProblemKind k) {
   switch (k) {
-    case InputProblemKind::empty: return "empty";
-    case InputProblemKind::binary: return "binary";
-    case InputProblemKind::invalid_utf8: return "invalid-utf8";
-    case InputProblemKind::bad_json: return "bad-json";
-    case InputProblemKind::missing_field: return "missing-field";
-    case InputProblemKind::duplicate_id: return "duplicate-id";
-    case InputProblemKind::unreadable: return "unreadable";
+    case InputProblemKind::empty:
+      return "empty";
+    case InputProblemKind::binary:
+      return "binary";
+    case InputProblemKind::invalid_utf8:
+      return "invalid-utf8";
+    case InputProblemKind::bad_json:
+      return "bad-json";
+    case InputProblemKind::missing_field:
+      return "missing-field";
+    case InputProblemKind::duplicate_id:
+      return "duplicate-id";
+    case InputProblemKind::unreadable:
+      return "unreadable";
   }
   return "?";
 }
@@ -49,12 +56,12 @@ size_t find_invalid_utf8(std::string_view s) {
       len = 2;
     } else if (c >= 0xE0 && c <= 0xEF) {
       len = 3;
-      if (c == 0xE0) lo = 0xA0;       // no overlong 3-byte forms
-      if (c == 0xED) hi = 0x9F;       // no UTF-16 surrogates
+      if (c == 0xE0) lo = 0xA0;  // no overlong 3-byte forms
+      if (c == 0xED) hi = 0x9F;  // no UTF-16 surrogates
     } else if (c >= 0xF0 && c <= 0xF4) {
       len = 4;
-      if (c == 0xF0) lo = 0x90;       // no overlong 4-byte forms
-      if (c == 0xF4) hi = 0x8F;       // nothing above U+10FFFF
+      if (c == 0xF0) lo = 0x90;  // no overlong 4-byte forms
+      if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
     } else {
       return i;  // continuation byte without a lead, 0xC0/0xC1, 0xF5..0xFF
     }
@@ -189,17 +196,20 @@ class Loader {
     else if (id_it != j.end() && (id_it->is_number_integer() || id_it->is_number_unsigned()))
       id = id_it->dump();
     if (id.empty())
-      return problem(InputProblemKind::missing_field, src, line_no,
-                     id_it == j.end() ? "missing field \"id\"" : "field \"id\" must be a non-empty string or an integer");
+      return problem(
+          InputProblemKind::missing_field, src, line_no,
+          id_it == j.end() ? "missing field \"id\"" : "field \"id\" must be a non-empty string or an integer");
     std::string title;
     if (const auto t = j.find("title"); t != j.end() && !t->is_null()) {
-      if (!t->is_string()) return problem(InputProblemKind::missing_field, src, line_no, "field \"title\" is not a string");
+      if (!t->is_string())
+        return problem(InputProblemKind::missing_field, src, line_no, "field \"title\" is not a string");
       title = t->get<std::string>();
     }
     std::string text = text_it->get<std::string>();
     if (text.find('\0') != std::string::npos || title.find('\0') != std::string::npos)
       return problem(InputProblemKind::binary, src, line_no, "NUL character in \"text\" or \"title\"");
-    if (is_blank(text)) return problem(InputProblemKind::empty, src, line_no, fmt::format("document \"{}\" has empty text", id));
+    if (is_blank(text))
+      return problem(InputProblemKind::empty, src, line_no, fmt::format("document \"{}\" has empty text", id));
     add(Document{std::move(id), std::move(title), std::move(text), src, line_no}, line_no);
   }
 };
@@ -255,7 +265,8 @@ Corpus load_corpus(const std::vector<fs::path>& inputs, OnError on_error) {
   }
   if (corpus.docs.empty()) {
     std::string why;
-    for (const auto& [kind, n] : corpus.skipped_by_kind()) why += fmt::format("{}{} {}", why.empty() ? "" : ", ", n, kind);
+    for (const auto& [kind, n] : corpus.skipped_by_kind())
+      why += fmt::format("{}{} {}", why.empty() ? "" : ", ", n, kind);
     fail("corpus is empty: no usable document in {}{}", join_paths(inputs),
          why.empty() ? "" : fmt::format(" (skipped: {})", why));
   }

@@ -14,23 +14,23 @@
 namespace ragkv {
 
 struct Document {
-  std::string id;     // JSONL "id", or for files the path relative to the corpus root ('/'-separated)
-  std::string title;  // JSONL "title" ("" when absent); "" for .txt/.md files
-  std::string text;   // valid UTF-8, a leading BOM removed; chunk offsets are bytes into this
-  std::string source; // file it came from (as found under the input path)
-  size_t line = 0;    // 1-based line in a JSONL file; 0 for a whole-file document
+  std::string id;      // JSONL "id", or for files the path relative to the corpus root ('/'-separated)
+  std::string title;   // JSONL "title" ("" when absent); "" for .txt/.md files
+  std::string text;    // valid UTF-8, a leading BOM removed; chunk offsets are bytes into this
+  std::string source;  // file it came from (as found under the input path)
+  size_t line = 0;     // 1-based line in a JSONL file; 0 for a whole-file document
 };
 
 enum class OnError { fail, skip };
 
 enum class InputProblemKind {
-  empty,         // empty file, blank text, or a JSONL file without documents
-  binary,        // NUL bytes (binary file, UTF-16, "\u0000" in a JSON text)
-  invalid_utf8,  // bytes that are not UTF-8
-  bad_json,      // a JSONL line that is not a JSON object
-  missing_field, // no string "text" or no "id" (string or integer), or a non-string "title"
-  duplicate_id,  // an id seen before (the first one is kept)
-  unreadable,    // the file could not be read
+  empty,          // empty file, blank text, or a JSONL file without documents
+  binary,         // NUL bytes (binary file, UTF-16, "\u0000" in a JSON text)
+  invalid_utf8,   // bytes that are not UTF-8
+  bad_json,       // a JSONL line that is not a JSON object
+  missing_field,  // no string "text" or no "id" (string or integer), or a non-string "title"
+  duplicate_id,   // an id seen before (the first one is kept)
+  unreadable,     // the file could not be read
 };
 const char* input_problem_name(InputProblemKind k);  // "empty", "binary", "invalid-utf8", ...
 
@@ -42,8 +42,8 @@ struct InputProblem {
 };
 
 struct Corpus {
-  std::vector<Document> docs;          // in input order; files of a directory sorted by path
-  std::vector<InputProblem> skipped;   // OnError::skip only
+  std::vector<Document> docs;         // in input order; files of a directory sorted by path
+  std::vector<InputProblem> skipped;  // OnError::skip only
   size_t files_read = 0;
   // Skipped inputs counted per problem name ("invalid-utf8" -> 3, ...).
   std::map<std::string, size_t> skipped_by_kind() const;

@@ -126,8 +126,8 @@ uint64_t HnswIndex::save(const std::filesystem::path& path) const {
   return write_checked_file(path, kMagic, kVersion, {body});
 }
 
-std::unique_ptr<HnswIndex> HnswIndex::load(const std::filesystem::path& path, std::span<const float> rows, size_t dim,
-                                           size_t ef_search) {
+std::unique_ptr<HnswIndex> HnswIndex::load(const std::filesystem::path& path, std::span<const float> rows,
+                                           size_t dim, size_t ef_search) {
   const CheckedFile file = read_checked_file(path, kMagic, kVersion);
   ByteReader r(path.string(), file.body());
   const auto f_dim = r.pod<uint32_t>("dim");
@@ -160,17 +160,20 @@ std::unique_ptr<HnswIndex> HnswIndex::load(const std::filesystem::path& path, st
 
   auto read_links = [&](hnswlib::linklistsizeint* ll, size_t max_count, size_t i, int l) {
     const auto count = r.pod<uint32_t>("link count");
-    if (count > max_count) fail("{}: corrupt: node {} level {} has {} links, at most {}", name, i, l, count, max_count);
+    if (count > max_count)
+      fail("{}: corrupt: node {} level {} has {} links, at most {}", name, i, l, count, max_count);
     const std::string_view ids = r.bytes(count * sizeof(tableint), "links");
     std::memcpy(ll + 1, ids.data(), ids.size());
     for (uint32_t j = 0; j < count; ++j)
       if (reinterpret_cast<const tableint*>(ll + 1)[j] >= n)
-        fail("{}: corrupt: node {} level {} links to node {} of {}", name, i, l, reinterpret_cast<const tableint*>(ll + 1)[j], n);
+        fail("{}: corrupt: node {} level {} links to node {} of {}", name, i, l,
+             reinterpret_cast<const tableint*>(ll + 1)[j], n);
     h.setListCount(ll, static_cast<unsigned short>(count));
   };
   for (size_t i = 0; i < n; ++i) {
     const auto level = r.pod<uint32_t>("node level");
-    if (level > uint32_t(max_level)) fail("{}: corrupt: node {} at level {} above the max level {}", name, i, level, max_level);
+    if (level > uint32_t(max_level))
+      fail("{}: corrupt: node {} at level {} above the max level {}", name, i, level, max_level);
     hnswlib::linklistsizeint* ll0 = h.get_linklist0(tableint(i));
     std::memset(ll0, 0, h.size_links_level0_);  // count 0, not deleted
     std::memcpy(h.getDataByInternalId(tableint(i)), rows.data() + i * dim, dim * sizeof(float));
@@ -194,10 +197,12 @@ std::unique_ptr<HnswIndex> HnswIndex::load(const std::filesystem::path& path, st
       const auto* ids = reinterpret_cast<const tableint*>(ll + 1);
       for (unsigned j = 0; j < h.getListCount(ll); ++j)
         if (h.element_levels_[ids[j]] < l)
-          fail("{}: corrupt: node {} links on level {} to node {} of level {}", name, i, l, ids[j], h.element_levels_[ids[j]]);
+          fail("{}: corrupt: node {} links on level {} to node {} of level {}", name, i, l, ids[j],
+               h.element_levels_[ids[j]]);
     }
   if (h.element_levels_[entry] != max_level)
-    fail("{}: corrupt: entry point {} is on level {}, not the max level {}", name, entry, h.element_levels_[entry], max_level);
+    fail("{}: corrupt: entry point {} is on level {}, not the max level {}", name, entry, h.element_levels_[entry],
+         max_level);
   h.maxlevel_ = max_level;
   h.enterpoint_node_ = entry;
   return index;
@@ -227,8 +232,8 @@ struct StagedSearch::State {
   std::vector<float> query;  // f32 [dim], a copy: the caller's buffer may go away
   size_t k = 0, ef = 0;
   Phase phase = Phase::start;
-  size_t work = 0;            // distance computations so far
-  std::vector<Hit> current;   // top-k after the last step
+  size_t work = 0;           // distance computations so far
+  std::vector<Hit> current;  // top-k after the last step
 
   // Upper-level descent (searchKnn): greedy moves to the closest neighbour, level by level.
   int level = 0;
@@ -259,7 +264,8 @@ struct StagedSearch::State {
     list = reinterpret_cast<const tableint*>(ll + 1);
     list_pos = 0;
   }
-  void advance();  // one move of the state machine (at most one distance computation)
+  void settle();       // bookkeeping up to the next distance computation (or the end)
+  void compute_one();  // exactly one distance computation and its consequences
   void update_current() {
     if (phase == Phase::base || phase == Phase::finished)
       current = top_k_of(top, k);
@@ -268,7 +274,58 @@ struct StagedSearch::State {
   }
 };
 
-void StagedSearch::State::advance() {
+// Bookkeeping up to the next distance computation: pass levels and lists that are done, pick
+// the next candidate to expand, skip visited neighbours, or finish.
+void StagedSearch::State::settle() {
+  for (;;) {
+    switch (phase) {
+      case Phase::start:
+      case Phase::base_start:
+      case Phase::finished:
+        return;
+
+      case Phase::descend:
+        if (level <= 0) {
+          phase = Phase::base_start;
+          continue;
+        }
+        if (!list) {  // `while (changed)`: rescan the current node's list until nothing improves
+          if (!changed) {
+            --level;
+            changed = true;
+            continue;
+          }
+          changed = false;
+          start_list(h->get_linklist(cur_obj, level));
+        }
+        if (list_pos < list_size) return;
+        list = nullptr;
+        continue;
+
+      case Phase::base:
+        if (!list) {  // expand the closest candidate, or stop when it cannot improve the top ef
+          if (candidates.empty()) {
+            phase = Phase::finished;
+            return;
+          }
+          const DistId c = candidates.top();
+          if (-c.first > lower_bound && (top.size() == ef || !has_deletions)) {
+            phase = Phase::finished;
+            return;
+          }
+          candidates.pop();
+          start_list(h->get_linklist0(c.second));
+        }
+        while (list_pos < list_size && visited->mass[list[list_pos]] == visited->curV) ++list_pos;
+        if (list_pos < list_size) return;
+        list = nullptr;
+        continue;
+    }
+  }
+}
+
+// One distance computation and what follows from it; settle() must have run before.
+void StagedSearch::State::compute_one() {
   switch (phase) {
     case Phase::start:
       cur_obj = h->enterpoint_node_;
@@ -278,32 +335,16 @@ void StagedSearch::State::advance() {
       phase = Phase::descend;
       return;
 
-    case Phase::descend:
-      if (level <= 0) {
-        phase = Phase::base_start;
-        return;
-      }
-      if (!list) {  // `while (changed)`: rescan the current node's list until nothing improves
-        if (!changed) {
-          --level;
-          changed = true;
-          return;
-        }
-        changed = false;
-        start_list(h->get_linklist(cur_obj, level));
-      }
-      if (list_pos < list_size) {
-        const tableint cand = list[list_pos++];
-        const float d = dist(cand);
-        if (d < cur_dist) {
-          cur_dist = d;
-          cur_obj = cand;
-          changed = true;
-        }
-      } else {
-        list = nullptr;
+    case Phase::descend: {
+      const tableint cand = list[list_pos++];
+      const float d = dist(cand);
+      if (d < cur_dist) {
+        cur_dist = d;
+        cur_obj = cand;
+        changed = true;
       }
       return;
+    }
 
     case Phase::base_start: {  // searchBaseLayerST from cur_obj (it computes that distance again)
       has_deletions = h->num_deleted_ > 0;
@@ -324,25 +365,7 @@ void StagedSearch::State::advance() {
     }
 
     case Phase::base: {
-      if (!list) {  // expand the closest candidate, or stop when it cannot improve the top ef
-        if (candidates.empty()) {
-          phase = Phase::finished;
-          return;
-        }
-        const DistId c = candidates.top();
-        if (-c.first > lower_bound && (top.size() == ef || !has_deletions)) {
-          phase = Phase::finished;
-          return;
-        }
-        candidates.pop();
-        start_list(h->get_linklist0(c.second));
-      }
-      if (list_pos >= list_size) {
-        list = nullptr;
-        return;
-      }
       const tableint id = list[list_pos++];
-      if (visited->mass[id] == visited->curV) return;
       visited->mass[id] = visited->curV;
       const float d = dist(id);
       if (top.size() < ef || lower_bound > d) {
@@ -368,7 +391,11 @@ const std::vector<Hit>& StagedSearch::step(size_t budget) {
   if (budget == 0) fail("staged search: a step needs a budget of at least one distance computation");
   State& s = *s_;
   const size_t limit = s.work + budget;
-  while (s.phase != State::Phase::finished && s.work < limit) s.advance();
+  s.settle();
+  while (s.phase != State::Phase::finished && s.work < limit) {
+    s.compute_one();
+    s.settle();  // so that a search whose last distance is computed ends in this step
+  }
   if (s.phase == State::Phase::finished && s.visited) {
     s.h->visited_list_pool_->releaseVisitedList(s.visited);
     s.visited = nullptr;

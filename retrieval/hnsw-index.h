@@ -30,12 +30,12 @@ class HnswIndex final : public VectorIndex {
   static std::unique_ptr<HnswIndex> build(std::span<const float> rows, size_t dim, const HnswParams& p,
                                           const std::function<void(size_t, size_t)>& progress = {});
   // Writes the graph atomically: links only, plus the checksum of the rows it was built over
-  // (the rows themselves live in the embeddings file). Returns the file's checksum.
+  // (the rows themselves live in the embeddings file). Returns the checksum in its frame.
   uint64_t save(const std::filesystem::path& path) const;
   // Reads a graph written by save() over the same rows; every count, id and level is checked
   // before use. M, ef_construction and seed come from the file, ef_search from the caller.
-  static std::unique_ptr<HnswIndex> load(const std::filesystem::path& path, std::span<const float> rows, size_t dim,
-                                         size_t ef_search);
+  static std::unique_ptr<HnswIndex> load(const std::filesystem::path& path, std::span<const float> rows,
+                                         size_t dim, size_t ef_search);
   ~HnswIndex() override;
 
   // hnswlib's searchKnn with ef = max(ef_search, k). Thread-safe.
@@ -61,7 +61,7 @@ class HnswIndex final : public VectorIndex {
 // then best-first search of level 0 with an ef-sized candidate list) re-written as a resumable
 // state machine over hnswlib's graph, so after the last slice current() is exactly
 // HnswIndex::search(query, k), ties and order included. During the upper-level descent current()
-// holds the single closest node found so far.
+// holds the single closest node found so far (a pipeline that needs k candidates waits for k).
 class StagedSearch {
  public:
   StagedSearch(StagedSearch&&) noexcept;

@@ -27,7 +27,8 @@ constexpr const char* kFormatName = "ragkv-index";
 
 json file_entry(const fs::path& path) {
   const std::string bytes = read_file(path);
-  return json{{"name", path.filename().string()}, {"bytes", bytes.size()}, {"xxh64", checksum_hex(checksum64(bytes))}};
+  return json{
+      {"name", path.filename().string()}, {"bytes", bytes.size()}, {"xxh64", checksum_hex(checksum64(bytes))}};
 }
 
 // Reads a file the manifest lists and checks its size and checksum; returns its bytes.
@@ -90,8 +91,8 @@ std::vector<Chunk> parse_chunks_jsonl(const std::string& name, std::string_view 
       c.n_tokens = j.at("n_tokens").get<int>();
       chunks.push_back(std::move(c));
     } catch (const json::exception& e) {
-      fail("{}:{}: not a chunk record {{\"id\",\"doc\",\"offset\",\"title\",\"text\",\"n_tokens\"}}: {}", name, line_no,
-           e.what());
+      fail("{}:{}: not a chunk record {{\"id\",\"doc\",\"offset\",\"title\",\"text\",\"n_tokens\"}}: {}", name,
+           line_no, e.what());
     }
   }
   return chunks;
@@ -113,7 +114,9 @@ json manifest_json(const IndexManifest& m, const fs::path& dir) {
       {"counts", {{"documents", m.n_documents}, {"chunks", m.n_chunks}}},
       {"embedding", {{"dim", m.dim}, {"metric", "inner_product"}, {"normalized", true}}},
       {"hnsw",
-       {{"M", m.hnsw.M}, {"ef_construction", m.hnsw.ef_construction}, {"ef_search", m.hnsw.ef_search},
+       {{"M", m.hnsw.M},
+        {"ef_construction", m.hnsw.ef_construction},
+        {"ef_search", m.hnsw.ef_search},
         {"seed", m.hnsw.seed}}},
       {"files",
        {{"chunks", file_entry(dir / kChunksFile)},
@@ -154,7 +157,8 @@ IndexManifest parse_manifest(const fs::path& path, const json& j) {
 }  // namespace
 
 IndexManifest build_index_dir(const fs::path& dir, const std::vector<Document>& docs, const Tokenizer& tok,
-                              const EmbedFn& embed, const IndexBuildOptions& opt, const BuildProgressFn& progress) {
+                              const EmbedFn& embed, const IndexBuildOptions& opt,
+                              const BuildProgressFn& progress) {
   std::function<void(size_t, size_t)> chunk_progress;
   if (progress) chunk_progress = [&](size_t d, size_t t) { progress("chunk", d, t); };
   const std::vector<Chunk> chunks = chunk_corpus(docs, tok, opt.chunking, chunk_progress);
@@ -162,7 +166,8 @@ IndexManifest build_index_dir(const fs::path& dir, const std::vector<Document>& 
 }
 
 IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chunks, size_t n_documents,
-                              const EmbedFn& embed, const IndexBuildOptions& opt, const BuildProgressFn& progress) {
+                              const EmbedFn& embed, const IndexBuildOptions& opt,
+                              const BuildProgressFn& progress) {
   check_chunk_params(opt.chunking);
   if (chunks.empty()) fail("{}: nothing to index: the corpus gave no chunks", dir.string());
   if (opt.embed_batch == 0) fail("embed_batch must be >= 1");
@@ -173,6 +178,11 @@ IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chu
   // From here until the new manifest is written, dir holds no index that looks complete.
   fs::remove(dir / kManifest, ec);
   if (ec) fail("{}: cannot remove the old manifest: {}", (dir / kManifest).string(), ec.message());
+  for (const auto& e : fs::directory_iterator(dir, ec)) {  // temporaries a killed build left
+    const std::string f = e.path().filename().string();
+    for (const char* name : {kChunksFile, kEmbeddingsFile, kHnswFile, kManifest})
+      if (f.starts_with(std::string(name) + ".tmp.")) fs::remove(e.path(), ec);
+  }
 
   const std::string chunk_lines = chunks_jsonl(chunks);
   write_file_atomic(dir / kChunksFile, {chunk_lines});
@@ -197,7 +207,8 @@ IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chu
       fail("embedder returned {}-dimensional vectors for chunks {}..{}, {}-dimensional before", d, chunks[b].id,
            chunks[e - 1].id, dim);
     }
-    for (size_t i = b; i < e; ++i) l2_normalize(std::span<float>(out).subspan((i - b) * dim, dim), "embedding of chunk " + chunks[i].id);
+    for (size_t i = b; i < e; ++i)
+      l2_normalize(std::span<float>(out).subspan((i - b) * dim, dim), "embedding of chunk " + chunks[i].id);
     rows.insert(rows.end(), out.begin(), out.end());
     if (progress) progress("embed", e, n);
   }
@@ -207,8 +218,9 @@ IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chu
   append_pod(emb_header, uint32_t(opt.embedder_fingerprint.size()));
   append_pod(emb_header, uint64_t(n));
   emb_header += opt.embedder_fingerprint;
-  write_checked_file(dir / kEmbeddingsFile, kEmbMagic, kEmbVersion,
-                     {emb_header, std::string_view(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(float))});
+  write_checked_file(
+      dir / kEmbeddingsFile, kEmbMagic, kEmbVersion,
+      {emb_header, std::string_view(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(float))});
 
   std::function<void(size_t, size_t)> index_progress;
   if (progress) index_progress = [&](size_t d, size_t t) { progress("index", d, t); };
@@ -261,7 +273,8 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
   if (!embedder_fingerprint.empty() && m.embedder_fingerprint != embedder_fingerprint)
     fail("{}: index built with embedder \"{}\", this run embeds with \"{}\": rebuild the index with this embedder",
          dir.string(), m.embedder_fingerprint, embedder_fingerprint);
-  if (!j.contains("files") || !j["files"].is_object()) fail("{}: malformed manifest: no \"files\"", mpath.string());
+  if (!j.contains("files") || !j["files"].is_object())
+    fail("{}: malformed manifest: no \"files\"", mpath.string());
   const json& files = j["files"];
 
   // chunks.jsonl
@@ -272,8 +285,8 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
 
   // embeddings.bin (its own frame checksum is verified too)
   const fs::path epath = dir / kEmbeddingsFile;
-  const CheckedFile ef =
-      check_frame(read_listed_file(dir, files, "embeddings", kEmbeddingsFile), epath.string(), kEmbMagic, kEmbVersion);
+  const CheckedFile ef = check_frame(read_listed_file(dir, files, "embeddings", kEmbeddingsFile), epath.string(),
+                                     kEmbMagic, kEmbVersion);
   ByteReader r(epath.string(), ef.body());
   const auto dim = r.pod<uint32_t>("dim");
   const auto fp_len = r.pod<uint32_t>("fingerprint length");
@@ -294,7 +307,8 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
   read_listed_file(dir, files, "hnsw", kHnswFile);
   x.hnsw = HnswIndex::load(dir / kHnswFile, x.rows, dim, m.hnsw.ef_search);
   const HnswParams& hp = x.hnsw->params();
-  if (hp.M != m.hnsw.M || hp.ef_construction != std::max(m.hnsw.ef_construction, m.hnsw.M) || hp.seed != m.hnsw.seed)
+  if (hp.M != m.hnsw.M || hp.ef_construction != std::max(m.hnsw.ef_construction, m.hnsw.M) ||
+      hp.seed != m.hnsw.seed)
     fail("{}: HNSW parameters differ from the manifest's", (dir / kHnswFile).string());
   x.exact = std::make_unique<ExactIndex>(x.rows, dim);
   return d;

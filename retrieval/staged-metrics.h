@@ -9,8 +9,8 @@
 namespace ragkv {
 
 struct StagedSnapshot {
-  size_t work = 0;        // distance computations done when the snapshot was taken
-  std::vector<Hit> top;   // top-k then, best first
+  size_t work = 0;       // distance computations done when the snapshot was taken
+  std::vector<Hit> top;  // top-k then, best first
 };
 
 // Runs s to its end in slices of `slice` distance computations, one snapshot per slice; the last

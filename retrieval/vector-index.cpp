@@ -49,7 +49,8 @@ std::vector<Hit> ExactIndex::search(std::span<const float> query, size_t k) cons
   std::vector<Hit> all(n_);
   const long n = long(n_);
 #pragma omp parallel for schedule(static) if (n_ * dim_ >= (1u << 20))
-  for (long i = 0; i < n; ++i) all[size_t(i)] = Hit{uint32_t(i), dot(query.data(), rows_.data() + size_t(i) * dim_, dim_)};
+  for (long i = 0; i < n; ++i)
+    all[size_t(i)] = Hit{uint32_t(i), dot(query.data(), rows_.data() + size_t(i) * dim_, dim_)};
   k = std::min(k, n_);
   std::partial_sort(all.begin(), all.begin() + long(k), all.end(), better);
   all.resize(k);

@@ -2,14 +2,13 @@
 // fail and skip), the UTF-8 validator, and the chunker (windows, snapping, UTF-8-safe cuts,
 // overlap, stable ids) with the SmolLM2 tokenizer.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/gguf.h"
@@ -96,7 +95,8 @@ void check_chunks(const Document& doc, const std::vector<Chunk>& chunks, const C
     }
     covered_to = c.offset + c.text.size();
   }
-  for (size_t b = covered_to; b < doc.text.size(); ++b) CHECK(std::isspace(static_cast<unsigned char>(doc.text[b])));
+  for (size_t b = covered_to; b < doc.text.size(); ++b)
+    CHECK(std::isspace(static_cast<unsigned char>(doc.text[b])));
 }
 
 // Paragraphs of short sentences, numbered so that every chunk is distinct.
@@ -118,13 +118,13 @@ TEST_CASE("retrieval corpus: UTF-8 validator") {
   constexpr size_t ok = std::string::npos;
   CHECK(find_invalid_utf8("plain ascii") == ok);
   CHECK(find_invalid_utf8("h\xC3\xA9llo \xE2\x82\xAC \xF0\x9D\x84\x9E \xE4\xB8\xAD") == ok);  // é € 𝄞 中
-  CHECK(find_invalid_utf8("ab\xC0\xAF") == 2);           // overlong '/'
-  CHECK(find_invalid_utf8("\xE0\x80\xAF") == 0);         // overlong 3-byte
-  CHECK(find_invalid_utf8("x\xED\xA0\x80") == 1);        // UTF-16 surrogate
-  CHECK(find_invalid_utf8("\xF4\x90\x80\x80") == 0);     // above U+10FFFF
-  CHECK(find_invalid_utf8("abc\xE2\x82") == 3);          // truncated at the end
-  CHECK(find_invalid_utf8("\x80") == 0);                 // lone continuation byte
-  CHECK(find_invalid_utf8("\xE2\x28\xA1") == 0);         // bad continuation
+  CHECK(find_invalid_utf8("ab\xC0\xAF") == 2);                                                // overlong '/'
+  CHECK(find_invalid_utf8("\xE0\x80\xAF") == 0);                                              // overlong 3-byte
+  CHECK(find_invalid_utf8("x\xED\xA0\x80") == 1);                                             // UTF-16 surrogate
+  CHECK(find_invalid_utf8("\xF4\x90\x80\x80") == 0);                                          // above U+10FFFF
+  CHECK(find_invalid_utf8("abc\xE2\x82") == 3);   // truncated at the end
+  CHECK(find_invalid_utf8("\x80") == 0);          // lone continuation byte
+  CHECK(find_invalid_utf8("\xE2\x28\xA1") == 0);  // bad continuation
   CHECK(find_invalid_utf8("\xFF") == 0);
 }
 
@@ -167,37 +167,47 @@ TEST_CASE("retrieval corpus: bad input fails naming file and line, or is skipped
   const fs::path binary = t.write("binary.txt", std::string("line one\nline\0two\n", 18));
   const fs::path bad_utf8 = t.write("latin1.md", "ok\nstill ok\ncaf\xE9\n");
   const fs::path jsonl = t.write("docs.jsonl",
-                                 "{\"id\":\"a\",\"text\":\"Good one.\"}\n"  // 1
+                                 "{\"id\":\"a\",\"text\":\"Good one.\"}\n"    // 1
                                  "{\"id\":\"b\",\"text\":\"unterminated}\n"   // 2 not JSON
                                  "{\"id\":\"c\",\"title\":\"no text\"}\n"     // 3 no text
-                                 "{\"id\":\"a\",\"text\":\"Again.\"}\n"      // 4 duplicate id
-                                 "{\"id\":\"d\",\"text\":\"caf\xE9\"}\n"     // 5 invalid UTF-8
-                                 "[1, 2]\n"                                  // 6 not an object
-                                 "{\"text\":\"no id\"}\n"                   // 7 no id
-                                 "{\"id\":\"e\",\"text\":\"   \"}\n"         // 8 blank text
-                                 "{\"id\":\"f\",\"text\":\"x\\u0000y\"}\n"   // 9 NUL
-                                 "{\"id\":\"g\",\"text\":5}\n"               // 10 text not a string
+                                 "{\"id\":\"a\",\"text\":\"Again.\"}\n"       // 4 duplicate id
+                                 "{\"id\":\"d\",\"text\":\"caf\xE9\"}\n"      // 5 invalid UTF-8
+                                 "[1, 2]\n"                                   // 6 not an object
+                                 "{\"text\":\"no id\"}\n"                     // 7 no id
+                                 "{\"id\":\"e\",\"text\":\"   \"}\n"          // 8 blank text
+                                 "{\"id\":\"f\",\"text\":\"x\\u0000y\"}\n"    // 9 NUL
+                                 "{\"id\":\"g\",\"text\":5}\n"                // 10 text not a string
                                  "{\"id\":\"h\",\"text\":\"Fine too.\"}\n");  // 11
   const fs::path empty_jsonl = t.write("none.jsonl", "\n\n");
   const fs::path dup_file = t.write("dir/a", "");  // no extension: ignored inside a directory
 
-  CHECK(error_of([&] { ragkv::load_corpus({empty}, OnError::fail); }) == empty.string() + ":1: empty document (no text)");
-  CHECK(error_of([&] { ragkv::load_corpus({binary}, OnError::fail); }).starts_with(binary.string() + ":2: binary file"));
-  CHECK(error_of([&] { ragkv::load_corpus({bad_utf8}, OnError::fail); }).starts_with(bad_utf8.string() + ":3: invalid UTF-8"));
-  CHECK(error_of([&] { ragkv::load_corpus({jsonl}, OnError::fail); }).starts_with(jsonl.string() + ":2: not valid JSON"));
-  CHECK(error_of([&] { ragkv::load_corpus({empty_jsonl}, OnError::fail); }) == empty_jsonl.string() + ":1: empty JSONL file (no documents)");
+  CHECK(error_of([&] { ragkv::load_corpus({empty}, OnError::fail); }) ==
+        empty.string() + ":1: empty document (no text)");
+  CHECK(error_of([&] {
+          ragkv::load_corpus({binary}, OnError::fail);
+        }).starts_with(binary.string() + ":2: binary file"));
+  CHECK(error_of([&] {
+          ragkv::load_corpus({bad_utf8}, OnError::fail);
+        }).starts_with(bad_utf8.string() + ":3: invalid UTF-8"));
+  CHECK(error_of([&] {
+          ragkv::load_corpus({jsonl}, OnError::fail);
+        }).starts_with(jsonl.string() + ":2: not valid JSON"));
+  CHECK(error_of([&] { ragkv::load_corpus({empty_jsonl}, OnError::fail); }) ==
+        empty_jsonl.string() + ":1: empty JSONL file (no documents)");
 
   const ragkv::Corpus c = ragkv::load_corpus({empty, binary, bad_utf8, jsonl, empty_jsonl}, OnError::skip);
   REQUIRE(c.docs.size() == 2);
   CHECK(c.docs[0].id == "a");
   CHECK(c.docs[1].id == "h");
   std::vector<std::string> where;
-  for (const auto& p : c.skipped) where.push_back(fs::path(p.source).filename().string() + ":" + std::to_string(p.line) + " " + ragkv::input_problem_name(p.kind));
+  for (const auto& p : c.skipped)
+    where.push_back(fs::path(p.source).filename().string() + ":" + std::to_string(p.line) + " " +
+                    ragkv::input_problem_name(p.kind));
   const std::vector<std::string> want = {
-      "empty.txt:1 empty",           "binary.txt:2 binary",       "latin1.md:3 invalid-utf8",
-      "docs.jsonl:2 bad-json",       "docs.jsonl:3 missing-field", "docs.jsonl:4 duplicate-id",
-      "docs.jsonl:5 invalid-utf8",   "docs.jsonl:6 bad-json",      "docs.jsonl:7 missing-field",
-      "docs.jsonl:8 empty",          "docs.jsonl:9 binary",        "docs.jsonl:10 missing-field",
+      "empty.txt:1 empty",         "binary.txt:2 binary",        "latin1.md:3 invalid-utf8",
+      "docs.jsonl:2 bad-json",     "docs.jsonl:3 missing-field", "docs.jsonl:4 duplicate-id",
+      "docs.jsonl:5 invalid-utf8", "docs.jsonl:6 bad-json",      "docs.jsonl:7 missing-field",
+      "docs.jsonl:8 empty",        "docs.jsonl:9 binary",        "docs.jsonl:10 missing-field",
       "none.jsonl:1 empty"};
   CHECK(where == want);
   for (const auto& p : c.skipped) CHECK(p.message.starts_with(p.source + ":" + std::to_string(p.line) + ": "));
@@ -212,11 +222,13 @@ TEST_CASE("retrieval corpus: bad input fails naming file and line, or is skipped
 
   // Duplicate ids across inputs, and what is an error under either policy.
   CHECK(error_of([&] { ragkv::load_corpus({jsonl, jsonl}, OnError::skip); }) == "(no error)");
-  CHECK(error_of([&] { ragkv::load_corpus({empty, empty_jsonl}, OnError::skip); })
-            .starts_with("corpus is empty: no usable document in"));
+  CHECK(error_of([&] {
+          ragkv::load_corpus({empty, empty_jsonl}, OnError::skip);
+        }).starts_with("corpus is empty: no usable document in"));
   CHECK(error_of([&] { ragkv::load_corpus({t.path / "dir"}, OnError::skip); }).starts_with("corpus is empty"));
-  CHECK(error_of([&] { ragkv::load_corpus({t.path / "missing.txt"}, OnError::skip); })
-            .starts_with("corpus path does not exist"));
+  CHECK(error_of([&] {
+          ragkv::load_corpus({t.path / "missing.txt"}, OnError::skip);
+        }).starts_with("corpus path does not exist"));
   CHECK(error_of([&] { ragkv::load_corpus({dup_file}, OnError::skip); }).find("unsupported corpus file type") !=
         std::string::npos);
   CHECK(error_of([&] { ragkv::load_corpus({}, OnError::skip); }).starts_with("no corpus given"));
@@ -259,13 +271,14 @@ TEST_CASE("retrieval chunker: windows snap to paragraph and sentence ends") {
   CHECK(chunks.size() >= 6);
   for (size_t i = 0; i + 1 < chunks.size(); ++i) {
     INFO(chunks[i].text);
-    CHECK(chunks[i].text.back() == '.');                // every cut at a sentence end
-    CHECK(chunks[i].n_tokens >= 64 - 64 / 5 - 1);       // ... within the last 20 % of the window
+    CHECK(chunks[i].text.back() == '.');           // every cut at a sentence end
+    CHECK(chunks[i].n_tokens >= 64 - 64 / 5 - 1);  // ... within the last 20 % of the window
   }
   // Paragraph ends win over sentence ends: a cut near a blank line lands on it.
   int at_paragraph = 0;
   for (const auto& c : chunks)
-    if (c.offset + c.text.size() + 2 <= doc.text.size() && doc.text.compare(c.offset + c.text.size(), 2, "\n\n") == 0)
+    if (c.offset + c.text.size() + 2 <= doc.text.size() &&
+        doc.text.compare(c.offset + c.text.size(), 2, "\n\n") == 0)
       ++at_paragraph;
   CHECK(at_paragraph >= 1);
 
@@ -320,6 +333,23 @@ TEST_CASE("retrieval chunker: overlap, hard cuts and multi-byte text") {
       std::string joined;
       for (const auto& c : chunks) joined += c.text;
       CHECK(joined == s);
+    }
+  }
+  SUBCASE("a long last sentence leaves no stray tail") {
+    // Two short sentences, then a run-on sentence: whatever its length just past the window, the
+    // document splits at the sentence end (or halfway), never into a window plus a crumb.
+    const char* words[] = {"alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa"};
+    for (int extra = 40; extra < 64; ++extra) {
+      std::string s = "Short one here. Another short one.";
+      for (int i = 0; i < extra; ++i) s += std::string(" ") + words[i % 7];
+      s += ".";
+      const Document doc{"t", "", s, "", 0};
+      ChunkParams p;
+      p.chunk_tokens = 64;
+      const auto chunks = ragkv::chunk_document(doc, tok, p);
+      INFO("extra words: " << extra);
+      check_chunks(doc, chunks, p, tok);
+      for (const auto& c : chunks) CHECK(c.n_tokens >= 8);
     }
   }
   SUBCASE("bad parameters are refused") {
