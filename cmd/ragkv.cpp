@@ -3,10 +3,13 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -19,8 +22,13 @@
 #include "core/gguf.h"
 #include "core/model.h"
 #include "core/paths.h"
+#include "core/progress.h"
 #include "core/random-model.h"
 #include "core/tokenizer.h"
+#include "retrieval/corpus.h"
+#include "retrieval/embedder.h"
+#include "retrieval/index-dir.h"
+#include "retrieval/retrieval-bench.h"
 
 namespace {
 
@@ -75,6 +83,85 @@ void run_tokenize(const std::string& model_path, const std::string& text, bool n
   std::cout << fmt::format("{}", fmt::join(ids, " ")) << "\n";
 }
 
+double peak_rss_mib() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;
+}
+
+uint64_t dir_bytes(const std::filesystem::path& dir) {
+  uint64_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_regular_file()) n += e.file_size();
+  return n;
+}
+
+struct BuildIndexArgs {
+  std::vector<std::string> corpus;
+  std::string out, model = ragkv::default_llm_path(), embedder = ragkv::default_embedder_dir();
+  std::string on_error = "fail";
+  ragkv::IndexBuildOptions opt;
+  DeviceFlags dev;
+};
+
+void run_build_index(BuildIndexArgs& a) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  std::vector<std::filesystem::path> inputs(a.corpus.begin(), a.corpus.end());
+  const ragkv::Corpus corpus =
+      ragkv::load_corpus(inputs, a.on_error == "skip" ? ragkv::OnError::skip : ragkv::OnError::fail);
+  for (const auto& p : corpus.skipped) std::fprintf(stderr, "ragkv: skipped %s\n", p.message.c_str());
+
+  ragkv::GgufFile gguf(a.model);
+  const auto tok = ragkv::Tokenizer::from_gguf(gguf);
+  auto backend = ragkv::make_backend(a.dev.device, a.dev.thread_count());
+  ragkv::Embedder embedder;
+  embedder.load(a.embedder, *backend);
+  a.opt.tokenizer_fingerprint = ragkv::tokenizer_fingerprint(gguf);
+  a.opt.embedder_fingerprint = embedder.fingerprint();
+
+  std::unique_ptr<ragkv::Progress> bar;
+  std::string stage;
+  const auto progress = [&](std::string_view st, size_t done, size_t total) {
+    if (st != stage) {
+      if (bar) bar->finish();
+      stage = st;
+      bar = std::make_unique<ragkv::Progress>("build-index: " + stage, int64_t(total),
+                                              st == "chunk" ? "documents" : "chunks");
+    }
+    bar->set(int64_t(done));
+  };
+  const auto embed = [&](const std::vector<std::string>& texts) { return embedder.embed(texts); };
+  const ragkv::IndexManifest m = ragkv::build_index_dir(a.out, corpus.docs, *tok, embed, a.opt, progress);
+  if (bar) bar->finish();
+  const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+
+  nlohmann::json skipped = nlohmann::json::object();
+  for (const auto& [kind, n] : corpus.skipped_by_kind()) skipped[kind] = n;
+  std::cout << nlohmann::json{{"index", a.out}, {"documents", m.n_documents}, {"chunks", m.n_chunks},
+                              {"dim", m.dim}, {"skipped", skipped}, {"seconds", secs},
+                              {"chunks_per_s", double(m.n_chunks) / secs},
+                              {"index_bytes", dir_bytes(a.out)}, {"peak_rss_mib", peak_rss_mib()}}
+                   .dump()
+            << "\n";
+}
+
+void run_search(const std::string& index_dir, const std::string& embedder_dir, const std::string& query,
+                size_t k, bool exact, const DeviceFlags& dev) {
+  auto backend = ragkv::make_backend(dev.device, dev.thread_count());
+  ragkv::Embedder embedder;
+  embedder.load(embedder_dir, *backend);
+  const ragkv::IndexDir index = ragkv::IndexDir::open(index_dir, embedder.fingerprint());
+  const std::vector<float> e = embedder.embed({query});
+  const auto hits = index.search(e, k, exact);
+  for (size_t r = 0; r < hits.size(); ++r) {
+    const ragkv::Chunk& c = index.chunks()[hits[r].chunk];
+    std::cout << nlohmann::json{{"rank", r + 1}, {"id", c.id}, {"doc", c.doc}, {"score", hits[r].score},
+                                {"text", c.text}}.dump()
+              << "\n";
+  }
+}
+
 }  // namespace
 
 // OpenMP worker threads busy-wait between parallel regions by default; on a shared or
@@ -117,6 +204,34 @@ int main(int argc, char** argv) {
   tokc->add_flag("--no-special", tok_no_special, "Treat special-token texts as plain text");
   tokc->add_flag("--bos", tok_bos, "Prepend BOS when the model adds one");
 
+  // build-index
+  auto* bidx = app.add_subcommand("build-index", "Chunk and embed a corpus into an HNSW index (INDEX_DIR)");
+  BuildIndexArgs bi;
+  bidx->add_option("--corpus", bi.corpus, ".txt/.md files or directories, or .jsonl {id,title?,text}")->required();
+  bidx->add_option("--out", bi.out, "Index directory to write")->required();
+  bidx->add_option("--chunk-tokens", bi.opt.chunking.chunk_tokens, "Chunk length in LLM tokens")->check(CLI::Range(16, 1 << 16))->capture_default_str();
+  bidx->add_option("--chunk-overlap", bi.opt.chunking.chunk_overlap, "Tokens shared by consecutive chunks")->check(CLI::NonNegativeNumber)->capture_default_str();
+  bidx->add_option("--model", bi.model, "LLM whose tokenizer counts chunk tokens")->capture_default_str();
+  bidx->add_option("--embedder", bi.embedder, "Sentence-embedder directory (BERT safetensors + vocab)")->capture_default_str();
+  bidx->add_option("--on-error", bi.on_error, "Bad corpus input: fail, or skip and count")->check(CLI::IsMember({"fail", "skip"}))->capture_default_str();
+  bidx->add_option("--hnsw-m", bi.opt.hnsw.M, "HNSW links per node")->check(CLI::Range(2, 256))->capture_default_str();
+  bidx->add_option("--ef-construction", bi.opt.hnsw.ef_construction, "HNSW build candidate list")->check(CLI::Range(8, 4096))->capture_default_str();
+  bidx->add_option("--ef-search", bi.opt.hnsw.ef_search, "HNSW search candidate list")->check(CLI::Range(1, 4096))->capture_default_str();
+  bi.dev.add_to(bidx);
+
+  // search
+  auto* srch = app.add_subcommand("search", "Top-k chunks of an index for a query (JSON lines)");
+  std::string s_index, s_query, s_embedder = ragkv::default_embedder_dir();
+  size_t s_k = 5;
+  bool s_exact = false;
+  DeviceFlags s_dev;
+  srch->add_option("--index", s_index, "Index directory")->required();
+  srch->add_option("--query", s_query, "Query text")->required();
+  srch->add_option("-k", s_k, "Hits to return")->check(CLI::Range(1, 10000))->capture_default_str();
+  srch->add_flag("--exact", s_exact, "Brute-force search instead of HNSW");
+  srch->add_option("--embedder", s_embedder, "Sentence-embedder directory")->capture_default_str();
+  s_dev.add_to(srch);
+
   // make-test-model
   auto* mtm = app.add_subcommand("make-test-model", "Write a GGUF with random weights of given shapes (tests, benchmarks)");
   ragkv::RandomModelSpec spec;
@@ -145,6 +260,16 @@ int main(int argc, char** argv) {
   bprefill->add_option("--decode-tokens", bopt.decode_tokens, "Tokens decoded after the prompt")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   bprefill->add_option("--repetitions", bopt.repetitions, "Timed prefills per model")->check(CLI::Range(1, 1000))->capture_default_str();
   bench_dev.add_to(bprefill);
+  auto* bret = bench->add_subcommand("retrieval", "Recall, gold hit rate, latency and staged-search convergence");
+  std::string br_index, br_embedder = ragkv::default_embedder_dir();
+  ragkv::RetrievalBenchOptions bropt;
+  DeviceFlags br_dev;
+  bret->add_option("--index", br_index, "Index directory")->required();
+  bret->add_option("--queries", bropt.queries_path, "Queries JSONL with gold_passages")->required();
+  bret->add_option("--max-queries", bropt.max_queries, "Queries to run")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  bret->add_option("-k", bropt.k, "Hit rate at k")->check(CLI::Range(1, 1000))->capture_default_str();
+  bret->add_option("--embedder", br_embedder, "Sentence-embedder directory")->capture_default_str();
+  br_dev.add_to(bret);
 
   try {
     app.parse(argc, argv);
@@ -157,6 +282,16 @@ int main(int argc, char** argv) {
       run_generate(gen_model, gen_prompt, gen_max, gen_chat, gen_json, gen_dev);
     } else if (*tokc) {
       run_tokenize(tok_model, tok_text, tok_no_special, tok_bos);
+    } else if (*bidx) {
+      run_build_index(bi);
+    } else if (*srch) {
+      run_search(s_index, s_embedder, s_query, s_k, s_exact, s_dev);
+    } else if (*bret) {
+      auto backend = ragkv::make_backend(br_dev.device, br_dev.thread_count());
+      ragkv::Embedder embedder;
+      embedder.load(br_embedder, *backend);
+      const ragkv::IndexDir index = ragkv::IndexDir::open(br_index, embedder.fingerprint());
+      std::cout << ragkv::bench_retrieval(index, embedder, bropt).dump(2) << "\n";
     } else if (*mtm) {
       spec.weight_type = mtm_type == "f16" ? ragkv::GgmlType::F16 : mtm_type == "q8_0" ? ragkv::GgmlType::Q8_0 : ragkv::GgmlType::F32;
       ragkv::write_random_model(spec, mtm_out);

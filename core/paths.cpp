@@ -24,5 +24,6 @@ std::string models_dir() {
 
 std::string default_llm_path() { return models_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 std::string gemma_llm_path() { return models_dir() + "/gemma-3-270m-q4_k_m.gguf"; }
+std::string default_embedder_dir() { return models_dir() + "/all-MiniLM-L6-v2"; }
 
 }  // namespace ragkv

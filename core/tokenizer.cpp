@@ -6,6 +6,9 @@
 #include <array>
 #include <bitset>
 
+#include <fmt/format.h>
+
+#include "core/checked-file.h"
 #include "core/error.h"
 #include "core/gguf.h"
 
@@ -137,6 +140,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& gguf) {
   if (*model == "gpt2") return make_bpe_tokenizer(gguf);
   if (*model == "llama") return make_spm_tokenizer(gguf);
   fail("{}: tokenizer.ggml.model '{}' is not supported (expected 'gpt2' or 'llama')", gguf.path(), *model);
+}
+
+std::string tokenizer_fingerprint(const GgufFile& gguf) {
+  Checksum64 h;
+  const auto tokens = gguf.get_string_array("tokenizer.ggml.tokens");
+  for (const auto& t : tokens) h.update(t.data(), t.size() + 1);  // + the NUL: keeps boundaries
+  if (gguf.has("tokenizer.ggml.merges"))
+    for (const auto& m : gguf.get_string_array("tokenizer.ggml.merges")) h.update(m.data(), m.size() + 1);
+  return fmt::format("{}/{}/{}/{}", gguf.get_string("tokenizer.ggml.model"),
+                     gguf.find_string("tokenizer.ggml.pre").value_or("-"), tokens.size(), checksum_hex(h.digest()));
 }
 
 }  // namespace ragkv

@@ -70,6 +70,10 @@ class Tokenizer {
   std::vector<Fragment> split_special(std::string_view text, bool parse_special) const;
 };
 
+// Identifies a GGUF's tokenizer: model kind, pre-tokenizer and a checksum of the vocabulary
+// (and merges), e.g. "gpt2/smollm/49152/1f0c...". Recorded in indexes built with it.
+std::string tokenizer_fingerprint(const GgufFile& gguf);
+
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(const GgufFile& gguf);
 std::unique_ptr<Tokenizer> make_spm_tokenizer(const GgufFile& gguf);
 

@@ -254,6 +254,12 @@ void CudaBackend::rope(const Tensor& x, std::span<const int32_t> positions, int 
   else rope_f32_cuda(x.as<float>(), d_pos, d_inv_freq, s, stream_);
 }
 
+void CudaBackend::layer_norm(const Tensor&, const Weight&, const Weight&, float, const Tensor&) {
+  not_implemented("layer_norm");
+}
+
+void CudaBackend::gelu_erf(const Tensor&, const Tensor&) { not_implemented("gelu_erf"); }
+
 void CudaBackend::glu(const Tensor& gate, const Tensor& up, const Tensor& out, bool gelu) {
   const char* op = gelu ? "geglu" : "swiglu";
   check_f32(gate, op);

@@ -3,8 +3,8 @@
 // op is tested against (tests/test-cuda-ops.cpp).
 //
 // Implemented so far: memory, f32 vector weights (norm weights, biases), rms_norm, rope (f32 and
-// f16), swiglu, geglu, add. Everything else (matrix weights, embed, matmul, scatter_rows,
-// gather_rows, attention) throws ragkv::Error "CUDA backend: op '...' is not implemented yet":
+// f16), swiglu, geglu, add. Everything else (matrix weights, embed, matmul, layer_norm, gelu_erf,
+// scatter_rows, gather_rows, attention) throws ragkv::Error "CUDA backend: op '...' is not implemented yet":
 // a missing op fails loudly, never silently.
 //
 // One caller at a time (the backend keeps staging buffers), from a thread whose current CUDA
@@ -61,6 +61,9 @@ class CudaBackend : public Backend {
   void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y) override;
   void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
             const RopeParams& p, bool inverse) override;
+  void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                  const Tensor& y) override;
+  void gelu_erf(const Tensor& x, const Tensor& y) override;
   void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void geglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void add(const Tensor& a, const Tensor& b) override;

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "retrieval/checked-file.h"
+#include "core/checked-file.h"
 
 namespace ragkv {
 

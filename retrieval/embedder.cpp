@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "retrieval/checked-file.h"
+#include "core/checked-file.h"
 
 namespace ragkv {
 

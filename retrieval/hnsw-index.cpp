@@ -15,7 +15,7 @@
 #include <queue>
 
 #include "core/error.h"
-#include "retrieval/checked-file.h"
+#include "core/checked-file.h"
 
 namespace ragkv {
 

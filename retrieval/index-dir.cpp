@@ -8,7 +8,7 @@
 #include <system_error>
 
 #include "core/error.h"
-#include "retrieval/checked-file.h"
+#include "core/checked-file.h"
 
 namespace ragkv {
 

@@ -92,3 +92,49 @@ TEST_CASE("cli: bad input gives a one-line error and a non-zero exit") {
     }
   }
 }
+
+TEST_CASE("cli: build-index and search on a small corpus, bad corpus lines named by file and line") {
+  const fs::path dir = fs::temp_directory_path() / "ragkv-tests" / "cli-index";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string corpus = (dir / "corpus.jsonl").string();
+  {
+    std::ofstream c(corpus);
+    c << R"({"id": "paris", "title": "Paris", "text": "Paris is the capital and largest city of France."})" << "\n"
+      << R"({"id": "nile", "title": "Nile", "text": "The Nile is a major north-flowing river in northeastern Africa."})" << "\n"
+      << R"({"id": "bach", "title": "Bach", "text": "Johann Sebastian Bach was a German composer of the Baroque period."})" << "\n";
+  }
+  const std::string index = (dir / "index").string();
+  const Run b = run("build-index --device cpu --corpus " + corpus + " --out " + index);
+  CAPTURE(b.err);
+  REQUIRE(b.exit_code == 0);
+  CHECK(b.out.find("\"chunks\":3") != std::string::npos);
+  CHECK(fs::exists(fs::path(index) / "manifest.json"));
+
+  const Run s = run("search --device cpu --index " + index + " --query 'Which river flows north through Africa?' -k 2");
+  CHECK(s.exit_code == 0);
+  CHECK(count_lines(s.out) == 2);
+  CHECK(s.out.rfind(R"({"doc":"nile")", 0) == 0);
+  const Run e = run("search --device cpu --exact --index " + index + " --query 'Which river flows north through Africa?' -k 2");
+  // Same hits in the same order (HNSW scores are 1 − distance, so the last digits may differ).
+  const auto ids = [](const std::string& out) {
+    std::vector<std::string> v;
+    for (size_t p = out.find("\"id\":\""); p != std::string::npos; p = out.find("\"id\":\"", p + 1))
+      v.push_back(out.substr(p, out.find('"', p + 6) - p));
+    return v;
+  };
+  CHECK(ids(e.out) == ids(s.out));
+
+  {
+    std::ofstream c(corpus, std::ios::app);
+    c << "{not json\n";
+  }
+  const Run bad = run("build-index --device cpu --corpus " + corpus + " --out " + (dir / "bad").string());
+  CHECK(bad.exit_code == 1);
+  CHECK(count_lines(bad.err) == 1);
+  CHECK(bad.err.find("corpus.jsonl:4") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "bad" / "manifest.json"));
+  const Run skip = run("build-index --device cpu --on-error skip --corpus " + corpus + " --out " + (dir / "skip").string());
+  CHECK(skip.exit_code == 0);
+  CHECK(skip.out.find(R"("skipped":{"bad-json":1})") != std::string::npos);
+}

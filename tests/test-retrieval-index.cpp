@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/tokenizer.h"
-#include "retrieval/checked-file.h"
+#include "core/checked-file.h"
 #include "retrieval/index-dir.h"
 #include "retrieval/staged-metrics.h"
 #include "tests/test-paths.h"

@@ -1,6 +1,6 @@
 // Checked files for INDEX_DIR: XXH64 checksum, atomic writes, bounds-checked reads (see the
 // header for the frame every binary index file shares).
-#include "retrieval/checked-file.h"
+#include "core/checked-file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

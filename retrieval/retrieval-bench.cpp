@@ -1,0 +1,89 @@
+// Retrieval benchmark over the first N queries of a query file that names gold passages.
+#include "retrieval/retrieval-bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "retrieval/embedder.h"
+#include "retrieval/index-dir.h"
+#include "retrieval/staged-metrics.h"
+
+namespace ragkv {
+
+namespace {
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+nlohmann::json bench_retrieval(const IndexDir& index, Embedder& embedder, const RetrievalBenchOptions& opt) {
+  using clock = std::chrono::steady_clock;
+  struct Query {
+    std::string question;
+    std::set<std::string> gold;
+  };
+  std::vector<Query> queries;
+  std::ifstream in(opt.queries_path);
+  if (!in) fail("{}: cannot open the query file", opt.queries_path);
+  std::string line;
+  for (size_t no = 1; std::getline(in, line) && queries.size() < opt.max_queries; ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}:{}: not JSON: {}", opt.queries_path, no, e.what());
+    }
+    if (!j.is_object() || !j.contains("question") || !j["question"].is_string())
+      fail("{}:{}: a query needs a string \"question\"", opt.queries_path, no);
+    Query q{j["question"].get<std::string>(), {}};
+    if (j.contains("gold_passages"))
+      for (const auto& g : j["gold_passages"]) q.gold.insert(g.get<std::string>());
+    queries.push_back(std::move(q));
+  }
+  if (queries.empty()) fail("{}: no queries", opt.queries_path);
+
+  const auto& chunks = index.chunks();
+  std::vector<double> latency_ms, work_fraction;
+  double recall_sum = 0;
+  size_t with_gold = 0, gold_hits = 0;
+  for (const Query& q : queries) {
+    const auto t0 = clock::now();
+    const std::vector<float> e = embedder.embed({q.question});
+    const std::vector<Hit> hits = index.search(e, opt.k);
+    latency_ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+
+    if (!q.gold.empty()) {
+      ++with_gold;
+      gold_hits += std::any_of(hits.begin(), hits.end(), [&](const Hit& h) { return q.gold.count(chunks[h.chunk].doc) > 0; });
+    }
+    const std::vector<Hit> approx = index.search(e, opt.recall_k), exact = index.search(e, opt.recall_k, true);
+    std::set<size_t> truth;
+    for (const Hit& h : exact) truth.insert(h.chunk);
+    size_t found = 0;
+    for (const Hit& h : approx) found += truth.count(h.chunk);
+    recall_sum += exact.empty() ? 1.0 : double(found) / double(exact.size());
+
+    StagedSearch staged = index.staged_search(e, opt.k);
+    work_fraction.push_back(final_topk_work_fraction(run_staged_search(staged, opt.staged_slice)));
+  }
+  const FractionSummary fs = summarize_fractions(work_fraction);
+  return {
+      {"queries", queries.size()},
+      {"chunks", chunks.size()},
+      {"k", opt.k},
+      {"gold_hit_rate_at_k", with_gold ? double(gold_hits) / double(with_gold) : 0.0},
+      {"queries_with_gold", with_gold},
+      {"hnsw_recall_at_" + std::to_string(opt.recall_k), recall_sum / double(queries.size())},
+      {"query_latency_ms_median", median(latency_ms)},
+      {"staged_final_topk_work_fraction_median", fs.median},
+      {"staged_final_topk_work_fraction_p90", fs.p90},
+  };
+}
+
+}  // namespace ragkv
