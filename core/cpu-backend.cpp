@@ -83,10 +83,10 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
-// exp(x) in f32 without a libm call, so loops over it vectorise: Cody–Waite reduction by ln 2 and
-// the Cephes expf polynomial (relative error < 1e-7 over the clamped range).
+// exp(x) in f32 for x in [-87, 88], without a libm call so loops over it vectorise: Cody–Waite
+// reduction by ln 2 and the Cephes expf polynomial (relative error < 1e-7). No clamping: callers
+// keep x in range (a clamp by select would stop GCC vectorising under -ftrapping-math).
 inline float exp_f32(float x) {
-  x = std::min(88.3f, std::max(-87.3f, x));
   const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(x / ln 2)
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -104,7 +104,10 @@ inline float exp_f32(float x) {
 // error < 1.2e-7) so the negative tail keeps its relative precision; no libm call, so it
 // vectorises (std::erf per element costs as much as the FFN GEMMs of a BERT layer).
 inline float gelu_erf_f32(float x) {
-  const float z = std::fabs(x) * 0.70710678118654752f;
+  // z = min(|x|/√2, 9): erfc(9) ≈ 4e-37, so a larger z changes nothing but would take exp out of
+  // range. Non-negative floats order like their bits, so the clamp is an integer min.
+  const float z = std::bit_cast<float>(
+      std::min(std::bit_cast<int32_t>(std::fabs(x) * 0.70710678118654752f), std::bit_cast<int32_t>(9.f)));
   const float t = 1.f / (1.f + 0.5f * z);
   float p = 0.17087277f;
   p = p * t - 0.82215223f;
@@ -115,8 +118,36 @@ inline float gelu_erf_f32(float x) {
   p = p * t + 0.09678418f;
   p = p * t + 0.37409196f;
   p = p * t + 1.00002368f;
-  const float erfc_z = t * exp_f32(-z * z - 1.26551223f + t * p);  // erfc(|x|/√2)
-  return x >= 0.f ? x * (1.f - 0.5f * erfc_z) : 0.5f * x * erfc_z;
+  const float half_erfc = 0.5f * t * exp_f32(-z * z - 1.26551223f + t * p);  // erfc(|x|/√2) / 2
+  // Φ(x) = 1 − erfc/2 for x ≥ 0, erfc/2 below, chosen by the sign bit (a select would not
+  // vectorise either).
+  const int32_t below = std::bit_cast<int32_t>(x) >> 31;  // all ones when the sign bit is set
+  const float phi = std::bit_cast<float>((std::bit_cast<int32_t>(half_erfc) & below) |
+                                         (std::bit_cast<int32_t>(1.f - half_erfc) & ~below));
+  return x * phi;
+}
+
+// Softmax of one row of attention logits where every key is visible (non-causal attention), in
+// f32 lanes: vectorised exp_f32 and sum. The causal path keeps its masked scalar loop.
+void softmax_row_all_visible(float* s, int64_t w, float softcap) {
+  if (softcap > 0)
+    for (int64_t j = 0; j < w; ++j) s[j] = softcap * std::tanh(s[j] / softcap);
+  float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < w; ++j) mx = std::max(mx, s[j]);
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < w; ++j) {
+    // exp(−d) with d = mx − s ≥ 0 clamped to 87 (exp_f32's range; e^−87 ≈ 1.6e-38 ≈ 0 beside
+    // the max's 1); non-negative floats order like their bits, so the clamp is an integer min.
+    const float d =
+        std::bit_cast<float>(std::min(std::bit_cast<int32_t>(mx - s[j]), std::bit_cast<int32_t>(87.f)));
+    s[j] = exp_f32(-d);
+    sum += s[j];
+  }
+  const float inv = 1.f / sum;  // ≥ 1: the max contributes e^0
+#pragma omp simd
+  for (int64_t j = 0; j < w; ++j) s[j] *= inv;
 }
 
 class CpuBackend : public Backend {
@@ -324,6 +355,9 @@ class CpuBackend : public Backend {
  private:
   int threads_ = 1;
 
+  void attention_all_visible(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_kv,
+                             const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass);
+
   template <typename F>
   void glu(const Tensor& gate, const Tensor& up, const Tensor& out, F act) {
     check_f32(gate, "glu");
@@ -340,10 +374,9 @@ class CpuBackend : public Backend {
 
 // Attention per KV head group with SGEMM: S = scale·Q·Kᵀ, mask by position, softmax, O = P·V.
 // Queries are processed in blocks so the score matrix stays bounded for long prompts. When the
-// attention is causal and the key positions ascend with the rows (every prefill, and reused
-// chunks placed in order), each block only touches the key range its positions can see: causal
-// prefill does half the work, and sliding-window layers only their window. Non-causal attention
-// (encoders) sees every key.
+// key positions ascend with the rows (every prefill, and reused chunks placed in order), each
+// block only touches the key range its positions can see: causal prefill does half the work, and
+// sliding-window layers only their window. Non-causal attention goes to attention_all_visible.
 void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
                            const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
                            const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
@@ -357,8 +390,11 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
       int64_t(q_pos.size()) != n_q || p.n_head % p.n_kv_head != 0)
     fail("internal: attention shapes q [{}][{}], k [{}][{}], n_kv {}, {} heads / {} kv heads of {}",
          q.rows, q.cols, k.rows, k.cols, n_kv, p.n_head, p.n_kv_head, hd);
-  if (!p.causal && p.sliding_window > 0)
-    fail("internal: attention: a sliding window needs causal attention");
+  if (!p.causal) {
+    if (p.sliding_window > 0) fail("internal: attention: a sliding window needs causal attention");
+    attention_all_visible(q, k, v, n_kv, p, out, seg_mass);
+    return;
+  }
   const int group = p.n_head / p.n_kv_head;
   const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
   if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
@@ -370,7 +406,7 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
   std::vector<Range> ranges;  // visible key rows per query block
   for (int64_t q0 = 0; q0 < n_q; q0 += kBlock) {
     Range r{0, n_kv};
-    if (ascending && p.causal) {
+    if (ascending) {
       const auto blk = q_pos.subspan(q0, std::min(kBlock, n_q - q0));
       const int32_t qmax = *std::max_element(blk.begin(), blk.end());
       const int32_t qmin = *std::min_element(blk.begin(), blk.end());
@@ -415,8 +451,7 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
           float mx = -std::numeric_limits<float>::infinity();
           for (int64_t j = 0; j < w; ++j) {
             const int32_t kp = kp_all[lo + j];
-            const bool visible =
-                !p.causal || (kp <= qp && (p.sliding_window <= 0 || kp > qp - p.sliding_window));
+            const bool visible = kp <= qp && (p.sliding_window <= 0 || kp > qp - p.sliding_window);
             if (!visible) {
               s[j] = -std::numeric_limits<float>::infinity();
               continue;
@@ -443,6 +478,67 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
           }
         }
         gemm_nn(nb, hd, w, scores.data(), w, vf.data() + lo * hd, hd, o, q_cols);
+      }
+    }
+  }
+}
+
+
+// Non-causal attention (encoders): every query sees keys [0, n_kv). An encoder attends per
+// sentence, so this is many small products: heads run in parallel, each with single-threaded
+// GEMMs (OpenBLAS runs serially inside a parallel region), and the softmax is vectorised.
+void CpuBackend::attention_all_visible(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_kv,
+                                       const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
+  const int hd = p.head_dim;
+  const int64_t n_q = q.rows;
+  const int64_t q_cols = int64_t(p.n_head) * hd, kv_cols = int64_t(p.n_kv_head) * hd;
+  const int group = p.n_head / p.n_kv_head;
+  const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
+  if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
+  constexpr int64_t kBlock = 256;
+  if (n_kv == 0) {  // no keys: nothing to attend to
+    fill_zero(out);
+    return;
+  }
+#pragma omp parallel num_threads(threads_)
+  {
+    std::vector<float> kf(static_cast<size_t>(n_kv * hd)), vf(static_cast<size_t>(n_kv * hd));  // f32 [n_kv][hd]
+    std::vector<float> scores(static_cast<size_t>(std::min(n_q, kBlock) * n_kv));  // f32 [block][n_kv]
+    int g_loaded = -1;
+#pragma omp for schedule(static)
+    for (int h = 0; h < p.n_head; ++h) {
+      const int g = h / group;
+      if (g != g_loaded) {  // this KV head's keys and values as contiguous f32
+        auto to_f32 = [&](const Tensor& src, std::vector<float>& dst) {
+          for (int64_t j = 0; j < n_kv; ++j) {
+            if (src.dtype == DType::f16) fp16_to_fp32_row(src.as<f16_t>() + j * kv_cols + g * hd, &dst[j * hd], hd);
+            else std::memcpy(&dst[j * hd], src.as<float>() + j * kv_cols + g * hd, hd * sizeof(float));
+          }
+        };
+        to_f32(k, kf);
+        to_f32(v, vf);
+        g_loaded = g;
+      }
+      for (int64_t q0 = 0; q0 < n_q; q0 += kBlock) {
+        const int64_t nb = std::min(kBlock, n_q - q0);
+        gemm_nt(nb, n_kv, hd, q.as<float>() + q0 * q_cols + int64_t(h) * hd, q_cols, kf.data(), hd,
+                scores.data(), n_kv, p.scale);
+        for (int64_t i = 0; i < nb; ++i) {
+          float* s = scores.data() + i * n_kv;
+          softmax_row_all_visible(s, n_kv, p.softcap);
+          if (seg_mass) {
+            float* m = seg_mass->out->data() + ((q0 + i) * p.n_head + h) * n_seg;
+            for (int64_t sg = 0; sg < n_seg; ++sg) {
+              const int64_t sb = std::max<int64_t>(0, seg_mass->seg_begin[sg]);
+              const int64_t se = std::min<int64_t>(n_kv, seg_mass->seg_begin[sg + 1]);
+              float acc = 0.f;
+              for (int64_t j = sb; j < se; ++j) acc += s[j];
+              m[sg] = acc;
+            }
+          }
+        }
+        gemm_nn(nb, hd, n_kv, scores.data(), n_kv, vf.data(), hd, out.as<float>() + q0 * q_cols + int64_t(h) * hd,
+                q_cols);
       }
     }
   }

@@ -142,10 +142,12 @@ void SafetensorsFile::parse() {
     if (!shape.is_array()) fail("{}: tensor '{}': shape is not an array", path_, name);
     uint64_t n = 1;
     for (const auto& d : shape) {
-      if (!d.is_number_unsigned()) fail("{}: tensor '{}': shape {} holds a non-dimension", path_, name, shape.dump());
+      if (!d.is_number_unsigned())
+        fail("{}: tensor '{}': shape {} holds a non-dimension", path_, name, shape.dump());
       const uint64_t dim = d.get<uint64_t>();
       // Every element is at least one byte, so a valid count never exceeds the file size.
-      if (dim != 0 && n > size_ / dim) fail("{}: tensor '{}': shape {} is larger than the file", path_, name, shape.dump());
+      if (dim != 0 && n > size_ / dim)
+        fail("{}: tensor '{}': shape {} is larger than the file", path_, name, shape.dump());
       n *= dim;
       t.shape.push_back(static_cast<int64_t>(dim));
     }

@@ -80,7 +80,8 @@ void Embedder::load(const std::filesystem::path& dir, Backend& backend) {
   BertConfig cfg = read_config(dir / "config.json");
   auto tok = std::make_unique<WordPieceTokenizer>(WordPieceTokenizer::load(dir));
   if (tok->vocab_size() > size_t(cfg.n_vocab))
-    fail("{}: vocab.txt has {} tokens but config.json's vocab_size is {}", dir.string(), tok->vocab_size(), cfg.n_vocab);
+    fail("{}: vocab.txt has {} tokens but config.json's vocab_size is {}", dir.string(), tok->vocab_size(),
+         cfg.n_vocab);
   if (tok->config().max_seq_length > cfg.n_pos)
     fail("{}: max_seq_length {} exceeds the model's {} position embeddings", dir.string(),
          tok->config().max_seq_length, cfg.n_pos);
@@ -171,7 +172,8 @@ std::vector<float> Embedder::embed_ids(const std::vector<std::vector<int32_t>>& 
   // Longest first, so each batch holds sentences of similar length and the budget fills evenly.
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t(0));
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a].size() > ids[b].size(); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ids[a].size() > ids[b].size(); });
 
   std::vector<float> out(n * size_t(dm));
   std::vector<float> rows;

@@ -35,7 +35,8 @@ struct BertConfig {
 
 // Read-only weights on the backend; names as in the Hugging Face BertModel checkpoint.
 struct BertLayerWeights {
-  std::unique_ptr<Weight> wq, bq, wk, bk, wv, bv;  // attention.self.{query,key,value}: [n_embd][n_embd], [n_embd]
+  // attention.self.{query,key,value}: weights [n_embd][n_embd], biases [n_embd]
+  std::unique_ptr<Weight> wq, bq, wk, bk, wv, bv;
   std::unique_ptr<Weight> wo, bo;                  // attention.output.dense: [n_embd][n_embd], [n_embd]
   std::unique_ptr<Weight> ln1_w, ln1_b;            // attention.output.LayerNorm: [n_embd]
   std::unique_ptr<Weight> w_up, b_up;              // intermediate.dense: [n_ff][n_embd], [n_ff]

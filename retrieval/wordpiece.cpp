@@ -27,12 +27,14 @@ struct Mapping {
 
 bool in_ranges(std::span<const Range> rs, char32_t c) {
   // First range whose hi ≥ c; c is inside when that range starts at or before c.
-  const auto it = std::lower_bound(rs.begin(), rs.end(), c, [](const Range& r, char32_t v) { return r.hi < v; });
+  const auto it =
+      std::lower_bound(rs.begin(), rs.end(), c, [](const Range& r, char32_t v) { return r.hi < v; });
   return it != rs.end() && it->lo <= c;
 }
 
 const Mapping* find_mapping(std::span<const Mapping> ms, char32_t c) {
-  const auto it = std::lower_bound(ms.begin(), ms.end(), c, [](const Mapping& m, char32_t v) { return m.cp < v; });
+  const auto it =
+      std::lower_bound(ms.begin(), ms.end(), c, [](const Mapping& m, char32_t v) { return m.cp < v; });
   return it != ms.end() && it->cp == c ? &*it : nullptr;
 }
 
@@ -146,11 +148,13 @@ nlohmann::json read_json(const std::filesystem::path& path) {
 }
 
 // A special token of tokenizer_config.json: a string or {"content": string, ...}.
-void read_token_name(const nlohmann::json& cfg, const char* key, std::string& out, const std::filesystem::path& path) {
+void read_token_name(const nlohmann::json& cfg, const char* key, std::string& out,
+                     const std::filesystem::path& path) {
   if (!cfg.contains(key) || cfg[key].is_null()) return;
   const auto& v = cfg[key];
   if (v.is_string()) out = v.get<std::string>();
-  else if (v.is_object() && v.contains("content") && v["content"].is_string()) out = v["content"].get<std::string>();
+  else if (v.is_object() && v.contains("content") && v["content"].is_string())
+    out = v["content"].get<std::string>();
   else fail("{}: '{}' is neither a string nor an object with a \"content\" string", path.string(), key);
 }
 
@@ -203,7 +207,8 @@ WordPieceTokenizer WordPieceTokenizer::load(const std::filesystem::path& dir) {
     if (st.contains("max_seq_length")) {
       if (!st["max_seq_length"].is_number_integer() || st["max_seq_length"].get<int64_t>() < 2 ||
           st["max_seq_length"].get<int64_t>() > (int64_t(1) << 20))
-        fail("{}: max_seq_length must be an integer ≥ 2, got {}", st_path.string(), st["max_seq_length"].dump());
+        fail("{}: max_seq_length must be an integer ≥ 2, got {}", st_path.string(),
+             st["max_seq_length"].dump());
       cfg.max_seq_length = int(st["max_seq_length"].get<int64_t>());
     }
     // sentence-transformers lower-cases the input itself when this is set; ragkv does not.
@@ -220,7 +225,8 @@ WordPieceTokenizer WordPieceTokenizer::load(const std::filesystem::path& dir) {
 WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, Config config)
     : config_(std::move(config)), vocab_(std::move(vocab)) {
   if (vocab_.size() > size_t(INT32_MAX)) fail("vocabulary of {} tokens is too large", vocab_.size());
-  if (config_.max_seq_length < 2) fail("max_seq_length {} leaves no room for [CLS] and [SEP]", config_.max_seq_length);
+  if (config_.max_seq_length < 2)
+    fail("max_seq_length {} leaves no room for [CLS] and [SEP]", config_.max_seq_length);
   ids_.reserve(vocab_.size());
   for (size_t i = 0; i < vocab_.size(); ++i) {
     ids_[vocab_[i]] = int32_t(i);  // a repeated token keeps its last id, as Hugging Face's loader
@@ -241,7 +247,8 @@ int32_t WordPieceTokenizer::required_id(const std::string& token, const char* ro
 }
 
 const std::string& WordPieceTokenizer::token(int32_t id) const {
-  if (id < 0 || size_t(id) >= vocab_.size()) fail("token id {} is outside the vocabulary of {} tokens", id, vocab_.size());
+  if (id < 0 || size_t(id) >= vocab_.size())
+    fail("token id {} is outside the vocabulary of {} tokens", id, vocab_.size());
   return vocab_[size_t(id)];
 }
 

@@ -1,5 +1,6 @@
-// CPU backend ops the BERT encoder adds (layer_norm, gelu_erf, non-causal attention) against
-// plain scalar references written from the formulas, over shapes with odd sizes.
+// CPU backend ops the BERT encoder adds (layer_norm, gelu_erf, non-causal attention with its
+// head-parallel schedule and vectorised softmax) against plain scalar references written from the
+// formulas, over shapes with odd sizes.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -108,14 +109,15 @@ TEST_CASE("cpu backend bert: gelu_erf equals x/2 * (1 + erf(x/sqrt 2))") {
 
 TEST_CASE("cpu backend bert: non-causal attention equals softmax over every key") {
   auto b = make_cpu_backend(2);
-  struct Case { int n_q, n_kv, n_head, n_kv_head, hd; bool f16; };
+  // q_scale 40: logits spread over hundreds, so most exp arguments fall below exp_f32's range.
+  struct Case { int n_q, n_kv, n_head, n_kv_head, hd; bool f16; float q_scale = 1.f; };
   for (Case c : {Case{1, 1, 1, 1, 8, false}, Case{7, 7, 12, 12, 32, false}, Case{5, 33, 4, 2, 16, true},
-                 Case{300, 300, 3, 3, 32, false}, Case{257, 129, 2, 1, 64, true}}) {
+                 Case{300, 300, 3, 3, 32, false}, Case{257, 129, 2, 1, 64, true}, Case{9, 40, 2, 2, 32, false, 40.f}}) {
     CAPTURE(c.n_q);
     CAPTURE(c.n_kv);
     CAPTURE(c.f16);
     const int qc = c.n_head * c.hd, kc = c.n_kv_head * c.hd;
-    auto q = random_vec(size_t(c.n_q * qc), 41), k = random_vec(size_t(c.n_kv * kc), 42), v = random_vec(size_t(c.n_kv * kc), 43);
+    auto q = random_vec(size_t(c.n_q * qc), 41, c.q_scale), k = random_vec(size_t(c.n_kv * kc), 42), v = random_vec(size_t(c.n_kv * kc), 43);
     Tensor K, V;
     if (c.f16) {
       std::vector<f16_t> kh(k.size()), vh(v.size());
@@ -141,9 +143,11 @@ TEST_CASE("cpu backend bert: non-causal attention equals softmax over every key"
     p.head_dim = c.hd;
     p.scale = 1.f / std::sqrt(float(c.hd));
     p.causal = false;
-    b->attention(Q, qpos, K, V, kpos, c.n_kv, p, O);
+    std::vector<float> mass;
+    SegmentMass seg{{0, c.n_kv / 3, c.n_kv}, &mass};
+    b->attention(Q, qpos, K, V, kpos, c.n_kv, p, O, &seg);
 
-    std::vector<float> ref(size_t(c.n_q * qc));
+    std::vector<float> ref(size_t(c.n_q * qc)), ref_mass(size_t(c.n_q * c.n_head * 2), 0.f);
     for (int i = 0; i < c.n_q; ++i)
       for (int h = 0; h < c.n_head; ++h) {
         const int g = h / (c.n_head / c.n_kv_head);
@@ -160,8 +164,10 @@ TEST_CASE("cpu backend bert: non-causal attention equals softmax over every key"
           for (int j = 0; j < c.n_kv; ++j) o += s[j] / sum * v[j * kc + g * c.hd + t];
           ref[i * qc + h * c.hd + t] = float(o);
         }
+        for (int j = 0; j < c.n_kv; ++j) ref_mass[(i * c.n_head + h) * 2 + (j >= c.n_kv / 3)] += float(s[j] / sum);
       }
     CHECK(max_rel_err(download(*b, O), ref) < 1e-4);
+    CHECK(max_rel_err(mass, ref_mass) < 1e-4);
   }
 }
 
