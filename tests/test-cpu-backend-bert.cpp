@@ -10,49 +10,11 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/gguf.h"
+#include "tests/test-ops-util.h"
 
 using namespace ragkv;
 
-namespace {
-
-std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.f, float mean = 0.f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(mean, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-Tensor upload(Backend& b, const std::vector<float>& v, int64_t rows, int64_t cols) {
-  Tensor t = b.alloc(DType::f32, rows, cols);
-  b.upload(t, v.data());
-  return t;
-}
-
-std::vector<float> download(Backend& b, const Tensor& t) {
-  std::vector<float> v(size_t(t.numel()));
-  b.download(t, v.data());
-  return v;
-}
-
-std::unique_ptr<Weight> vector_weight(Backend& b, std::vector<float>& host) {
-  GgufTensor t;
-  t.name = "test.vector";
-  t.type = GgmlType::F32;
-  t.ne = {int64_t(host.size())};
-  t.nbytes = host.size() * 4;
-  t.data = reinterpret_cast<const uint8_t*>(host.data());
-  return b.load_weight(t);
-}
-
-double max_rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
-  REQUIRE(a.size() == ref.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - ref[i]) / (1.0 + std::fabs(ref[i])));
-  return worst;
-}
-
-}  // namespace
+using namespace ragkv::test;
 
 TEST_CASE("cpu backend bert: layer_norm equals (x - mean) / sqrt(var + eps) * w + b") {
   auto b = make_cpu_backend(2);

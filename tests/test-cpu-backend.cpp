@@ -9,49 +9,11 @@
 #include "core/backend.h"
 #include "core/fp16.h"
 #include "core/gguf.h"
+#include "tests/test-ops-util.h"
 
 using namespace ragkv;
 
-namespace {
-
-std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-Tensor upload(Backend& b, const std::vector<float>& v, int64_t rows, int64_t cols) {
-  Tensor t = b.alloc(DType::f32, rows, cols);
-  b.upload(t, v.data());
-  return t;
-}
-
-std::vector<float> download(Backend& b, const Tensor& t) {
-  std::vector<float> v(size_t(t.numel()));
-  b.download(t, v.data());
-  return v;
-}
-
-// A weight backed by host floats, loaded through the normal GGUF path.
-std::unique_ptr<Weight> weight_from(Backend& b, std::vector<float>& host, int64_t out, int64_t in) {
-  GgufTensor t;
-  t.name = "test.weight";
-  t.type = GgmlType::F32;
-  t.ne = out == 1 ? std::vector<int64_t>{in} : std::vector<int64_t>{in, out};
-  t.nbytes = host.size() * 4;
-  t.data = reinterpret_cast<const uint8_t*>(host.data());
-  return b.load_weight(t);
-}
-
-double max_rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - ref[i]) / (1.0 + std::fabs(ref[i])));
-  return worst;
-}
-
-}  // namespace
+using namespace ragkv::test;
 
 TEST_CASE("cpu backend: matmul with bias equals the naive product") {
   auto b = make_cpu_backend(2);
