@@ -2,12 +2,6 @@
 // checks that every string, array and tensor lies inside the file before anything uses it.
 #include "core/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
@@ -111,38 +105,13 @@ std::string GgufTensor::shape_str() const {
   return s + "]";
 }
 
-GgufFile::GgufFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("{}: cannot open model file: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd_, &st) != 0) {
-    ::close(fd_);
-    fail("{}: cannot stat: {}", path, std::strerror(errno));
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ < 24) {
-    ::close(fd_);
-    fail("{}: not a GGUF file (only {} bytes)", path, size_);
-  }
-  void* p = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
-  if (p == MAP_FAILED) {
-    ::close(fd_);
-    fail("{}: cannot mmap: {}", path, std::strerror(errno));
-  }
-  base_ = static_cast<const uint8_t*>(p);
-  try {
-    parse();
-  } catch (...) {
-    munmap(const_cast<uint8_t*>(base_), size_);
-    ::close(fd_);
-    throw;
-  }
+GgufFile::GgufFile(const std::string& path)
+    : path_(path), file_(path, "model file"), base_(file_.data()), size_(file_.size()) {
+  if (size_ < 24) fail("{}: not a GGUF file (only {} bytes)", path, size_);
+  parse();
 }
 
-GgufFile::~GgufFile() {
-  if (base_) munmap(const_cast<uint8_t*>(base_), size_);
-  if (fd_ >= 0) ::close(fd_);
-}
+GgufFile::~GgufFile() = default;
 
 void GgufFile::parse() {
   Cursor c(path_, base_, size_);

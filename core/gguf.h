@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/mapped-file.h"
 #include "core/quant.h"
 
 namespace ragkv {
@@ -77,9 +78,9 @@ class GgufFile {
 
  private:
   std::string path_;
-  int fd_ = -1;
-  const uint8_t* base_ = nullptr;
-  size_t size_ = 0;
+  MappedFile file_;
+  const uint8_t* base_ = nullptr;  // file_.data()
+  size_t size_ = 0;                // file_.size()
   uint32_t version_ = 0;
   std::map<std::string, GgufValue> kv_;
   std::vector<GgufTensor> tensors_;

@@ -2,12 +2,6 @@
 // data_offsets lie inside the data section and match its dtype and shape.
 #include "core/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -62,40 +56,13 @@ int64_t SafetensorsTensor::n_elements() const {
 
 std::string SafetensorsTensor::shape_str() const { return shape_string(shape); }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("{}: cannot open safetensors file: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd_, &st) != 0) {
-    const int err = errno;
-    ::close(fd_);
-    fail("{}: cannot stat: {}", path, std::strerror(err));
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ < 8) {
-    ::close(fd_);
-    fail("{}: not a safetensors file (only {} bytes, no header length)", path, size_);
-  }
-  void* p = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
-  if (p == MAP_FAILED) {
-    const int err = errno;
-    ::close(fd_);
-    fail("{}: cannot mmap: {}", path, std::strerror(err));
-  }
-  base_ = static_cast<const uint8_t*>(p);
-  try {
-    parse();
-  } catch (...) {
-    munmap(const_cast<uint8_t*>(base_), size_);
-    ::close(fd_);
-    throw;
-  }
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), file_(path, "safetensors file"), base_(file_.data()), size_(file_.size()) {
+  if (size_ < 8) fail("{}: not a safetensors file (only {} bytes, no header length)", path, size_);
+  parse();
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (base_) munmap(const_cast<uint8_t*>(base_), size_);
-  if (fd_ >= 0) ::close(fd_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 void SafetensorsFile::parse() {
   uint64_t n_header = 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/gguf.h"
+#include "core/mapped-file.h"
 
 namespace ragkv {
 
@@ -57,9 +58,9 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  int fd_ = -1;
-  const uint8_t* base_ = nullptr;
-  size_t size_ = 0;
+  MappedFile file_;
+  const uint8_t* base_ = nullptr;  // file_.data()
+  size_t size_ = 0;                // file_.size()
   std::string_view header_;
   std::map<std::string, std::string> metadata_;
   std::vector<SafetensorsTensor> tensors_;

@@ -16,6 +16,7 @@
 #include "retrieval/chunker.h"
 #include "retrieval/corpus.h"
 #include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
 
 namespace {
 
@@ -25,26 +26,7 @@ using ragkv::ChunkParams;
 using ragkv::Document;
 using ragkv::OnError;
 
-// A fresh directory under the system temp dir, removed at scope end.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& stem) {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("ragkv-{}-{}-{}", stem, ::getpid(), counter++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path write(const std::string& rel, const std::string& bytes) const {
-    const fs::path p = path / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-};
+using ragkv::test::TempDir;
 
 const ragkv::Tokenizer& smollm_tokenizer() {
   static std::unique_ptr<ragkv::GgufFile> gguf;

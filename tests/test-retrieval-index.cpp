@@ -20,25 +20,14 @@
 #include "retrieval/index-dir.h"
 #include "retrieval/staged-metrics.h"
 #include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using ragkv::Hit;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& stem) {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("ragkv-{}-{}-{}", stem, ::getpid(), counter++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using ragkv::test::TempDir;
 
 // n random unit vectors of dimension dim (Gaussian directions), f32 [n][dim].
 std::vector<float> random_rows(size_t n, size_t dim, uint32_t seed) {
