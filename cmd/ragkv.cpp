@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cmd/device-flags.h"
+#include "cmd/rag-commands.h"
 #include "core/bench-prefill.h"
 #include "core/chat-template.h"
 #include "core/error.h"
@@ -32,17 +34,7 @@
 
 namespace {
 
-struct DeviceFlags {
-  std::string device = "auto";
-  int threads = 0;
-  void add_to(CLI::App* app) {
-    app->add_option("--device", device, "Compute device: cpu, cuda or auto")
-        ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-        ->capture_default_str();
-    app->add_option("--threads", threads, "CPU threads (0: one per core)")->check(CLI::NonNegativeNumber);
-  }
-  int thread_count() const { return threads > 0 ? threads : int(std::thread::hardware_concurrency()); }
-};
+using ragkv::cli::DeviceFlags;
 
 void run_generate(const std::string& model_path, const std::string& prompt, int max_tokens, bool chat,
                   bool json, const DeviceFlags& dev) {
@@ -271,6 +263,9 @@ int main(int argc, char** argv) {
   bret->add_option("--embedder", br_embedder, "Sentence-embedder directory")->capture_default_str();
   br_dev.add_to(bret);
 
+  ragkv::cli::RagCommands rag;
+  rag.add_to(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -278,7 +273,9 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*gen) {
+    if (rag.selected()) {
+      return rag.run();
+    } else if (*gen) {
       run_generate(gen_model, gen_prompt, gen_max, gen_chat, gen_json, gen_dev);
     } else if (*tokc) {
       run_tokenize(tok_model, tok_text, tok_no_special, tok_bos);

@@ -152,6 +152,10 @@ class Backend {
   virtual void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) = 0;
   // out row i = src row rows[i] (f32 gather of active rows).
   virtual void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) = 0;
+  // KV deviation (CacheBlend §4.1): out[i][0] = Σ_c (a[i][c] − b[rows[i]][c])² for a f32 [n][d]
+  // and b f16 or f32 [≥ rows][d]; out f32 [n][1]. Ranks tokens for HKVD selection (§4.3).
+  virtual void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
+                           const Tensor& out) = 0;
   // Attention of queries q [n_q][n_head·head_dim] at positions q_pos against KV rows [0, n_kv)
   // of k, v (f16 [≥n_kv][n_kv_head·head_dim]; f32 too, e.g. the encoder's own K/V) whose absolute
   // positions are k_pos[0..n_kv).

@@ -348,6 +348,29 @@ class CpuBackend : public Backend {
     }
   }
 
+  void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows, const Tensor& out) override {
+    check_f32(a, "row_sq_dist");
+    check_f32(out, "row_sq_dist");
+    if (a.cols != b.cols || int64_t(rows.size()) != a.rows || out.rows != a.rows || out.cols != 1)
+      fail("internal: row_sq_dist [{}][{}] against [{}][{}] into [{}][{}]", a.rows, a.cols, b.rows,
+           b.cols, out.rows, out.cols);
+    for (int32_t r : rows)
+      if (r < 0 || r >= b.rows) fail("internal: row_sq_dist row {} outside {}", r, b.rows);
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t i = 0; i < a.rows; ++i) {
+      std::vector<float> brow(static_cast<size_t>(b.cols));
+      if (b.dtype == DType::f16) fp16_to_fp32_row(b.as<f16_t>() + rows[i] * b.cols, brow.data(), b.cols);
+      else std::memcpy(brow.data(), b.as<float>() + rows[i] * b.cols, b.cols * sizeof(float));
+      const float* ar = a.as<float>() + i * a.cols;
+      double acc = 0;
+      for (int64_t c = 0; c < a.cols; ++c) {
+        const double d = double(ar[c]) - double(brow[c]);
+        acc += d * d;
+      }
+      out.as<float>()[i] = float(acc);
+    }
+  }
+
   void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
                  std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
                  const Tensor& out, SegmentMass* seg_mass) override;

@@ -22,6 +22,44 @@ std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& te
   return ids;
 }
 
+DecodeResult decode_greedy(const Model& model, KvCache& kv, Workspace& ws, std::vector<float> logits,
+                           const GenerateOptions& opt,
+                           const std::function<void(const std::string&)>& on_piece) {
+  using clock = std::chrono::steady_clock;
+  if (kv.n_used + opt.max_tokens > kv.n_ctx)
+    fail("internal: {} new tokens do not fit after {} prompt rows in a context of {}", opt.max_tokens,
+         kv.n_used, kv.n_ctx);
+  DecodeResult r;
+  const auto t0 = clock::now();
+  const Tokenizer& tok = model.tokenizer();
+  auto has_text = [&] { return r.text.find_first_not_of(" \t\r\n") != std::string::npos; };
+  for (int i = 0; i < opt.max_tokens; ++i) {
+    const int32_t next = argmax(logits);
+    if (opt.stop_at_eog && tok.is_eog(next)) break;
+    std::string piece = tok.token_to_piece(next);
+    if (opt.stop_at_newline && has_text()) {
+      if (const auto nl = piece.find('\n'); nl != std::string::npos) {
+        r.text += piece.substr(0, nl);
+        if (nl > 0) r.output_ids.push_back(next);
+        break;
+      }
+    }
+    r.output_ids.push_back(next);
+    r.text += piece;
+    if (on_piece) on_piece(piece);
+    if (i + 1 == opt.max_tokens) break;
+    const int32_t one[1] = {next};
+    logits = model.forward(one, kv, ws);
+  }
+  if (opt.stop_at_newline) {
+    const auto b = r.text.find_first_not_of(" \t\r\n");
+    const auto e = r.text.find_last_not_of(" \t\r\n");
+    r.text = b == std::string::npos ? "" : r.text.substr(b, e - b + 1);
+  }
+  r.decode_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  return r;
+}
+
 GenerateResult generate_greedy(const Model& model, const std::vector<int32_t>& prompt_ids,
                                const GenerateOptions& opt,
                                const std::function<void(const std::string&)>& on_piece) {
@@ -45,20 +83,10 @@ GenerateResult generate_greedy(const Model& model, const std::vector<int32_t>& p
   r.prefill_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
   r.first_logits = logits;
 
-  t0 = clock::now();
-  const Tokenizer& tok = model.tokenizer();
-  for (int i = 0; i < opt.max_tokens; ++i) {
-    const int32_t next = argmax(logits);
-    if (opt.stop_at_eog && tok.is_eog(next)) break;
-    r.output_ids.push_back(next);
-    const std::string piece = tok.token_to_piece(next);
-    r.text += piece;
-    if (on_piece) on_piece(piece);
-    if (i + 1 == opt.max_tokens) break;
-    const int32_t one[1] = {next};
-    logits = model.forward(one, kv, ws);
-  }
-  r.decode_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  DecodeResult d = decode_greedy(model, kv, ws, std::move(logits), opt, on_piece);
+  r.output_ids = std::move(d.output_ids);
+  r.text = std::move(d.text);
+  r.decode_ms = d.decode_ms;
   return r;
 }
 

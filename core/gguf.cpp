@@ -177,6 +177,7 @@ void GgufFile::parse() {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0)
     fail("{}: general.alignment {} is not a power of two", path_, alignment);
   const size_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
+  data_start_ = std::min(data_start, size_);
 
   for (GgufTensor& t : tensors_) {
     // Sizes only for types we know the geometry of; the data of an unsupported type is refused

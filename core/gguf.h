@@ -73,6 +73,11 @@ class GgufFile {
   std::vector<float> get_float_array(const std::string& key) const;
   std::vector<int32_t> get_int_array(const std::string& key) const;
 
+  // Bytes [0, start of the tensor data): magic, metadata and tensor infos (for fingerprints).
+  std::string_view header_bytes() const {
+    return std::string_view(reinterpret_cast<const char*>(base_), data_start_);
+  }
+
   const GgufTensor* find_tensor(const std::string& name) const;
   const GgufTensor& tensor(const std::string& name) const;  // throws naming the tensor
 
@@ -82,6 +87,7 @@ class GgufFile {
   const uint8_t* base_ = nullptr;  // file_.data()
   size_t size_ = 0;                // file_.size()
   uint32_t version_ = 0;
+  size_t data_start_ = 0;          // file offset of the tensor data section
   std::map<std::string, GgufValue> kv_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t> tensor_index_;

@@ -294,6 +294,10 @@ void CudaBackend::gather_rows(const Tensor&, const Tensor&, std::span<const int3
   not_implemented("gather_rows");
 }
 
+void CudaBackend::row_sq_dist(const Tensor&, const Tensor&, std::span<const int32_t>, const Tensor&) {
+  not_implemented("row_sq_dist");
+}
+
 void CudaBackend::attention(const Tensor&, std::span<const int32_t>, const Tensor&, const Tensor&,
                             std::span<const int32_t>, int64_t, const AttentionParams&, const Tensor&,
                             SegmentMass*) {

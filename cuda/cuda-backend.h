@@ -69,6 +69,7 @@ class CudaBackend : public Backend {
   void add(const Tensor& a, const Tensor& b) override;
   void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override;
   void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override;
+  void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows, const Tensor& out) override;
   void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
                  std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
                  const Tensor& out, SegmentMass* seg_mass) override;

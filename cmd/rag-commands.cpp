@@ -1,0 +1,370 @@
+// precompute, answer and eval: flag parsing and the pipeline around core/ and retrieval/.
+#include "cmd/rag-commands.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checked-file.h"
+#include "core/error.h"
+#include "core/eval-report.h"
+#include "core/model.h"
+#include "core/paths.h"
+#include "core/precompute.h"
+#include "core/progress.h"
+#include "core/qa-metrics.h"
+#include "core/queries.h"
+#include "core/rag-answer.h"
+#include "retrieval/embedder.h"
+#include "retrieval/index-dir.h"
+#include "retrieval/rag-context.h"
+
+namespace ragkv::cli {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Comma-separated reuse modes, checked while parsing (a bad one is a usage error, exit 2).
+std::vector<std::string> split_modes(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string m; std::getline(ss, m, ',');)
+    if (!m.empty()) out.push_back(m);
+  return out;
+}
+CLI::Validator modes_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const auto modes = split_modes(s);
+        if (modes.empty()) return "no mode given";
+        for (const auto& m : modes)
+          if (m != "full" && m != "prefix" && m != "reuse" && m != "blend")
+            return "unknown mode '" + m + "' (expected full, prefix, reuse or blend)";
+        return "";
+      },
+      "MODE[,MODE...]");
+}
+
+OnError on_error_of(const std::string& s) { return s == "skip" ? OnError::skip : OnError::fail; }
+
+// Everything answer and eval need: queries, index, model, store, retriever.
+struct Pipeline {
+  QueryFile queries;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Embedder> embedder;
+  std::unique_ptr<IndexDir> index;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<PromptFormat> format;
+  std::optional<KvStore> store;
+  std::unique_ptr<ContextRetriever> retriever;
+  std::unique_ptr<RagAnswerer> answerer;
+
+  Pipeline(const RagFlags& f, bool need_store) {
+    queries = load_queries(f.queries, on_error_of(f.on_error));
+    for (const auto& p : queries.skipped) std::fprintf(stderr, "ragkv: skipped %s\n", p.message.c_str());
+    if (f.limit > 0 && queries.queries.size() > f.limit) queries.queries.resize(f.limit);
+    backend = make_backend(f.dev.device, f.dev.thread_count());
+    const bool search = std::any_of(queries.queries.begin(), queries.queries.end(),
+                                    [](const Query& q) { return q.passages.empty(); });
+    if (search) {
+      embedder = std::make_unique<Embedder>();
+      embedder->load(f.embedder, *backend);
+    }
+    index = std::make_unique<IndexDir>(IndexDir::open(f.index, embedder ? embedder->fingerprint() : ""));
+    model = std::make_unique<Model>(f.model, *backend);
+    format = std::make_unique<PromptFormat>(*model);
+    if (need_store && f.store.empty()) fail("--store is required");
+    if (!f.store.empty()) {
+      const CacheKeys keys(*model, *format);
+      store = KvStore::open_for_read(f.store, keys.model_fingerprint());
+      if (store->foreign())
+        std::fprintf(stderr, "ragkv: warning: %s was built for model %s (%s), not %s: its caches are not used\n",
+                     f.store.c_str(), store->info().model_name.c_str(), store->info().model_fingerprint.c_str(),
+                     keys.model_fingerprint().c_str());
+    }
+    retriever = std::make_unique<ContextRetriever>(*index, embedder.get(), f.top_k);
+    answerer = std::make_unique<RagAnswerer>(*model, *format, store ? &*store : nullptr);
+  }
+
+  AnswerOptions options(const RagFlags& f, ReuseMode mode) const {
+    AnswerOptions o;
+    o.mode = mode;
+    o.blend.recompute_ratio = f.recompute_ratio;
+    o.blend.check_layers = f.check_layers;
+    o.gen.max_tokens = f.max_tokens;
+    return o;
+  }
+};
+
+void add_rag_flags(CLI::App* c, RagFlags& f) {
+  f.model = default_llm_path();
+  f.embedder = default_embedder_dir();
+  c->add_option("QUERIES", f.queries, "Queries JSONL {id,question,answers?,passages?}")->required();
+  c->add_option("--index", f.index, "Index directory (build-index)")->required();
+  c->add_option("--model", f.model, "LLM in GGUF format")->capture_default_str();
+  c->add_option("--embedder", f.embedder, "Sentence-embedder directory (for queries without passages)")->capture_default_str();
+  c->add_option("--top-k", f.top_k, "Chunks retrieved per question (queries with \"passages\" use those)")->check(CLI::Range(1, 1000))->capture_default_str();
+  c->add_option("--recompute-ratio", f.recompute_ratio, "blend: fraction of reused tokens recomputed per layer")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  c->add_option("--check-layers", f.check_layers, "blend: layers 1..N select HKVD tokens by gradual filtering (1: one check layer)")->check(CLI::Range(1, 1024))->capture_default_str();
+  c->add_option("--max-tokens", f.max_tokens, "Maximum answer tokens")->check(CLI::Range(1, 4096))->capture_default_str();
+  c->add_option("--limit", f.limit, "Answer only the first N queries (0: all)")->check(CLI::NonNegativeNumber);
+  c->add_option("--on-error", f.on_error, "Bad query lines and unanswerable queries: fail, or skip and count")->check(CLI::IsMember({"fail", "skip"}))->capture_default_str();
+  f.dev.add_to(c);
+}
+
+// Streams lines to FILE.partial and renames it to FILE when done; stdout when path is empty.
+class LineWriter {
+ public:
+  explicit LineWriter(std::string path) : path_(std::move(path)) {
+    if (!path_.empty()) {
+      file_.open(path_ + ".partial", std::ios::binary | std::ios::trunc);
+      if (!file_) fail("{}: cannot write", path_ + ".partial");
+    }
+  }
+  void line(const std::string& s) {
+    std::ostream& o = path_.empty() ? std::cout : file_;
+    o << s << "\n";
+    o.flush();
+    if (!o) fail("{}: write failed", path_.empty() ? "stdout" : path_);
+  }
+  void close() {
+    if (path_.empty()) return;
+    file_.close();
+    fs::rename(path_ + ".partial", path_);
+  }
+
+ private:
+  std::string path_;
+  std::ofstream file_;
+};
+
+// Per-mode running means for the stderr summary of `answer`.
+struct ModeTotals {
+  size_t n = 0, n_gold = 0;
+  double ttft = 0, prefill = 0, recompute = 0, f1 = 0, em = 0, load = 0, hidden = 0;
+  double hits = 0, misses = 0, bad = 0;
+  double vs_full_f1 = 0, vs_full_first = 0;
+  size_t n_compare = 0;
+  json to_json() const {
+    auto m = [&](double s, size_t k) { return k ? json(s / double(k)) : json(nullptr); };
+    return {{"queries", n}, {"ttft_ms", m(ttft, n)}, {"prefill_ms", m(prefill, n)}, {"recompute_ratio", m(recompute, n)},
+            {"load_ms", m(load, n)}, {"load_hidden_ms", m(hidden, n)}, {"f1", m(f1, n_gold)}, {"em", m(em, n_gold)},
+            {"cache_hits", hits}, {"cache_misses", misses}, {"cache_bad", bad},
+            {"f1_vs_full", m(vs_full_f1, n_compare)}, {"first_token_match", m(vs_full_first, n_compare)}};
+  }
+};
+
+}  // namespace
+
+void RagCommands::add_to(CLI::App& app) {
+  precompute_ = app.add_subcommand("precompute", "Compute the KV caches of an index's chunks into a store (STORE_DIR)");
+  pc_model = default_llm_path();
+  pc_embedder = default_embedder_dir();
+  precompute_->add_option("--index", pc_index, "Index directory (build-index)")->required();
+  precompute_->add_option("--store", pc_store, "Store directory to fill (created if missing)")->required();
+  precompute_->add_option("--model", pc_model, "LLM in GGUF format")->capture_default_str();
+  precompute_->add_option("--limit", pc_limit, "Only the first N selected chunks (0: all)")->check(CLI::NonNegativeNumber);
+  precompute_->add_option("--queries", pc_queries, "Only the chunks these queries use (their passages, or their top-k)");
+  precompute_->add_option("--top-k", pc_top_k, "With --queries: chunks retrieved per question")->check(CLI::Range(1, 1000))->capture_default_str();
+  precompute_->add_option("--embedder", pc_embedder, "Sentence-embedder directory (with --queries)")->capture_default_str();
+  pc_dev.add_to(precompute_);
+
+  answer_ = app.add_subcommand("answer", "Answer a query file with retrieval and chunk-KV reuse (ANSWERS.jsonl)");
+  add_rag_flags(answer_, an);
+  answer_->add_option("--store", an.store, "Chunk-cache store (precompute); without it every mode computes in full");
+  answer_->add_option("--mode", an_mode, "full, prefix, reuse or blend (default: blend with --store, else full)")
+      ->check(CLI::IsMember({"full", "prefix", "reuse", "blend"}));
+  answer_->add_option("--out", an_out, "ANSWERS.jsonl to write (default: stdout)");
+  answer_->add_option("--compare", an_compare, "Also answer in this mode and score against it (e.g. full)")
+      ->check(CLI::IsMember({"full", "prefix", "reuse", "blend"}));
+  answer_->add_option("--summary", an_summary, "Write the per-mode summary JSON here too");
+
+  eval_ = app.add_subcommand("eval", "Quality gate: each mode against a baseline on the same chunks");
+  add_rag_flags(eval_, ev);
+  eval_->add_option("--store", ev.store, "Chunk-cache store (precompute)")->required();
+  eval_->add_option("--modes", ev_modes, "Modes to evaluate, comma-separated")->check(modes_validator())->capture_default_str();
+  eval_->add_option("--baseline", ev_baseline, "Baseline mode")->check(CLI::IsMember({"full", "prefix", "reuse", "blend"}))->capture_default_str();
+  eval_->add_option("--min-quality-ratio", ev_min_quality, "Exit 1 when a mode's gold-F1 ratio to the baseline is below this")->check(CLI::Range(0.0, 10.0))->capture_default_str();
+  eval_->add_option("--report", ev_report, "Report file: Markdown when it ends in .md, else JSON");
+  eval_->add_option("--answers", ev_answers, "Write every mode's answers per query here (JSONL)");
+}
+
+bool RagCommands::selected() const { return *precompute_ || *answer_ || *eval_; }
+
+int RagCommands::run() {
+  if (*precompute_) return run_precompute();
+  if (*answer_) return run_answer();
+  return run_eval();
+}
+
+int RagCommands::run_precompute() {
+  auto backend = make_backend(pc_dev.device, pc_dev.thread_count());
+  std::unique_ptr<Embedder> embedder;
+  std::optional<QueryFile> qf;
+  if (!pc_queries.empty()) {
+    qf = load_queries(pc_queries, OnError::fail);
+    if (std::any_of(qf->queries.begin(), qf->queries.end(), [](const Query& q) { return q.passages.empty(); })) {
+      embedder = std::make_unique<Embedder>();
+      embedder->load(pc_embedder, *backend);
+    }
+  }
+  const IndexDir index = IndexDir::open(pc_index, embedder ? embedder->fingerprint() : "");
+  Model model(pc_model, *backend);
+  const PromptFormat format(model);
+  const CacheKeys keys(model, format);
+  const KvStore store = KvStore::open_for_write(pc_store, keys.store_info());
+
+  // Selection: every chunk, or those the queries use (first use order), then --limit.
+  std::vector<const Chunk*> chunks;
+  if (qf) {
+    const ContextRetriever retriever(index, embedder.get(), pc_top_k);
+    std::set<std::string> seen;
+    Progress bar("precompute: select", int64_t(qf->queries.size()), "queries");
+    for (const Query& q : qf->queries) {
+      for (const Chunk* c : retriever.context_for(q).chunks)
+        if (seen.insert(c->id).second) chunks.push_back(c);
+      bar.add();
+    }
+  } else {
+    for (const Chunk& c : index.chunks()) chunks.push_back(&c);
+  }
+  if (pc_limit > 0 && chunks.size() > pc_limit) chunks.resize(pc_limit);
+
+  Progress bar("precompute", int64_t(chunks.size()), "chunks");
+  const PrecomputeStats st = precompute_chunks(model, format, store, chunks, [&](size_t done, size_t) { bar.set(int64_t(done)); });
+  bar.finish();
+  const auto [files, bytes] = store.usage();
+  const ModelConfig& c = model.config();
+  const double bytes_per_token = 2.0 * c.n_layer * c.kv_dim() * 2.0;  // K and V, f16
+  std::cout << json{{"store", pc_store}, {"model", keys.model_fingerprint()}, {"chunks_selected", chunks.size()},
+                    {"computed", st.computed}, {"skipped", st.skipped}, {"tokens", st.tokens},
+                    {"seconds", st.seconds}, {"tokens_per_s", st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0},
+                    {"bytes_written", st.bytes_written}, {"kv_bytes_per_token", bytes_per_token},
+                    {"store_files", files}, {"store_bytes", bytes}}
+                   .dump()
+            << "\n";
+  return 0;
+}
+
+int RagCommands::run_answer() {
+  Pipeline p(an, false);
+  const ReuseMode mode = !an_mode.empty() ? parse_reuse_mode(an_mode) : p.store ? ReuseMode::blend : ReuseMode::full;
+  const bool compare = !an_compare.empty();
+  const ReuseMode compare_mode = compare ? parse_reuse_mode(an_compare) : ReuseMode::full;
+  LineWriter out(an_out);
+  ModeTotals tot;
+  size_t skipped = 0;
+  Progress bar("answer", int64_t(p.queries.queries.size()), "queries");
+  for (const Query& q : p.queries.queries) {
+    try {
+      const RagContext ctx = p.retriever->context_for(q);
+      AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, p.options(an, mode));
+      r.retrieval_ms = ctx.retrieval_ms;
+      json m = r.metrics();
+      json line = {{"id", q.id}, {"answer", r.answer}, {"mode", r.mode}, {"chunks", r.chunk_ids}};
+      ++tot.n;
+      tot.ttft += r.ttft_ms();
+      tot.prefill += r.prefill.prefill_ms;
+      tot.recompute += r.prefill.recompute_fraction();
+      tot.load += r.prefill.load_ms;
+      tot.hidden += std::max(0.0, r.prefill.load_ms - r.prefill.load_wait_ms);
+      tot.hits += r.cache.hits;
+      tot.misses += r.cache.misses;
+      tot.bad += r.cache.bad;
+      if (!q.answers.empty()) {
+        m["f1"] = max_over_golds(token_f1, r.answer, q.answers);
+        m["em"] = max_over_golds(exact_match, r.answer, q.answers);
+        ++tot.n_gold;
+        tot.f1 += m["f1"].get<double>();
+        tot.em += m["em"].get<double>();
+      }
+      if (compare) {
+        const AnswerRecord b = p.answerer->answer(q.question, ctx.chunks, p.options(an, compare_mode));
+        const std::string key = reuse_mode_name(compare_mode);
+        line[key + "_answer"] = b.answer;
+        m["f1_vs_" + key] = token_f1(r.answer, b.answer);
+        m["rougeL_vs_" + key] = rouge_l_f1(r.answer, b.answer);
+        m["first_token_match"] = !r.output_ids.empty() && !b.output_ids.empty() && r.output_ids[0] == b.output_ids[0];
+        m["kl_first_token_vs_" + key] = kl_divergence_logits(b.first_logits, r.first_logits);
+        ++tot.n_compare;
+        tot.vs_full_f1 += m["f1_vs_" + key].get<double>();
+        tot.vs_full_first += m["first_token_match"].get<bool>() ? 1.0 : 0.0;
+      }
+      line["metrics"] = m;
+      out.line(line.dump());
+    } catch (const Error& e) {
+      if (an.on_error != "skip") throw;
+      ++skipped;
+      std::fprintf(stderr, "ragkv: skipped query %s: %s\n", q.id.c_str(), e.what());
+    }
+    bar.add();
+  }
+  bar.finish();
+  out.close();
+  json summary = {{"mode", reuse_mode_name(mode)}, {"skipped_lines", p.queries.skipped.size()}, {"skipped_queries", skipped}};
+  summary.update(tot.to_json());
+  if (compare) summary["compare"] = reuse_mode_name(compare_mode);
+  std::fprintf(stderr, "ragkv: answer summary: %s\n", summary.dump().c_str());
+  if (!an_summary.empty()) write_file_atomic(an_summary, {summary.dump(2) + "\n"});
+  return 0;
+}
+
+int RagCommands::run_eval() {
+  Pipeline p(ev, true);
+  const std::vector<std::string> modes = split_modes(ev_modes);
+  std::vector<std::string> all{ev_baseline};
+  for (const auto& m : modes)
+    if (m != ev_baseline) all.push_back(m);
+  std::vector<EvalItem> items;
+  size_t skipped = 0;
+  std::unique_ptr<LineWriter> answers;
+  if (!ev_answers.empty()) answers = std::make_unique<LineWriter>(ev_answers);
+  Progress bar("eval", int64_t(p.queries.queries.size() * all.size()), "answers");
+  for (const Query& q : p.queries.queries) {
+    try {
+      const RagContext ctx = p.retriever->context_for(q);
+      EvalItem item{q.id, q.answers, {}};
+      json line = {{"id", q.id}, {"answers", q.answers}, {"chunks", json::array()}};
+      for (const Chunk* c : ctx.chunks) line["chunks"].push_back(c->id);
+      for (const auto& m : all) {
+        AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, p.options(ev, parse_reuse_mode(m)));
+        r.retrieval_ms = ctx.retrieval_ms;
+        line["modes"][m] = {{"answer", r.answer}, {"output_ids", r.output_ids}, {"metrics", r.metrics()}};
+        item.by_mode.emplace(m, std::move(r));
+        bar.add();
+      }
+      if (answers) answers->line(line.dump());
+      items.push_back(std::move(item));
+    } catch (const Error& e) {
+      if (ev.on_error != "skip") throw;
+      ++skipped;
+      std::fprintf(stderr, "ragkv: skipped query %s: %s\n", q.id.c_str(), e.what());
+    }
+  }
+  bar.finish();
+  if (answers) answers->close();
+  if (items.empty()) fail("{}: no query could be answered", ev.queries);
+  json summary = eval_summary(items, ev_baseline, modes);
+  summary["skipped_lines"] = p.queries.skipped.size();
+  summary["skipped_queries"] = skipped;
+  summary["min_quality_ratio"] = ev_min_quality;
+  if (!ev_report.empty())
+    write_file_atomic(ev_report, {fs::path(ev_report).extension() == ".md" ? eval_markdown(summary) : summary.dump(2) + "\n"});
+  std::cout << summary.dump(2) << "\n";
+  const auto failures = eval_failures(summary, ev_min_quality);
+  for (const auto& f : failures) std::fprintf(stderr, "ragkv: eval: below the quality gate: %s\n", f.c_str());
+  return failures.empty() ? 0 : 1;
+}
+
+}  // namespace ragkv::cli

@@ -1,0 +1,114 @@
+// Precompute: one prefix forward, then each chunk's forward after it; K/V rows downloaded per layer.
+#include "core/precompute.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/model-fingerprint.h"
+#include "retrieval/chunker.h"
+
+namespace ragkv {
+
+CacheKeys::CacheKeys(const Model& model, const PromptFormat& format)
+    : model_(model), format_(format), fp_(ragkv::model_fingerprint(model.gguf())) {}
+
+KvStoreInfo CacheKeys::store_info() const {
+  const ModelConfig& c = model_.config();
+  KvStoreInfo info;
+  info.model_fingerprint = fp_;
+  info.model_name = std::filesystem::path(model_.gguf().path()).filename().string();
+  info.n_layer = uint32_t(c.n_layer);
+  info.n_kv_head = uint32_t(c.n_head_kv);
+  info.head_dim = uint32_t(c.head_dim);
+  info.prefix = format_.prefix_description();
+  return info;
+}
+
+ChunkKvMeta CacheKeys::prefix() const {
+  ChunkKvMeta m = chunk(kPrefixChunkId, format_.prefix_ids());
+  m.first_pos = 0;
+  return m;
+}
+
+ChunkKvMeta CacheKeys::chunk(const std::string& chunk_id, const std::vector<int32_t>& ids) const {
+  const ModelConfig& c = model_.config();
+  ChunkKvMeta m;
+  m.model_fingerprint = fp_;
+  m.chunk_id = chunk_id;
+  m.prefix = format_.prefix_description();
+  m.n_layer = uint32_t(c.n_layer);
+  m.n_kv_head = uint32_t(c.n_head_kv);
+  m.head_dim = uint32_t(c.head_dim);
+  m.n_tokens = uint32_t(ids.size());
+  m.token_hash = token_ids_hash(ids);
+  m.first_pos = int32_t(format_.prefix_ids().size());
+  return m;
+}
+
+namespace {
+
+// Rows [first, first + n) of every layer of kv, f16, and stores them under meta.
+uint64_t store_rows(const Model& model, const KvStore& store, const ChunkKvMeta& meta, KvCache& kv, int64_t first) {
+  const int L = model.config().n_layer;
+  const int64_t n = meta.n_tokens, d = model.config().kv_dim();
+  std::vector<std::vector<uint16_t>> k(L), v(L);
+  std::vector<const uint16_t*> kp(L), vp(L);
+  for (int l = 0; l < L; ++l) {
+    k[l].resize(static_cast<size_t>(n * d));
+    v[l].resize(static_cast<size_t>(n * d));
+    model.backend().download(kv.k[l].slice_rows(first, n), k[l].data());
+    model.backend().download(kv.v[l].slice_rows(first, n), v[l].data());
+    kp[l] = k[l].data();
+    vp[l] = v[l].data();
+  }
+  store.put(meta, kp, vp);
+  return uint64_t(2 * L) * n * d * sizeof(uint16_t);
+}
+
+}  // namespace
+
+PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format, const KvStore& store,
+                                  const std::vector<const Chunk*>& chunks,
+                                  const std::function<void(size_t, size_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CacheKeys keys(model, format);
+  const int64_t n_prefix = int64_t(format.prefix_ids().size());
+  int64_t max_chunk = 1;
+  std::vector<std::vector<int32_t>> ids(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    ids[i] = format.chunk_ids(*chunks[i]);
+    if (ids[i].empty()) fail("chunk '{}' has no tokens", chunks[i]->id);
+    max_chunk = std::max<int64_t>(max_chunk, int64_t(ids[i].size()));
+  }
+  if (n_prefix + max_chunk > model.config().n_ctx_train)
+    fail("a chunk of {} tokens after the {}-token prefix exceeds the model's context of {}", max_chunk,
+         n_prefix, model.config().n_ctx_train);
+
+  PrecomputeStats st;
+  KvCache kv = model.new_kv_cache(n_prefix + max_chunk);
+  Workspace ws;
+  // The prefix: computed once (the same call `full` makes first), stored, kept in rows [0, n_prefix).
+  model.forward(format.prefix_ids(), kv, ws);
+  const ChunkKvMeta pm = keys.prefix();
+  if (!store.has_valid(pm)) st.bytes_written += store_rows(model, store, pm, kv, 0);
+
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ChunkKvMeta m = keys.chunk(chunks[i]->id, ids[i]);
+    if (store.has_valid(m)) {
+      ++st.skipped;
+    } else {
+      kv.n_used = n_prefix;  // the prefix rows stay; the chunk goes after them
+      model.forward(ids[i], kv, ws);
+      st.bytes_written += store_rows(model, store, m, kv, n_prefix);
+      ++st.computed;
+      st.tokens += int64_t(ids[i].size());
+    }
+    if (progress) progress(i + 1, chunks.size());
+  }
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace ragkv
