@@ -2,7 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build test clean bench
+.PHONY: setup build test clean bench demo
 
 setup:
 	bash scripts/setup.sh
@@ -13,6 +13,16 @@ build:
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# The main job on the bundled defaults: index testdata/rag-mini (6 SQuAD passages), precompute its
+# chunk caches, answer its 12 questions in blend, reuse and prefix modes against full recompute.
+DEMO_DIR ?= $(BUILD_DIR)/demo
+demo: build
+	$(BUILD_DIR)/ragkv build-index --corpus testdata/rag-mini.corpus.jsonl --out $(DEMO_DIR)/index
+	$(BUILD_DIR)/ragkv precompute --index $(DEMO_DIR)/index --store $(DEMO_DIR)/store
+	$(BUILD_DIR)/ragkv eval testdata/rag-mini.queries.jsonl --index $(DEMO_DIR)/index --store $(DEMO_DIR)/store \
+	  --modes prefix,reuse,blend --top-k 3 --min-quality-ratio 0 --report $(DEMO_DIR)/report.md > $(DEMO_DIR)/report.json
+	cat $(DEMO_DIR)/report.md
 
 bench: build
 	$(BUILD_DIR)/ragkv bench prefill

@@ -128,7 +128,8 @@ inline float gelu_erf_f32(float x) {
 }
 
 // Softmax of one row of attention logits where every key is visible (non-causal attention), in
-// f32 lanes: vectorised exp_f32 and sum. The causal path keeps its masked scalar loop.
+// f32 lanes: vectorised exp_f32 and sum. Causal attention uses it on each query's visible run of
+// keys when key positions ascend (every prefill); otherwise it keeps a masked scalar loop.
 void softmax_row_all_visible(float* s, int64_t w, float softcap) {
   if (softcap > 0)
     for (int64_t j = 0; j < w; ++j) s[j] = softcap * std::tanh(s[j] / softcap);
@@ -147,6 +148,28 @@ void softmax_row_all_visible(float* s, int64_t w, float softcap) {
   }
   const float inv = 1.f / sum;  // ≥ 1: the max contributes e^0
 #pragma omp simd
+  for (int64_t j = 0; j < w; ++j) s[j] *= inv;
+}
+
+// Softmax of one row of causal attention logits s[j] for keys at positions kp[j] (any order):
+// keys after qp, or outside the sliding window, get probability 0.
+void softmax_row_masked(float* s, int64_t w, const int32_t* kp, int32_t qp, const AttentionParams& p) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < w; ++j) {
+    const bool visible = kp[j] <= qp && (p.sliding_window <= 0 || kp[j] > qp - p.sliding_window);
+    if (!visible) {
+      s[j] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    if (p.softcap > 0) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
+    mx = std::max(mx, s[j]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < w; ++j) {
+    s[j] = std::isinf(s[j]) ? 0.f : std::exp(s[j] - mx);
+    sum += s[j];
+  }
+  const float inv = sum > 0 ? float(1.0 / sum) : 0.f;
   for (int64_t j = 0; j < w; ++j) s[j] *= inv;
 }
 
@@ -471,24 +494,19 @@ void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, cons
         for (int64_t i = 0; i < nb; ++i) {
           float* s = scores.data() + i * w;
           const int32_t qp = q_pos[q0 + i];
-          float mx = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < w; ++j) {
-            const int32_t kp = kp_all[lo + j];
-            const bool visible = kp <= qp && (p.sliding_window <= 0 || kp > qp - p.sliding_window);
-            if (!visible) {
-              s[j] = -std::numeric_limits<float>::infinity();
-              continue;
-            }
-            if (p.softcap > 0) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
-            mx = std::max(mx, s[j]);
+          if (ascending) {
+            // Keys ascend, so this query's visible keys are one run [a, b) of the block's range:
+            // zero the rest, vectorised softmax over the run.
+            const int32_t* kb = kp_all.data() + lo;
+            const int64_t b_end = std::upper_bound(kb, kb + w, qp) - kb;
+            const int64_t a_begin =
+                p.sliding_window > 0 ? std::upper_bound(kb, kb + b_end, qp - p.sliding_window) - kb : 0;
+            std::fill(s, s + a_begin, 0.f);
+            std::fill(s + b_end, s + w, 0.f);
+            if (b_end > a_begin) softmax_row_all_visible(s + a_begin, b_end - a_begin, p.softcap);
+          } else {
+            softmax_row_masked(s, w, kp_all.data() + lo, qp, p);
           }
-          double sum = 0;
-          for (int64_t j = 0; j < w; ++j) {
-            s[j] = std::isinf(s[j]) ? 0.f : std::exp(s[j] - mx);
-            sum += s[j];
-          }
-          const float inv = sum > 0 ? float(1.0 / sum) : 0.f;
-          for (int64_t j = 0; j < w; ++j) s[j] *= inv;
           if (seg_mass) {
             float* m = seg_mass->out->data() + ((q0 + i) * p.n_head + h) * n_seg;
             for (int64_t sg = 0; sg < n_seg; ++sg) {

@@ -21,7 +21,7 @@ double mean(const std::vector<double>& v) {
 nlohmann::json interval_json(const MeanInterval& m) { return {{"mean", m.mean}, {"lo", m.lo}, {"hi", m.hi}}; }
 
 struct ModeScores {
-  std::vector<double> f1, em, f1_vs_base, rouge_vs_base, first_tok, identical, kl, recompute, ttft, prefill;
+  std::vector<double> f1, em, f1_vs_base, rouge_vs_base, first_tok, identical, kl, recompute, ttft, prefill, load, hidden;
   double cache_bad = 0, cache_misses = 0;
 };
 
@@ -54,6 +54,8 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
       s.recompute.push_back(r.prefill.recompute_fraction());
       s.ttft.push_back(r.ttft_ms());
       s.prefill.push_back(r.prefill.prefill_ms);
+      s.load.push_back(r.prefill.load_ms);
+      s.hidden.push_back(std::max(0.0, r.prefill.load_ms - r.prefill.load_wait_ms));
       s.cache_bad += r.cache.bad;
       s.cache_misses += r.cache.misses;
     }
@@ -76,6 +78,8 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
                         {"recompute_fraction", mean(s.recompute)},
                         {"ttft_ms", mean(s.ttft)},
                         {"prefill_ms", mean(s.prefill)},
+                        {"load_ms", mean(s.load)},
+                        {"load_hidden_ms", mean(s.hidden)},
                         {"ttft_ratio", base_ttft > 0 ? mean(s.ttft) / base_ttft : 1.0},
                         {"quality_ratio", gold ? (base_f1 > 0 ? f1 / base_f1 : 1.0) : agree},
                         {"cache_bad", s.cache_bad},

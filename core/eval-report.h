@@ -19,7 +19,8 @@ struct EvalItem {
 };
 
 // {"baseline","queries","modes":{mode:{f1,em,f1_vs_baseline,rougeL_vs_baseline,first_token_match,
-//  identical_output,kl_first_token,recompute_fraction,ttft_ms,ttft_ratio,quality_ratio,
+//  identical_output,kl_first_token,recompute_fraction,ttft_ms,prefill_ms,load_ms,load_hidden_ms,
+//  ttft_ratio,quality_ratio,
 //  cache_bad,cache_misses, "ci":{...}}}, "comparisons":[...]}. quality_ratio is the mode's gold F1
 // over the baseline's (without gold answers: the mode's mean F1 against the baseline's answers).
 nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::string& baseline,

@@ -3,11 +3,13 @@
 #include "core/kv-store.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -334,10 +336,32 @@ KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& info) {
         old.dtype != info.dtype)
       fail("{}: holds {} {}x{}x{} (n_layer x n_kv_head x head_dim), expected {} {}x{}x{}", sj.string(), old.dtype,
            old.n_layer, old.n_kv_head, old.head_dim, info.dtype, info.n_layer, info.n_kv_head, info.head_dim);
-    if (old == info) return s;
+    if (old == info) {
+      s.remove_stale_temporaries();
+      return s;
+    }
   }
   write_store_json(sj, info);
+  s.remove_stale_temporaries();
   return s;
+}
+
+size_t KvStore::remove_stale_temporaries() const {
+  // "<name>.rkv.tmp.<pid>.<hex>": a writer that died mid-write (kill -9) leaves one; a live
+  // writer's (another process on this machine) is left alone.
+  size_t removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_ / "kv", ec)) {
+    const std::string name = e.path().filename().string();
+    const auto t = name.find(".rkv.tmp.");
+    if (t == std::string::npos) continue;
+    const long pid = std::strtol(name.c_str() + t + 9, nullptr, 10);
+    if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      if (fs::remove(e.path(), rm)) ++removed;
+    }
+  }
+  return removed;
 }
 
 KvStore KvStore::open_for_read(const fs::path& dir, const std::string& model_fingerprint) {

@@ -110,6 +110,8 @@ class KvStore {
   std::optional<ChunkKvReader> open_chunk(const ChunkKvMeta& m) const;
   // Count and total bytes of kv/*.rkv files.
   std::pair<size_t, uint64_t> usage() const;
+  // Removes temporaries of writers that no longer run (killed mid-write); open_for_write calls it.
+  size_t remove_stale_temporaries() const;
 
  private:
   std::filesystem::path dir_;

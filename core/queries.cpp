@@ -23,10 +23,6 @@ std::map<std::string, size_t> QueryFile::skipped_by_kind() const {
 
 namespace {
 
-bool is_blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); });
-}
-
 // Thrown by parse_line with the kind and text of what is wrong; load_queries adds FILE:LINE.
 struct LineProblem {
   InputProblemKind kind;
@@ -98,8 +94,7 @@ QueryFile load_queries(const fs::path& path, OnError on_error) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("queries file does not exist: {}", path.string());
   if (fs::is_directory(path, ec)) fail("{}: is a directory, expected a QUERIES.jsonl file", path.string());
-  std::string content = read_file(path);
-  if (content.starts_with("\xEF\xBB\xBF")) content.erase(0, 3);
+  const std::string content = read_file(path);
   const std::string src = path.string();
   QueryFile out;
   std::unordered_map<std::string, size_t> seen;  // id -> line of its first query
@@ -108,31 +103,23 @@ QueryFile load_queries(const fs::path& path, OnError on_error) {
     if (on_error == OnError::fail) fail("{}", msg);
     out.skipped.push_back(InputProblem{kind, src, line, std::move(msg)});
   };
-  size_t line_no = 0;
-  for (size_t start = 0; start < content.size();) {
-    size_t end = content.find('\n', start);
-    if (end == std::string::npos) end = content.size();
-    std::string_view line(content.data() + start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (is_blank(line)) continue;
+  for_each_jsonl_line(content, [&](size_t line_no, std::string_view line) {
     Query q;
     try {
       q = parse_line(line);
     } catch (const LineProblem& p) {
       problem(p.kind, line_no, p.what);
-      continue;
+      return;
     }
     if (const auto [it, inserted] = seen.emplace(q.id, line_no); !inserted) {
       problem(InputProblemKind::duplicate_id, line_no,
               fmt::format("duplicate query id \"{}\" (first at line {})", q.id, it->second));
-      continue;
+      return;
     }
     q.source = src;
     q.line = line_no;
     out.queries.push_back(std::move(q));
-  }
+  });
   if (out.queries.empty()) {
     std::string why;
     for (const auto& [kind, n] : out.skipped_by_kind()) why += fmt::format("{}{} {}", why.empty() ? "" : ", ", n, kind);

@@ -73,11 +73,25 @@ size_t find_invalid_utf8(std::string_view s) {
   return std::string_view::npos;
 }
 
-namespace {
-
 bool is_blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); });
 }
+
+void for_each_jsonl_line(std::string_view content, const std::function<void(size_t, std::string_view)>& f) {
+  if (content.starts_with("\xEF\xBB\xBF")) content.remove_prefix(3);
+  size_t line_no = 0;
+  for (size_t start = 0; start < content.size();) {
+    size_t end = content.find('\n', start);
+    if (end == std::string_view::npos) end = content.size();
+    std::string_view line = content.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!is_blank(line)) f(line_no, line);
+  }
+}
+
+namespace {
 
 size_t line_of(std::string_view s, size_t offset) {
   return 1 + size_t(std::count(s.begin(), s.begin() + std::min(offset, s.size()), '\n'));
@@ -121,20 +135,12 @@ class Loader {
     std::string content;
     if (!read(path, content)) return;
     ++out_.files_read;
-    strip_bom(content);
     const std::string src = path.string();
-    size_t line_no = 0, n_nonblank = 0;
-    for (size_t start = 0; start < content.size();) {
-      size_t end = content.find('\n', start);
-      if (end == std::string::npos) end = content.size();
-      std::string_view line(content.data() + start, end - start);
-      start = end + 1;
-      ++line_no;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (is_blank(line)) continue;
+    size_t n_nonblank = 0;
+    for_each_jsonl_line(content, [&](size_t line_no, std::string_view line) {
       ++n_nonblank;
       load_jsonl_line(src, line_no, line);
-    }
+    });
     if (n_nonblank == 0) problem(InputProblemKind::empty, src, 1, "empty JSONL file (no documents)");
   }
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -53,6 +54,13 @@ struct Corpus {
 // files (hidden entries skipped). A path that does not exist, a file of another type named
 // explicitly, and a corpus with no document left are Errors under either policy.
 Corpus load_corpus(const std::vector<std::filesystem::path>& inputs, OnError on_error);
+
+// True when s holds only whitespace (or nothing).
+bool is_blank(std::string_view s);
+
+// Calls f(line_number, line) for every non-blank line of JSONL text, with 1-based line numbers;
+// a leading UTF-8 BOM and CR line ends are removed. Shared by the corpus and query readers.
+void for_each_jsonl_line(std::string_view content, const std::function<void(size_t, std::string_view)>& f);
 
 // Byte offset of the first byte that is not well-formed UTF-8 (overlong forms, surrogates and
 // code points above U+10FFFF included), or npos when all of s is valid.

@@ -1,43 +1,22 @@
 // The ragkv executable end to end: generate/tokenize on the default model, and bad input
 // answered with one line on stderr and a non-zero exit, never a crash.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "tests/test-paths.h"
+#include "tests/test-util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string out, err;
-};
+using ragkv::test::Run;
 
-Run run(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / "ragkv-tests";
-  fs::create_directories(dir);
-  const std::string err_file = (dir / "stderr.txt").string();
-  const std::string cmd = ragkv::test::ragkv_binary() + " " + args + " 2>" + err_file;
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream e(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  return r;
-}
+Run run(const std::string& args) { return ragkv::test::run_ragkv(args); }
 
 int count_lines(const std::string& s) {
   int n = 0;

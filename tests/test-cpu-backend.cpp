@@ -185,3 +185,34 @@ TEST_CASE("cpu backend: scatter and gather rows, f32 to f16") {
   CHECK(g[0] == x[16]);
   CHECK(g[8] == x[0]);
 }
+
+TEST_CASE("cpu backend: row_sq_dist is the per-row squared distance to gathered f16 and f32 rows") {
+  auto b = ragkv::make_cpu_backend(2);
+  for (const auto& [n, rows_b, d] : {std::tuple{1, 3, 5}, {7, 11, 64}, {33, 40, 192}}) {
+    const auto a = random_vec(size_t(n * d), 11);
+    const auto src = random_vec(size_t(rows_b * d), 12);
+    std::vector<int32_t> rows(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) rows[size_t(i)] = (i * 7 + 3) % rows_b;
+    const ragkv::Tensor ta = upload(*b, a, n, d);
+    ragkv::Tensor b32 = upload(*b, src, rows_b, d);
+    ragkv::Tensor b16 = b->alloc(ragkv::DType::f16, rows_b, d);
+    std::vector<uint16_t> h16(src.size());
+    for (size_t i = 0; i < src.size(); ++i) h16[i] = ragkv::fp32_to_fp16(src[i]);
+    b->upload(b16, h16.data());
+    for (const ragkv::Tensor* t : {&b32, &b16}) {
+      ragkv::Tensor out = b->alloc(ragkv::DType::f32, n, 1);
+      b->row_sq_dist(ta, *t, rows, out);
+      const auto got = download(*b, out);
+      for (int i = 0; i < n; ++i) {
+        double ref = 0;
+        for (int c = 0; c < d; ++c) {
+          const float bv = t->dtype == ragkv::DType::f16 ? ragkv::fp16_to_fp32(h16[size_t(rows[size_t(i)] * d + c)])
+                                                         : src[size_t(rows[size_t(i)] * d + c)];
+          const double e = double(a[size_t(i * d + c)]) - bv;
+          ref += e * e;
+        }
+        CHECK(got[size_t(i)] == doctest::Approx(ref).epsilon(1e-6));
+      }
+    }
+  }
+}

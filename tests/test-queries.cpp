@@ -12,6 +12,7 @@
 #include "core/queries.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
+#include "tests/test-util.h"
 
 namespace {
 
@@ -20,14 +21,7 @@ using ragkv::OnError;
 using ragkv::QueryFile;
 using ragkv::test::TempDir;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ragkv::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ragkv::test::error_of;
 
 using Strings = std::vector<std::string>;
 

@@ -17,6 +17,7 @@
 #include "retrieval/corpus.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
+#include "tests/test-util.h"
 
 namespace {
 
@@ -40,14 +41,7 @@ const ragkv::Tokenizer& smollm_tokenizer() {
   return *tok;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ragkv::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ragkv::test::error_of;
 
 // Every chunk is a verbatim, whitespace-trimmed slice of its document, in order, valid UTF-8,
 // within the token budget; without overlap the chunks cover every non-space byte exactly once.

@@ -21,6 +21,7 @@
 #include "retrieval/staged-metrics.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
+#include "tests/test-util.h"
 
 namespace {
 
@@ -105,14 +106,7 @@ std::vector<ragkv::Document> synthetic_docs(int n) {
   return docs;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ragkv::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ragkv::test::error_of;
 
 void flip_byte(const fs::path& p, size_t offset_from_end) {
   std::string bytes = ragkv::read_file(p);

@@ -1,0 +1,188 @@
+// `ragkv precompute`, `answer` and `eval` end to end on testdata/rag-mini (6 SQuAD passages, 12
+// questions) with the default models: the whole pipeline, the quality gate's exit codes, bad
+// query lines and passage ids, and a precompute killed mid-way that resumes.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
+#include "tests/test-util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ragkv::test::TempDir;
+
+using ragkv::test::Run;
+using ragkv::test::run_ragkv;
+
+std::vector<json> read_jsonl(const fs::path& p) {
+  std::vector<json> out;
+  std::ifstream f(p);
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+// Shell-quoted path (built with += : GCC 12 warns falsely on "'" + std::string&&).
+std::string q(const fs::path& p) {
+  std::string s(1, '\'');
+  s += p.string();
+  s += '\'';
+  return s;
+}
+
+// A built index of testdata/rag-mini in a fresh directory.
+struct MiniIndex {
+  TempDir dir{"cli-rag"};
+  fs::path index = dir.path / "index", store = dir.path / "store";
+  fs::path queries = ragkv::test::testdata("rag-mini.queries.jsonl");
+  MiniIndex() {
+    const Run r = run_ragkv("build-index --threads 2 --corpus " + q(ragkv::test::testdata("rag-mini.corpus.jsonl")) +
+                                     " --out " + q(index));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  }
+  Run run(const std::string& args) const { return run_ragkv(args); }
+};
+
+}  // namespace
+
+TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
+  MiniIndex m;
+  // A partial store, then the rest: the first run's chunks are not redone.
+  Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store) + " --limit 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  json j = json::parse(r.out);
+  CHECK(j["computed"] == 3);
+  CHECK(j["kv_bytes_per_token"] == 23040.0);  // 30 layers × K,V × 192 × 2 bytes
+  r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  j = json::parse(r.out);
+  CHECK(j["skipped"] == 3);
+  CHECK(j["computed"] == 3);
+  CHECK(j["store_files"] == 7);  // prefix + 6 chunks
+
+  // answer: blend, compared with full; answers in input order with the metrics of DESIGN.md §1.
+  const fs::path answers = m.dir.path / "answers.jsonl", summary = m.dir.path / "summary.json";
+  r = m.run("answer " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --limit 4 --max-tokens 6 --top-k 3 --compare full --out " + q(answers) + " --summary " + q(summary));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto lines = read_jsonl(answers);
+  REQUIRE(lines.size() == 4);
+  const auto in = read_jsonl(m.queries);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    CHECK(lines[i]["id"] == in[i]["id"]);
+    CHECK(lines[i]["mode"] == "blend");
+    const json& mt = lines[i]["metrics"];
+    for (const char* k : {"ttft_ms", "retrieval_ms", "prefill_tokens", "computed_tokens", "reused_tokens",
+                          "recompute_ratio", "decode_ms", "output_tokens", "cache_hits", "f1", "em", "f1_vs_full",
+                          "rougeL_vs_full", "first_token_match"})
+      CHECK_MESSAGE(mt.contains(k), k);
+    CHECK(mt["recompute_ratio"].get<double>() < 0.6);
+    CHECK(mt["cache_misses"] == 0);
+    CHECK(lines[i].contains("full_answer"));
+  }
+  CHECK(lines[0]["chunks"].size() == 3);  // pinned passages (one chunk each), in their order
+  CHECK(lines[0]["chunks"][0] == "Warsaw#0#0");
+  CHECK(json::parse(std::ifstream(summary))["queries"] == 4);
+  CHECK(r.err.find("answer summary") != std::string::npos);
+
+  // eval: the report, and the gate — nothing reaches a quality ratio of 10, so exit 1.
+  const fs::path md = m.dir.path / "report.md", js = m.dir.path / "report.json";
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes prefix,reuse,blend --limit 3 --max-tokens 6 --top-k 3 --min-quality-ratio 0 --report " + q(js));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json rep = json::parse(std::ifstream(js));
+  CHECK(rep["baseline"] == "full");
+  CHECK(rep["queries"] == 3);
+  for (const char* mode : {"full", "prefix", "reuse", "blend"}) {
+    const json& e = rep["modes"][mode];
+    for (const char* k : {"f1", "em", "f1_vs_baseline", "rougeL_vs_baseline", "first_token_match", "kl_first_token",
+                          "recompute_fraction", "ttft_ms", "ttft_ratio", "quality_ratio"})
+      CHECK_MESSAGE(e.contains(k), mode << "." << k);
+  }
+  CHECK(rep["modes"]["prefix"]["identical_output"] == 1.0);
+  CHECK(rep["modes"]["prefix"]["kl_first_token"] == 0.0);
+  CHECK(rep["modes"]["full"]["recompute_fraction"] == 1.0);
+  CHECK(rep["modes"]["reuse"]["recompute_fraction"].get<double>() < rep["modes"]["blend"]["recompute_fraction"].get<double>());
+  CHECK(json::parse(r.out)["modes"].size() == 4);
+
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes blend --limit 1 --max-tokens 4 --min-quality-ratio 10 --report " + q(md));
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("below the quality gate") != std::string::npos);
+  std::ifstream mdf(md);
+  const std::string mds((std::istreambuf_iterator<char>(mdf)), {});
+  CHECK(mds.find("| blend |") != std::string::npos);
+}
+
+TEST_CASE("cli rag: usage errors exit 2") {
+  CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend,bogus").exit_code == 2);
+  CHECK(run_ragkv("answer q.jsonl --index i --mode nonsense").exit_code == 2);
+  CHECK(run_ragkv("eval q.jsonl --index i").exit_code == 2);  // --store is required
+}
+
+TEST_CASE("cli rag: bad query lines and unknown passages fail naming file and line, or are skipped") {
+  MiniIndex m;
+  auto in = read_jsonl(m.queries);
+  in[1]["passages"] = json::array({"No_Such_Passage#0"});
+  const fs::path bad = m.dir.write("bad.jsonl", in[0].dump() + "\n{not json\n" + in[1].dump() + "\n" + in[2].dump() + "\n");
+  const std::string base = "answer " + q(bad) + " --threads 2 --index " + q(m.index) + " --max-tokens 3 --mode full";
+  Run r = m.run(base);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("bad.jsonl:2:") != std::string::npos);
+  r = m.run(base + " --on-error skip");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("bad.jsonl:2:") != std::string::npos);
+  CHECK(r.err.find("passage 'No_Such_Passage#0' is not in the index") != std::string::npos);
+  int n = 0;
+  for (char c : r.out) n += c == '\n';
+  CHECK(n == 2);  // lines 1 and 4; line 2 is not JSON, line 3 names an unknown passage
+  CHECK(r.err.find("\"skipped_lines\":1") != std::string::npos);
+  CHECK(r.err.find("\"skipped_queries\":1") != std::string::npos);
+}
+
+TEST_CASE("cli rag: a precompute killed mid-way resumes without redoing finished chunks") {
+  MiniIndex m;
+  const std::string cmd = ragkv::test::ragkv_binary() + " precompute --threads 1 --index " + q(m.index) + " --store " +
+                          q(m.store) + " >/dev/null 2>&1";
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill it (SIGKILL: no cleanup) once the prefix and two chunks are stored.
+  auto stored = [&] {
+    size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(m.store / "kv", ec)) n += e.path().extension() == ".rkv";
+    return n;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (stored() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const size_t before = stored();
+  REQUIRE(before >= 3);
+
+  const Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  CHECK(j["skipped"].get<size_t>() >= before - 1);  // every finished chunk (the prefix is not counted)
+  CHECK(j["computed"].get<size_t>() + j["skipped"].get<size_t>() == 6);
+  CHECK(j["store_files"] == 7);
+  for (const auto& e : fs::directory_iterator(m.store / "kv")) CHECK(e.path().extension() == ".rkv");  // no temporaries
+}
