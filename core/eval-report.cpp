@@ -89,6 +89,7 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
     jm[m] = j;
   }
   out["modes"] = jm;
+  out["mode_order"] = all;  // baseline first, then --modes as given (JSON objects sort their keys)
 
   // Every pair of non-baseline modes: paired differences of agreement with the baseline and of
   // gold F1 (e.g. blend − reuse: the damage recompute repairs).
@@ -112,18 +113,24 @@ std::string eval_markdown(const nlohmann::json& s) {
   md += "| mode | F1 | EM | F1 vs baseline | ROUGE-L vs baseline | first token | identical | KL first token | recompute | TTFT ms | TTFT ratio | quality ratio |\n";
   md += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   auto num = [](const nlohmann::json& v, int prec) { return v.is_null() ? std::string("–") : fmt::format("{:.{}f}", v.get<double>(), prec); };
-  for (const auto& [m, j] : s.at("modes").items())
+  std::vector<std::string> order = s.value("mode_order", std::vector<std::string>{});
+  if (order.empty())
+    for (const auto& [m, j] : s.at("modes").items()) order.push_back(m);
+  for (const auto& m : order) {
+    const nlohmann::json& j = s.at("modes").at(m);
     md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", m, num(j["f1"], 3), num(j["em"], 3),
                       num(j["f1_vs_baseline"], 3), num(j["rougeL_vs_baseline"], 3), num(j["first_token_match"], 3),
                       num(j["identical_output"], 3), num(j["kl_first_token"], 4), num(j["recompute_fraction"], 3),
                       num(j["ttft_ms"], 1), num(j["ttft_ratio"], 3), num(j["quality_ratio"], 3));
+  }
   md += "\nPaired differences, mean [95 % bootstrap interval]:\n\n";
-  for (const auto& [m, j] : s.at("modes").items())
-    if (gold && j["ci"].contains("f1_minus_baseline")) {
-      const auto& c = j["ci"]["f1_minus_baseline"];
-      md += fmt::format("- `{}` gold F1 − baseline: {:+.3f} [{:+.3f}, {:+.3f}]\n", m, c["mean"].get<double>(),
-                        c["lo"].get<double>(), c["hi"].get<double>());
-    }
+  for (const auto& m : order) {
+    const nlohmann::json& j = s.at("modes").at(m);
+    if (m == s.at("baseline").get<std::string>() || !gold || !j["ci"].contains("f1_minus_baseline")) continue;
+    const auto& c = j["ci"]["f1_minus_baseline"];
+    md += fmt::format("- `{}` gold F1 − baseline: {:+.3f} [{:+.3f}, {:+.3f}]\n", m, c["mean"].get<double>(),
+                      c["lo"].get<double>(), c["hi"].get<double>());
+  }
   for (const auto& c : s.at("comparisons")) {
     const auto& d = c["f1_vs_baseline_diff"];
     md += fmt::format("- agreement with baseline, `{}` − `{}`: {:+.3f} [{:+.3f}, {:+.3f}]\n", c["a"].get<std::string>(),
