@@ -179,7 +179,6 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, std::v
   const int checks = recompute ? std::clamp(blend.check_layers, 1, std::max(1, L - 1)) : 0;
   const std::vector<double> keep_fraction = gradual_filter_fractions(blend.recompute_ratio, checks);
 
-  const auto t0 = Clock::now();
   std::optional<LayerKvLoader> loader;
   if (!jobs.empty()) loader.emplace(jobs, L, blend.preload_depth);
 
@@ -240,7 +239,6 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, std::v
   }
   kv.n_used = n;
   r.logits = model.logits(int64_t(active.size()) - 1, 1, ws);  // the last prompt token is always active
-  r.stats.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   if (loader) {
     r.stats.load_ms = loader->load_ms();
     r.stats.load_wait_ms = loader->wait_ms();
