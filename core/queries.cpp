@@ -40,16 +40,11 @@ void read_strings(const nlohmann::json& j, const char* field, std::vector<std::s
 }
 
 Query parse_line(std::string_view line) {
-  if (const size_t bad = find_invalid_utf8(line); bad != std::string_view::npos)
-    throw LineProblem{InputProblemKind::invalid_utf8,
-                      fmt::format("invalid UTF-8 (byte 0x{:02x} at column {})", uint8_t(line[bad]), bad + 1)};
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    if (const size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    throw LineProblem{InputProblemKind::bad_json, "not valid JSON: " + what};
+    j = parse_json_line(line);
+  } catch (const JsonLineError& e) {
+    throw LineProblem{e.kind, e.what};
   }
   if (!j.is_object())
     throw LineProblem{InputProblemKind::bad_json,

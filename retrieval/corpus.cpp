@@ -91,6 +91,19 @@ void for_each_jsonl_line(std::string_view content, const std::function<void(size
   }
 }
 
+nlohmann::json parse_json_line(std::string_view line) {
+  if (const size_t bad = find_invalid_utf8(line); bad != std::string_view::npos)
+    throw JsonLineError{InputProblemKind::invalid_utf8,
+                        fmt::format("invalid UTF-8 (byte 0x{:02x} at column {})", uint8_t(line[bad]), bad + 1)};
+  try {
+    return nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    if (const size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw JsonLineError{InputProblemKind::bad_json, "not valid JSON: " + what};
+  }
+}
+
 namespace {
 
 size_t line_of(std::string_view s, size_t offset) {
@@ -177,16 +190,11 @@ class Loader {
   void load_jsonl_line(const std::string& src, size_t line_no, std::string_view line) {
     if (const size_t nul = line.find('\0'); nul != std::string_view::npos)
       return problem(InputProblemKind::binary, src, line_no, "NUL byte in line (binary data?)");
-    if (const size_t bad = find_invalid_utf8(line); bad != std::string_view::npos)
-      return problem(InputProblemKind::invalid_utf8, src, line_no,
-                     fmt::format("invalid UTF-8 (byte 0x{:02x} at column {})", uint8_t(line[bad]), bad + 1));
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      std::string what = e.what();
-      if (const size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-      return problem(InputProblemKind::bad_json, src, line_no, "not valid JSON: " + what);
+      j = parse_json_line(line);
+    } catch (const JsonLineError& e) {
+      return problem(e.kind, src, line_no, e.what);
     }
     if (!j.is_object())
       return problem(InputProblemKind::bad_json, src, line_no,

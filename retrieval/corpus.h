@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +62,15 @@ bool is_blank(std::string_view s);
 // Calls f(line_number, line) for every non-blank line of JSONL text, with 1-based line numbers;
 // a leading UTF-8 BOM and CR line ends are removed. Shared by the corpus and query readers.
 void for_each_jsonl_line(std::string_view content, const std::function<void(size_t, std::string_view)>& f);
+
+// One JSONL line that is not valid UTF-8 (invalid_utf8) or not valid JSON (bad_json), with what
+// is wrong; readers add "FILE:LINE: ".
+struct JsonLineError {
+  InputProblemKind kind;
+  std::string what;
+};
+// The JSON value of one line, its UTF-8 checked first; throws JsonLineError.
+nlohmann::json parse_json_line(std::string_view line);
 
 // Byte offset of the first byte that is not well-formed UTF-8 (overlong forms, surrogates and
 // code points above U+10FFFF included), or npos when all of s is valid.
