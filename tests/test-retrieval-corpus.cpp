@@ -29,17 +29,7 @@ using ragkv::OnError;
 
 using ragkv::test::TempDir;
 
-const ragkv::Tokenizer& smollm_tokenizer() {
-  static std::unique_ptr<ragkv::GgufFile> gguf;
-  static std::unique_ptr<ragkv::Tokenizer> tok;
-  if (!tok) {
-    INFO("model file: " << ragkv::test::smollm_path() << " (fetched by `make setup`)");
-    REQUIRE(fs::exists(ragkv::test::smollm_path()));
-    gguf = std::make_unique<ragkv::GgufFile>(ragkv::test::smollm_path());
-    tok = ragkv::Tokenizer::from_gguf(*gguf);
-  }
-  return *tok;
-}
+using ragkv::test::smollm_tokenizer;
 
 using ragkv::test::error_of;
 

@@ -80,17 +80,7 @@ std::vector<float> fake_embed(const std::vector<std::string>& texts) {
   return out;
 }
 
-const ragkv::Tokenizer& smollm_tokenizer() {
-  static std::unique_ptr<ragkv::GgufFile> gguf;
-  static std::unique_ptr<ragkv::Tokenizer> tok;
-  if (!tok) {
-    INFO("model file: " << ragkv::test::smollm_path() << " (fetched by `make setup`)");
-    REQUIRE(fs::exists(ragkv::test::smollm_path()));
-    gguf = std::make_unique<ragkv::GgufFile>(ragkv::test::smollm_path());
-    tok = ragkv::Tokenizer::from_gguf(*gguf);
-  }
-  return *tok;
-}
+using ragkv::test::smollm_tokenizer;
 
 std::vector<ragkv::Document> synthetic_docs(int n) {
   static const char* topics[] = {"volcano",   "orchestra", "glacier", "satellite", "harvest",

@@ -1,5 +1,5 @@
-// Small helpers the tests share: the message of the Error a call throws, and running the ragkv
-// binary with its stdout, stderr and exit code captured.
+// Small helpers the tests share: the message of the Error a call throws, the default model's
+// tokenizer, and running the ragkv binary with its stdout, stderr and exit code captured.
 #pragma once
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -12,9 +12,12 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
+#include "core/gguf.h"
+#include "core/tokenizer.h"
 #include "tests/test-paths.h"
 
 namespace ragkv::test {
@@ -27,6 +30,19 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// The default LLM's tokenizer, loaded once per test process.
+inline const ragkv::Tokenizer& smollm_tokenizer() {
+  static std::unique_ptr<ragkv::GgufFile> gguf;
+  static std::unique_ptr<ragkv::Tokenizer> tok;
+  if (!tok) {
+    INFO("model file: " << smollm_path() << " (fetched by `make setup`)");
+    REQUIRE(std::filesystem::exists(smollm_path()));
+    gguf = std::make_unique<ragkv::GgufFile>(smollm_path());
+    tok = ragkv::Tokenizer::from_gguf(*gguf);
+  }
+  return *tok;
 }
 
 struct Run {
