@@ -16,6 +16,7 @@
 
 #include "core/checked-file.h"
 #include "core/error.h"
+#include "core/eval-answers.h"
 #include "core/eval-report.h"
 #include "core/model.h"
 #include "core/paths.h"
@@ -124,13 +125,18 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
 }
 
 // Streams lines to FILE.partial and renames it to FILE when done; stdout when path is empty.
+// `initial` lines (records kept by --resume) are written first, atomically: FILE.partial is
+// replaced, never truncated, so an interruption at any point leaves them in place.
 class LineWriter {
  public:
-  explicit LineWriter(std::string path) : path_(std::move(path)) {
-    if (!path_.empty()) {
-      file_.open(path_ + ".partial", std::ios::binary | std::ios::trunc);
-      if (!file_) fail("{}: cannot write", path_ + ".partial");
-    }
+  explicit LineWriter(std::string path, const std::vector<std::string>& initial = {}) : path_(std::move(path)) {
+    if (path_.empty()) return;
+    const std::string partial = path_ + ".partial";
+    std::string text;
+    for (const auto& l : initial) text += l + "\n";
+    write_file_atomic(partial, {text});
+    file_.open(partial, std::ios::binary | std::ios::app);
+    if (!file_) fail("{}: cannot write", partial);
   }
   void line(const std::string& s) {
     std::ostream& o = path_.empty() ? std::cout : file_;
@@ -198,6 +204,7 @@ void RagCommands::add_to(CLI::App& app) {
   eval_->add_option("--min-quality-ratio", ev_min_quality, "Exit 1 when a mode's gold-F1 ratio to the baseline is below this")->check(CLI::Range(0.0, 10.0))->capture_default_str();
   eval_->add_option("--report", ev_report, "Report file: Markdown when it ends in .md, else JSON");
   eval_->add_option("--answers", ev_answers, "Write every mode's answers per query here (JSONL)");
+  eval_->add_flag("--resume", ev_resume, "Keep the queries already answered in --answers (a finished or interrupted run) and answer the rest");
 }
 
 bool RagCommands::selected() const { return *precompute_ || *answer_ || *eval_; }
@@ -241,9 +248,16 @@ int RagCommands::run_precompute() {
   }
   if (pc_limit > 0 && chunks.size() > pc_limit) chunks.resize(pc_limit);
 
-  Progress bar("precompute", int64_t(chunks.size()), "chunks");
-  const PrecomputeStats st = precompute_chunks(model, format, store, chunks, [&](size_t done, size_t) { bar.set(int64_t(done)); });
-  bar.finish();
+  std::optional<Progress> bar;  // made once the chunks left to compute are known
+  const PrecomputeStats st = precompute_chunks(model, format, store, chunks, [&](size_t done, size_t total) {
+    if (!bar) {
+      if (chunks.size() > total)
+        std::fprintf(stderr, "precompute: %zu of %zu chunks already stored\n", chunks.size() - total, chunks.size());
+      bar.emplace("precompute", int64_t(total), "chunks");
+    }
+    bar->set(int64_t(done));
+  });
+  if (bar) bar->finish();
   const auto [files, bytes] = store.usage();
   const ModelConfig& c = model.config();
   const double bytes_per_token = 2.0 * c.n_layer * c.kv_dim() * 2.0;  // K and V, f16
@@ -321,31 +335,53 @@ int RagCommands::run_answer() {
 }
 
 int RagCommands::run_eval() {
+  if (ev_resume && ev_answers.empty()) fail("--resume needs --answers FILE (the records to resume from)");
   Pipeline p(ev, true);
   const std::vector<std::string> modes = split_modes(ev_modes);
-  std::vector<std::string> all{ev_baseline};
+  EvalSettings settings{CacheKeys(*p.model, *p.format).model_fingerprint(), ev_baseline, {ev_baseline},
+                        ev.recompute_ratio, ev.check_layers, ev.max_tokens, ev.top_k};
   for (const auto& m : modes)
-    if (m != ev_baseline) all.push_back(m);
+    if (m != ev_baseline) settings.modes.push_back(m);
+
+  // --resume: keep the records of the latest run, interrupted (FILE.partial) or finished (FILE).
   std::vector<EvalItem> items;
-  size_t skipped = 0;
+  std::set<std::string> done;
+  std::vector<std::string> kept;
+  if (ev_resume) {
+    std::set<std::string> ids;
+    for (const Query& q : p.queries.queries) ids.insert(q.id);
+    for (const std::string& from : {ev_answers + ".partial", ev_answers}) {
+      if (!fs::exists(from)) continue;
+      ResumedEval r = read_eval_records(from, settings, ids);
+      std::fprintf(stderr, "ragkv: eval: resuming with %zu answered queries from %s%s\n", r.items.size(),
+                   from.c_str(), r.dropped_partial_line ? " (its unfinished last line dropped)" : "");
+      items = std::move(r.items);
+      done = std::move(r.ids);
+      kept = std::move(r.lines);
+      break;
+    }
+  }
   std::unique_ptr<LineWriter> answers;
-  if (!ev_answers.empty()) answers = std::make_unique<LineWriter>(ev_answers);
-  Progress bar("eval", int64_t(p.queries.queries.size() * all.size()), "answers");
+  if (!ev_answers.empty()) answers = std::make_unique<LineWriter>(ev_answers, kept);
+
+  size_t skipped = 0;
+  Progress bar("eval", int64_t((p.queries.queries.size() - done.size()) * settings.modes.size()), "answers");
   for (const Query& q : p.queries.queries) {
+    if (done.count(q.id)) continue;
     try {
       const RagContext ctx = p.retriever->context_for(q);
-      EvalItem item{q.id, q.answers, {}};
-      json line = {{"id", q.id}, {"answers", q.answers}, {"chunks", json::array()}};
-      for (const Chunk* c : ctx.chunks) line["chunks"].push_back(c->id);
-      for (const auto& m : all) {
+      std::vector<std::string> chunk_ids;
+      for (const Chunk* c : ctx.chunks) chunk_ids.push_back(c->id);
+      std::map<std::string, AnswerRecord> by_mode;
+      for (const auto& m : settings.modes) {
         AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, p.options(ev, parse_reuse_mode(m)));
         r.retrieval_ms = ctx.retrieval_ms;
-        line["modes"][m] = {{"answer", r.answer}, {"output_ids", r.output_ids}, {"metrics", r.metrics()}};
-        item.by_mode.emplace(m, std::move(r));
+        by_mode.emplace(m, std::move(r));
         bar.add();
       }
-      if (answers) answers->line(line.dump());
-      items.push_back(std::move(item));
+      const json record = eval_record(q.id, q.answers, chunk_ids, by_mode, settings);
+      if (answers) answers->line(record.dump());
+      items.push_back(eval_item_of(record, settings));
     } catch (const Error& e) {
       if (ev.on_error != "skip") throw;
       ++skipped;

@@ -39,6 +39,7 @@ class RagCommands {
   RagFlags ev;
   std::string ev_modes = "blend", ev_baseline = "full", ev_report, ev_answers;
   double ev_min_quality = 0.9;
+  bool ev_resume = false;
 
   int run_precompute();
   int run_answer();

@@ -36,9 +36,9 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
 
   std::map<std::string, ModeScores> sc;
   for (const EvalItem& it : items) {
-    const AnswerRecord& base = it.by_mode.at(baseline);
+    const EvalAnswer& base = it.by_mode.at(baseline);
     for (const auto& m : all) {
-      const AnswerRecord& r = it.by_mode.at(m);
+      const EvalAnswer& r = it.by_mode.at(m);
       ModeScores& s = sc[m];
       if (gold) {
         s.f1.push_back(max_over_golds(token_f1, r.answer, it.golds));
@@ -50,14 +50,14 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
                                                                         : r.output_ids.empty() == base.output_ids.empty();
       s.first_tok.push_back(ft ? 1.0 : 0.0);
       s.identical.push_back(r.output_ids == base.output_ids ? 1.0 : 0.0);
-      s.kl.push_back(kl_divergence_logits(base.first_logits, r.first_logits));
-      s.recompute.push_back(r.prefill.recompute_fraction());
-      s.ttft.push_back(r.ttft_ms());
-      s.prefill.push_back(r.prefill.prefill_ms);
-      s.load.push_back(r.prefill.load_ms);
-      s.hidden.push_back(std::max(0.0, r.prefill.load_ms - r.prefill.load_wait_ms));
-      s.cache_bad += r.cache.bad;
-      s.cache_misses += r.cache.misses;
+      s.kl.push_back(r.kl_first_token);
+      s.recompute.push_back(r.recompute_fraction);
+      s.ttft.push_back(r.ttft_ms);
+      s.prefill.push_back(r.prefill_ms);
+      s.load.push_back(r.load_ms);
+      s.hidden.push_back(r.load_hidden_ms);
+      s.cache_bad += r.cache_bad;
+      s.cache_misses += r.cache_misses;
     }
   }
 
@@ -99,6 +99,8 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
       const ModeScores &a = sc[all[i]], &c = sc[all[k]];
       nlohmann::json j = {{"a", all[i]}, {"b", all[k]},
                           {"f1_vs_baseline_diff", interval_json(bootstrap_mean_difference(a.f1_vs_base, c.f1_vs_base))}};
+      j["first_token_match_diff"] = interval_json(bootstrap_mean_difference(a.first_tok, c.first_tok));
+      j["kl_first_token_diff"] = interval_json(bootstrap_mean_difference(a.kl, c.kl));
       if (gold) j["f1_diff"] = interval_json(bootstrap_mean_difference(a.f1, c.f1));
       cmp.push_back(j);
     }
@@ -131,10 +133,18 @@ std::string eval_markdown(const nlohmann::json& s) {
     md += fmt::format("- `{}` gold F1 − baseline: {:+.3f} [{:+.3f}, {:+.3f}]\n", m, c["mean"].get<double>(),
                       c["lo"].get<double>(), c["hi"].get<double>());
   }
+  auto diff = [&](const nlohmann::json& c, const char* key, const char* what, int prec) {
+    if (!c.contains(key)) return;
+    const auto& d = c[key];
+    md += fmt::format("- {}, `{}` − `{}`: {:+.{}f} [{:+.{}f}, {:+.{}f}]\n", what, c["a"].get<std::string>(),
+                      c["b"].get<std::string>(), d["mean"].get<double>(), prec, d["lo"].get<double>(), prec,
+                      d["hi"].get<double>(), prec);
+  };
   for (const auto& c : s.at("comparisons")) {
-    const auto& d = c["f1_vs_baseline_diff"];
-    md += fmt::format("- agreement with baseline, `{}` − `{}`: {:+.3f} [{:+.3f}, {:+.3f}]\n", c["a"].get<std::string>(),
-                      c["b"].get<std::string>(), d["mean"].get<double>(), d["lo"].get<double>(), d["hi"].get<double>());
+    diff(c, "f1_vs_baseline_diff", "agreement with baseline (F1 vs its answers)", 3);
+    diff(c, "first_token_match_diff", "first-token agreement", 3);
+    diff(c, "kl_first_token_diff", "KL of the first token", 4);
+    diff(c, "f1_diff", "gold F1", 3);
   }
   return md;
 }

@@ -8,15 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/rag-answer.h"
+#include "core/eval-answers.h"
 
 namespace ragkv {
-
-struct EvalItem {
-  std::string id;
-  std::vector<std::string> golds;                // may be empty
-  std::map<std::string, AnswerRecord> by_mode;   // baseline and every mode
-};
 
 // {"baseline","queries","modes":{mode:{f1,em,f1_vs_baseline,rougeL_vs_baseline,first_token_match,
 //  identical_output,kl_first_token,recompute_fraction,ttft_ms,prefill_ms,load_ms,load_hidden_ms,

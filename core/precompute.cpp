@@ -94,18 +94,24 @@ PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format
   const ChunkKvMeta pm = keys.prefix();
   if (!store.has_valid(pm)) st.bytes_written += store_rows(model, store, pm, kv, 0);
 
+  // Chunks already stored intact are skipped (resume); progress counts the others only, so its
+  // rate and ETA are those of the work left.
+  std::vector<size_t> todo;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    const ChunkKvMeta m = keys.chunk(chunks[i]->id, ids[i]);
-    if (store.has_valid(m)) {
+    if (store.has_valid(keys.chunk(chunks[i]->id, ids[i])))
       ++st.skipped;
-    } else {
-      kv.n_used = n_prefix;  // the prefix rows stay; the chunk goes after them
-      model.forward(ids[i], kv, ws);
-      st.bytes_written += store_rows(model, store, m, kv, n_prefix);
-      ++st.computed;
-      st.tokens += int64_t(ids[i].size());
-    }
-    if (progress) progress(i + 1, chunks.size());
+    else
+      todo.push_back(i);
+  }
+  if (progress) progress(0, todo.size());
+  for (size_t t = 0; t < todo.size(); ++t) {
+    const size_t i = todo[t];
+    kv.n_used = n_prefix;  // the prefix rows stay; the chunk goes after them
+    model.forward(ids[i], kv, ws);
+    st.bytes_written += store_rows(model, store, keys.chunk(chunks[i]->id, ids[i]), kv, n_prefix);
+    ++st.computed;
+    st.tokens += int64_t(ids[i].size());
+    if (progress) progress(t + 1, todo.size());
   }
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;

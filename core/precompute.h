@@ -46,8 +46,8 @@ struct PrecomputeStats {
   double seconds = 0;
 };
 
-// Stores the prefix and every chunk of `chunks` missing from store. progress(done, total) after
-// each chunk (skipped ones included).
+// Stores the prefix and every chunk of `chunks` missing from store. progress(done, total) counts
+// the missing chunks only: (0, total) once they are known, then after each one computed.
 PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format, const KvStore& store,
                                   const std::vector<const Chunk*>& chunks,
                                   const std::function<void(size_t, size_t)>& progress = {});

@@ -98,9 +98,10 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   CHECK(r.err.find("answer summary") != std::string::npos);
 
   // eval: the report, and the gate — nothing reaches a quality ratio of 10, so exit 1.
-  const fs::path md = m.dir.path / "report.md", js = m.dir.path / "report.json";
+  const fs::path md = m.dir.path / "report.md", js = m.dir.path / "report.json", records = m.dir.path / "records.jsonl";
   r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
-            " --modes prefix,reuse,blend --limit 3 --max-tokens 6 --top-k 3 --min-quality-ratio 0 --report " + q(js));
+            " --modes prefix,reuse,blend --limit 3 --max-tokens 6 --top-k 3 --min-quality-ratio 0 --report " + q(js) +
+            " --answers " + q(records));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const json rep = json::parse(std::ifstream(js));
   CHECK(rep["baseline"] == "full");
@@ -116,6 +117,41 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   CHECK(rep["modes"]["full"]["recompute_fraction"] == 1.0);
   CHECK(rep["modes"]["reuse"]["recompute_fraction"].get<double>() < rep["modes"]["blend"]["recompute_fraction"].get<double>());
   CHECK(json::parse(r.out)["modes"].size() == 4);
+
+  // --resume after a run killed while writing its second record: the first record is kept, the
+  // cut line dropped, the rest answered; the report is the uninterrupted run's.
+  const auto full_records = read_jsonl(records);
+  REQUIRE(full_records.size() == 3);
+  {
+    const std::string second = full_records[1].dump();
+    std::ofstream(records.string() + ".partial") << full_records[0].dump() << "\n" << second.substr(0, second.size() / 2);
+    fs::remove(records);
+  }
+  const std::string resume_args = "eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " +
+                                  q(m.store) + " --modes prefix,reuse,blend --limit 3 --top-k 3 --min-quality-ratio 0" +
+                                  " --answers " + q(records) + " --resume";
+  r = m.run(resume_args + " --max-tokens 6");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.err.find("resuming with 1 answered queries") != std::string::npos);
+  CHECK(r.err.find("unfinished last line dropped") != std::string::npos);
+  const auto resumed = read_jsonl(records);
+  REQUIRE(resumed.size() == 3);
+  CHECK_FALSE(fs::exists(records.string() + ".partial"));
+  const json rep2 = json::parse(r.out);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(resumed[i]["id"] == full_records[i]["id"]);
+    CHECK(resumed[i]["modes"]["blend"]["output_ids"] == full_records[i]["modes"]["blend"]["output_ids"]);
+  }
+  for (const char* mode : {"prefix", "reuse", "blend"})
+    for (const char* k : {"f1", "f1_vs_baseline", "first_token_match", "identical_output", "kl_first_token", "recompute_fraction"})
+      CHECK_MESSAGE(rep2["modes"][mode][k] == rep["modes"][mode][k], mode << "." << k);
+  // A finished file resumes with nothing left to answer; other settings are refused, naming the line.
+  r = m.run(resume_args + " --max-tokens 6");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("resuming with 3 answered queries") != std::string::npos);
+  r = m.run(resume_args + " --max-tokens 5");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("records.jsonl:1: made with other settings") != std::string::npos);
 
   r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
             " --modes blend --limit 1 --max-tokens 4 --min-quality-ratio 10 --report " + q(md));
