@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
   mtm->add_option("--head-dim", spec.head_dim, "Head size (0: embd / heads)")->check(CLI::Range(0, 1024))->capture_default_str();
   mtm->add_option("--ff", spec.n_ff, "Feed-forward width")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   mtm->add_option("--context", spec.n_ctx, "Context length")->check(CLI::Range(1, 1 << 22))->capture_default_str();
-  mtm->add_option("--weight-type", mtm_type, "Projection weight type")->check(CLI::IsMember({"f32", "f16", "q8_0"}))->capture_default_str();
+  mtm->add_option("--weight-type", mtm_type, "Projection weight type")->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}))->capture_default_str();
   mtm->add_option("--seed", spec.seed, "Random seed")->capture_default_str();
 
   // bench
@@ -290,7 +290,10 @@ int main(int argc, char** argv) {
       const ragkv::IndexDir index = ragkv::IndexDir::open(br_index, embedder.fingerprint());
       std::cout << ragkv::bench_retrieval(index, embedder, bropt).dump(2) << "\n";
     } else if (*mtm) {
-      spec.weight_type = mtm_type == "f16" ? ragkv::GgmlType::F16 : mtm_type == "q8_0" ? ragkv::GgmlType::Q8_0 : ragkv::GgmlType::F32;
+      spec.weight_type = mtm_type == "f16"    ? ragkv::GgmlType::F16
+                         : mtm_type == "bf16" ? ragkv::GgmlType::BF16
+                         : mtm_type == "q8_0" ? ragkv::GgmlType::Q8_0
+                                              : ragkv::GgmlType::F32;
       ragkv::write_random_model(spec, mtm_out);
       std::fprintf(stderr, "ragkv: wrote %s\n", mtm_out.c_str());
     } else if (*bprefill) {

@@ -74,7 +74,8 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
     fail("--device cuda: this ragkv was built without the CUDA backend (nvcc was not found)");
 #endif
   }
-  // "auto" stays on the CPU until the CUDA backend implements every op (the CUDA issue);
+  // "auto" stays on the CPU until the CUDA backend has been checked against it on a GPU (every
+  // op is implemented, but none has run on a device yet: issue 5);
   // DESIGN.md §1 makes it pick cuda when a GPU is present from then on.
   if (device == "auto") return make_cpu_backend(threads);
   fail("unknown device '{}' (expected cpu, cuda or auto)", device);

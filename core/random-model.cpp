@@ -47,6 +47,12 @@ std::vector<uint8_t> encode_weights(GgmlType type, const std::vector<float>& v, 
       const f16_t h = fp32_to_fp16(v[i]);
       std::memcpy(out.data() + 2 * i, &h, 2);
     }
+  } else if (type == GgmlType::BF16) {
+    out.resize(v.size() * 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const bf16_t h = fp32_to_bf16(v[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
   } else if (type == GgmlType::Q8_0) {  // blocks of 32: f16 scale, 32 int8
     if (row % 32 != 0) fail("Q8_0 test weights need rows that are a multiple of 32, got {}", row);
     for (size_t b = 0; b < v.size(); b += 32) {
@@ -60,7 +66,7 @@ std::vector<uint8_t> encode_weights(GgmlType type, const std::vector<float>& v, 
         out.push_back(uint8_t(int8_t(d > 0 ? std::lround(v[b + i] / d) : 0)));
     }
   } else {
-    fail("random models support F32, F16 and Q8_0 weights, not {}", ggml_type_name(type));
+    fail("random models support F32, F16, BF16 and Q8_0 weights, not {}", ggml_type_name(type));
   }
   return out;
 }

@@ -19,7 +19,7 @@ struct RandomModelSpec {
   int n_ff = 128;
   int n_ctx = 256;
   int sliding_window = 16;     // gemma3 only
-  GgmlType weight_type = GgmlType::F32;  // F32, F16 or Q8_0 for the projection matrices
+  GgmlType weight_type = GgmlType::F32;  // F32, F16, BF16 or Q8_0 for the projection matrices
   uint64_t seed = 42;
 };
 

@@ -1,29 +1,46 @@
-// The CUDA backend: host side. Checks shapes and dtypes the way the CPU backend does, then calls
-// the kernel launchers (rms-norm.cu, rope.cu, elementwise.cu) on the backend's stream.
+// The CUDA backend: host side. Checks shapes, dtypes and indices the way the CPU backend does
+// (index errors are raised here, before any launch), then calls cuBLAS and the kernel launchers
+// (convert.cu, embed.cu, rows.cu, rms-norm.cu, layer-norm.cu, rope.cu, elementwise.cu) on the
+// backend's stream.
 //
 // This file holds no device code, so it is compiled by the host compiler with the project's
 // warnings (and fmt's compile-time format checks, which nvcc cannot compile).
 //
-// Link note: ragkv_core links ragkv_cuda, not the other way round, so this library uses only
-// the inline parts of core/ headers (no dtype_size, Backend::alloc, GgufTensor::n_elements...);
-// that keeps it free of link-order surprises.
+// Link note: ragkv_core links ragkv_cuda (core/backend.cpp creates this backend), and this file
+// calls core's dequantisation (core/quant.h: ggml_type_supported, ggml_row_bytes,
+// dequantize_row), so ragkv_cuda also lists ragkv_core as a link-only dependency in
+// CMakeLists.txt: the static libraries form a cycle that CMake repeats on the link line.
 #include "cuda/cuda-backend.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <numeric>
+#include <optional>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "core/gguf.h"
+#include "core/quant.h"
+#include "cuda/attention.cuh"
+#include "cuda/convert.cuh"
 #include "cuda/cuda-check.h"
 #include "cuda/elementwise.cuh"
+#include "cuda/embed.cuh"
+#include "cuda/layer-norm.cuh"
 #include "cuda/rms-norm.cuh"
 #include "cuda/rope.cuh"
+#include "cuda/rows.cuh"
 
 namespace ragkv {
 
 namespace {
+
+constexpr float kF16Max = 65504.f;
+// load_weight converts matrices in chunks of about this many values (16 MiB of f32 staging).
+constexpr int64_t kLoadChunkValues = int64_t(1) << 22;
 
 [[noreturn]] void not_implemented(const char* op) {
   fail("CUDA backend: op '{}' is not implemented yet", op);
@@ -42,20 +59,32 @@ void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
     fail("internal: CUDA {}: shapes [{}][{}] and [{}][{}] differ", op, a.rows, a.cols, b.rows, b.cols);
 }
 
-// A weight in device memory, f32 [out_features][in_features]; freed through its backend.
+// True when the memory of a and b overlaps (kernels that read one and write the other through
+// index lists are not safe in place).
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.empty() || b.empty()) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data()), b0 = reinterpret_cast<uintptr_t>(b.data());
+  return a0 < b0 + tensor_bytes(b) && b0 < a0 + tensor_bytes(a);
+}
+
+// A weight in device memory: f32 for vectors, f16 for matrices, [out_features][in_features];
+// freed through its backend.
 class CudaWeight : public Weight {
  public:
-  CudaWeight(CudaBackend* owner, float* data) : owner_(owner), data_(data) {}
+  CudaWeight(CudaBackend* owner, void* data, DType dtype) : owner_(owner), data_(data), dtype_(dtype) {}
   ~CudaWeight() override {
     if (data_) owner_->raw_free(data_);
   }
   CudaWeight(const CudaWeight&) = delete;
   CudaWeight& operator=(const CudaWeight&) = delete;
-  float* data() const { return data_; }
+  DType dtype() const { return dtype_; }
+  float* f32() const { return static_cast<float*>(data_); }
+  __half* f16() const { return static_cast<__half*>(data_); }
 
  private:
   CudaBackend* owner_;
-  float* data_;  // device f32 [out_features][in_features]
+  void* data_;   // device [out_features][in_features] of dtype_
+  DType dtype_;  // f32 (vectors) or f16 (matrices)
 };
 
 // The weight as this backend loaded it; a weight of another backend fails loudly.
@@ -63,6 +92,39 @@ const CudaWeight& cuda_weight(const Weight& w, const char* op) {
   const auto* cw = dynamic_cast<const CudaWeight*>(&w);
   if (!cw) fail("internal: CUDA {}: weight '{}' was not loaded by the CUDA backend", op, w.name);
   return *cw;
+}
+
+// A vector weight (norm weight, bias: f32) of n values.
+const CudaWeight& cuda_vector(const Weight& w, int64_t n, const char* op) {
+  const CudaWeight& cw = cuda_weight(w, op);
+  if (cw.dtype() != DType::f32 || w.in_features * w.out_features != n)
+    fail("internal: CUDA {}: weight {} is [{}][{}] {}, expected an f32 vector of {} values", op,
+         w.name, w.out_features, w.in_features, type_str(cw.dtype()), n);
+  return cw;
+}
+
+void check_int_dim(int64_t v, const char* what, const char* op) {
+  if (v > std::numeric_limits<int>::max())
+    fail("internal: CUDA {}: {} = {} exceeds cuBLAS's int range", op, what, v);
+}
+
+// The writes of scatter_rows that survive: for each destination row named more than once, only
+// the last source row (the CPU backend's sequential loop leaves the last write). std::nullopt
+// when no row repeats (the usual case: every source row is written).
+std::optional<std::vector<int32_t>> surviving_writes(std::span<const int32_t> rows) {
+  bool ascending = true;
+  for (size_t i = 1; i < rows.size() && ascending; ++i) ascending = rows[i - 1] < rows[i];
+  if (ascending) return std::nullopt;
+  std::vector<int32_t> order(rows.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return rows[a] < rows[b]; });
+  bool repeats = false;
+  for (size_t k = 1; k < order.size() && !repeats; ++k) repeats = rows[order[k - 1]] == rows[order[k]];
+  if (!repeats) return std::nullopt;
+  std::vector<int32_t> keep;
+  for (size_t k = 0; k < order.size(); ++k)
+    if (k + 1 == order.size() || rows[order[k + 1]] != rows[order[k]]) keep.push_back(order[k]);
+  return keep;
 }
 
 }  // namespace
@@ -95,12 +157,25 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   name_ = fmt::format("cuda:{} ({})", device_, prop.name);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  try {
+    CUBLAS_CHECK(cublasCreate(&cublas_));
+    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  } catch (...) {
+    // The destructor does not run for a constructor that throws.
+    if (cublas_) (void)cublasDestroy(cublas_);
+    CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
+    throw;
+  }
 }
 
 CudaBackend::~CudaBackend() {
   // Destructors must not throw: errors are reported to stderr.
   CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
+  if (const cublasStatus_t st = cublasDestroy(cublas_); st != CUBLAS_STATUS_SUCCESS)
+    std::fprintf(stderr, "ragkv: cuBLAS error %s destroying the handle of %s\n", cublasGetStatusName(st),
+                 name_.c_str());
   if (scratch_) CUDA_CHECK_NOTHROW(cudaFree(scratch_));
+  if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
   CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
 }
 
@@ -151,69 +226,180 @@ void CudaBackend::fill_zero(const Tensor& t) {
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-void* CudaBackend::scratch_upload(size_t bytes) {
-  if (bytes > scratch_bytes_) {
-    if (scratch_) {
-      CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier ops may still read the old buffer
-      CUDA_CHECK(cudaFree(scratch_));
-      scratch_ = nullptr;
-      scratch_bytes_ = 0;
-    }
-    const size_t grown = std::max<size_t>(bytes, 4096);
-    scratch_ = raw_alloc(grown);
-    scratch_bytes_ = grown;
+void CudaBackend::grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes) {
+  if (bytes <= capacity) return;
+  if (buffer) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier ops may still use the old buffer
+    CUDA_CHECK(cudaFree(buffer));
+    buffer = nullptr;
+    capacity = 0;
   }
+  const size_t grown = std::max<size_t>(bytes, 4096);
+  buffer = raw_alloc(grown);
+  capacity = grown;
+}
+
+void* CudaBackend::scratch_upload(size_t bytes) {
+  grow_device_buffer(scratch_, scratch_bytes_, bytes);
   // host_staging_ is pageable: the copy has been staged by the time cudaMemcpyAsync returns, so
   // the next op may refill host_staging_ at once; stream order protects scratch_ on the device.
   CUDA_CHECK(cudaMemcpyAsync(scratch_, host_staging_.data(), bytes, cudaMemcpyHostToDevice, stream_));
   return scratch_;
 }
 
+void* CudaBackend::work_reserve(size_t bytes) {
+  grow_device_buffer(work_, work_bytes_, bytes);
+  return work_;
+}
+
+void CudaBackend::check_grid_rows(int64_t rows, const char* op) const {
+  if (rows > std::numeric_limits<int32_t>::max())
+    fail("internal: CUDA {} over {} rows exceeds the grid limit", op, rows);
+}
+
 // ---- weights
 
 std::unique_ptr<Weight> CudaBackend::load_weight(const GgufTensor& t) {
+  if (!ggml_type_supported(t.type))
+    fail("tensor '{}' has type {}, which ragkv does not support", t.name, ggml_type_name(t.type));
   int64_t n = t.ne.empty() ? 0 : 1;
-  for (const int64_t d : t.ne) n *= d;
-  const int64_t cols = t.ne.empty() ? 0 : t.ne[0];
-  if (cols == 0 || n != cols)
-    fail("CUDA backend: op 'load_weight' is not implemented yet for matrix '{}' (only vectors)", t.name);
-  if (t.type != GgmlType::F32)
-    fail("CUDA backend: op 'load_weight' is not implemented yet for vector '{}' of ggml type {} (only F32)",
-         t.name, static_cast<uint32_t>(t.type));
-  const size_t bytes = static_cast<size_t>(cols) * sizeof(float);
-  if (t.data == nullptr || (t.nbytes != 0 && t.nbytes < bytes))
-    fail("CUDA backend: tensor '{}' has no data for its {} f32 values", t.name, cols);
+  for (const int64_t d : t.ne) n *= std::max<int64_t>(d, 0);
+  if (n == 0) fail("CUDA backend: tensor '{}' of shape {} has no values", t.name, t.shape_str());
+  const int64_t cols = t.ne[0], rows = n / cols;
+  const size_t row_bytes = ggml_row_bytes(t.type, cols);  // throws when cols splits a block
+  const size_t data_bytes = row_bytes * static_cast<size_t>(rows);
+  if (t.data == nullptr || (t.nbytes != 0 && t.nbytes < data_bytes))
+    fail("CUDA backend: tensor '{}' ({} {}) holds {} bytes of data, expected {}", t.name,
+         ggml_type_name(t.type), t.shape_str(), t.data ? t.nbytes : 0, data_bytes);
 
-  auto w = std::make_unique<CudaWeight>(this, static_cast<float*>(raw_alloc(bytes)));
+  if (rows == 1) {  // a vector: f32, dequantised on the host
+    std::vector<float> host(static_cast<size_t>(cols));
+    dequantize_row(t.type, t.data, host.data(), cols);
+    auto w = std::make_unique<CudaWeight>(this, raw_alloc(host.size() * sizeof(float)), DType::f32);
+    w->name = t.name;
+    w->out_features = 1;
+    w->in_features = cols;
+    CUDA_CHECK(cudaMemcpyAsync(w->f32(), host.data(), host.size() * sizeof(float),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // host is freed on return
+    return w;
+  }
+
+  // A matrix: f16 [rows][cols] (why f16: cuda-backend.h). Made before the conversion so that a
+  // failure part-way frees the device memory.
+  auto w = std::make_unique<CudaWeight>(this, raw_alloc(static_cast<size_t>(n) * sizeof(__half)), DType::f16);
   w->name = t.name;
-  w->out_features = 1;
+  w->out_features = rows;
   w->in_features = cols;
-  CUDA_CHECK(cudaMemcpyAsync(w->data(), t.data, bytes, cudaMemcpyHostToDevice, stream_));
+  const auto out_of_range = [&](int64_t r, int64_t c, float v) {
+    fail("CUDA backend: weight '{}' ({}) holds {} at [{}][{}]: the CUDA backend stores weight "
+         "matrices in f16, which holds finite values of magnitude ≤ 65504 only",
+         t.name, ggml_type_name(t.type), v, r, c);
+  };
+
+  if (t.type == GgmlType::F16) {
+    // Already f16: copied as it is, after checking that no value is inf or NaN (exponent bits
+    // all ones). The data may be unaligned, so halves are read byte-wise (little endian).
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t h = uint16_t(t.data[2 * i] | (t.data[2 * i + 1] << 8));
+      if ((h & 0x7c00u) == 0x7c00u) out_of_range(i / cols, i % cols, fp16_to_fp32(h));
+    }
+    CUDA_CHECK(cudaMemcpyAsync(w->f16(), t.data, static_cast<size_t>(n) * sizeof(__half),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return w;
+  }
+
+  // Every other type: dequantise a chunk of rows to f32 on the host (as the CPU backend does),
+  // check the range, copy the chunk to the work buffer and round it to f16 there. The pageable
+  // copy is staged by the time cudaMemcpyAsync returns, so the host buffer is refilled at once
+  // while the device converts; the work buffer is reused in stream order.
+  const int64_t chunk_rows = std::max<int64_t>(1, kLoadChunkValues / cols);
+  std::vector<float> host(static_cast<size_t>(std::min(chunk_rows, rows) * cols));
+  auto* staged = static_cast<float*>(work_reserve(host.size() * sizeof(float)));
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t nr = std::min(chunk_rows, rows - r0);
+    for (int64_t r = 0; r < nr; ++r)
+      dequantize_row(t.type, t.data + static_cast<size_t>(r0 + r) * row_bytes, host.data() + r * cols, cols);
+    for (int64_t i = 0; i < nr * cols; ++i)
+      if (!(std::fabs(host[i]) <= kF16Max)) out_of_range(r0 + i / cols, i % cols, host[i]);
+    CUDA_CHECK(cudaMemcpyAsync(staged, host.data(), static_cast<size_t>(nr * cols) * sizeof(float),
+                               cudaMemcpyHostToDevice, stream_));
+    convert_f32_to_f16_cuda(staged, w->f16() + r0 * cols, nr * cols, stream_);
+  }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return w;
 }
 
 // ---- ops
 
-void CudaBackend::embed(const Weight&, std::span<const int32_t>, const Tensor&, float) {
-  not_implemented("embed");
+void CudaBackend::embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale) {
+  check_f32(out, "embed");
+  const CudaWeight& cw = cuda_weight(table, "embed");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (out.rows != n || out.cols != table.in_features)
+    fail("internal: CUDA embed of {} ids from {} [{}][{}] into [{}][{}]", n, table.name,
+         table.out_features, table.in_features, out.rows, out.cols);
+  for (const int32_t id : ids)
+    if (id < 0 || id >= table.out_features)
+      fail("token id {} is outside the vocabulary of {} tokens", id, table.out_features);
+  if (n == 0) return;
+  check_grid_rows(n, "embed");
+
+  host_staging_.resize(ids.size_bytes());
+  std::memcpy(host_staging_.data(), ids.data(), ids.size_bytes());
+  const auto* d_ids = static_cast<const int32_t*>(scratch_upload(ids.size_bytes()));
+  if (cw.dtype() == DType::f16) embed_f16_cuda(cw.f16(), d_ids, out.as<float>(), n, out.cols, scale, stream_);
+  else embed_f32_cuda(cw.f32(), d_ids, out.as<float>(), n, out.cols, scale, stream_);
 }
 
-void CudaBackend::matmul(const Tensor&, const Weight&, const Tensor&, const Weight*) {
-  not_implemented("matmul");
+void CudaBackend::matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) {
+  check_f32(x, "matmul");
+  check_f32(y, "matmul");
+  const CudaWeight& cw = cuda_weight(w, "matmul");
+  if (x.cols != w.in_features || y.cols != w.out_features || x.rows != y.rows)
+    fail("internal: CUDA matmul [{}][{}] x {}ᵀ [{}][{}] -> [{}][{}]", x.rows, x.cols, w.name,
+         w.out_features, w.in_features, y.rows, y.cols);
+  const float* d_bias = bias ? cuda_vector(*bias, w.out_features, "matmul bias").f32() : nullptr;
+  const int64_t n = x.rows, in = w.in_features, out = w.out_features;
+  if (n == 0) return;
+  check_int_dim(n, "rows", "matmul");
+  check_int_dim(in, "in_features", "matmul");
+  check_int_dim(out, "out_features", "matmul");
+  check_grid_rows(n, "matmul");
+
+  // Row-major y[n][out] = x[n][in] · W[out][in]ᵀ is, column-major, yᵀ (out × n, ld out) =
+  // op(A) · B with A = W seen as an in × out column-major matrix (transposed: CUBLAS_OP_T) and
+  // B = x seen as in × n (CUBLAS_OP_N). f32 accumulation (CUBLAS_COMPUTE_32F), tensor cores for
+  // f16 operands; the default math mode keeps f32 operands in full f32 (no TF32).
+  const float one = 1.f, zero = 0.f;
+  if (cw.dtype() == DType::f16) {
+    // x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM,
+    // then y row scales and bias.
+    const size_t xh_bytes = (static_cast<size_t>(n * in) * sizeof(__half) + 255) / 256 * 256;
+    auto* work = static_cast<uint8_t*>(work_reserve(xh_bytes + static_cast<size_t>(n) * sizeof(float)));
+    auto* xh = reinterpret_cast<__half*>(work);
+    auto* row_unscale = reinterpret_cast<float*>(work + xh_bytes);
+    convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
+    CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
+                              cw.f16(), CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero,
+                              y.as<float>(), CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    matmul_epilogue_f32_cuda(y.as<float>(), row_unscale, d_bias, n, out, stream_);
+  } else {  // an f32 vector weight (out_features == 1)
+    CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
+                              cw.f32(), CUDA_R_32F, int(in), x.as<float>(), CUDA_R_32F, int(in), &zero,
+                              y.as<float>(), CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    matmul_epilogue_f32_cuda(y.as<float>(), nullptr, d_bias, n, out, stream_);
+  }
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y) {
   check_f32(x, "rms_norm");
   check_f32(y, "rms_norm");
   check_same_shape(x, y, "rms_norm");
-  const CudaWeight& cw = cuda_weight(w, "rms_norm");
-  if (w.in_features * w.out_features != x.cols)
-    fail("internal: CUDA rms_norm weight {} has {} values for rows of {}", w.name,
-         w.in_features * w.out_features, x.cols);
-  if (x.rows > std::numeric_limits<int32_t>::max())
-    fail("internal: CUDA rms_norm over {} rows exceeds the grid limit", x.rows);
-  rms_norm_f32_cuda(x.as<float>(), cw.data(), y.as<float>(), x.rows, x.cols, eps, stream_);
+  const CudaWeight& cw = cuda_vector(w, x.cols, "rms_norm");
+  check_grid_rows(x.rows, "rms_norm");
+  rms_norm_f32_cuda(x.as<float>(), cw.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
 void CudaBackend::rope(const Tensor& x, std::span<const int32_t> positions, int n_heads,
@@ -254,11 +440,22 @@ void CudaBackend::rope(const Tensor& x, std::span<const int32_t> positions, int 
   else rope_f32_cuda(x.as<float>(), d_pos, d_inv_freq, s, stream_);
 }
 
-void CudaBackend::layer_norm(const Tensor&, const Weight&, const Weight&, float, const Tensor&) {
-  not_implemented("layer_norm");
+void CudaBackend::layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) {
+  check_f32(x, "layer_norm");
+  check_f32(y, "layer_norm");
+  check_same_shape(x, y, "layer_norm");
+  const CudaWeight& cw = cuda_vector(w, x.cols, "layer_norm");
+  const CudaWeight& cb = cuda_vector(b, x.cols, "layer_norm");
+  check_grid_rows(x.rows, "layer_norm");
+  layer_norm_f32_cuda(x.as<float>(), cw.f32(), cb.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
-void CudaBackend::gelu_erf(const Tensor&, const Tensor&) { not_implemented("gelu_erf"); }
+void CudaBackend::gelu_erf(const Tensor& x, const Tensor& y) {
+  check_f32(x, "gelu_erf");
+  check_f32(y, "gelu_erf");
+  check_same_shape(x, y, "gelu_erf");
+  gelu_erf_f32_cuda(x.as<float>(), y.as<float>(), x.numel(), stream_);
+}
 
 void CudaBackend::glu(const Tensor& gate, const Tensor& up, const Tensor& out, bool gelu) {
   const char* op = gelu ? "geglu" : "swiglu";
@@ -286,22 +483,139 @@ void CudaBackend::add(const Tensor& a, const Tensor& b) {
   add_f32_cuda(a.as<float>(), b.as<float>(), a.numel(), stream_);
 }
 
-void CudaBackend::scatter_rows(const Tensor&, const Tensor&, std::span<const int32_t>) {
-  not_implemented("scatter_rows");
+void CudaBackend::scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
+  check_f32(src, "scatter_rows");
+  if (src.cols != dst.cols || int64_t(rows.size()) != src.rows)
+    fail("internal: CUDA scatter_rows [{}][{}] into [{}][{}] with {} rows", src.rows, src.cols,
+         dst.rows, dst.cols, rows.size());
+  for (const int32_t r : rows)
+    if (r < 0 || r >= dst.rows) fail("internal: CUDA scatter row {} outside {}", r, dst.rows);
+  if (overlaps(src, dst)) fail("internal: CUDA scatter_rows: source and destination overlap");
+  if (rows.empty() || src.cols == 0) return;
+
+  // Staging layout: int32 destination rows [k], then, when a destination repeats, the int32
+  // source rows [k] of the writes that survive; otherwise source row i goes to rows[i].
+  const std::optional<std::vector<int32_t>> keep = surviving_writes(rows);
+  const size_t k = keep ? keep->size() : rows.size();
+  host_staging_.resize(k * sizeof(int32_t) * (keep ? 2 : 1));
+  auto* staged = reinterpret_cast<int32_t*>(host_staging_.data());
+  if (keep) {
+    for (size_t j = 0; j < k; ++j) {
+      staged[j] = rows[(*keep)[j]];
+      staged[k + j] = (*keep)[j];
+    }
+  } else {
+    std::memcpy(staged, rows.data(), rows.size_bytes());
+  }
+  check_grid_rows(int64_t(k), "scatter_rows");
+  const auto* dev = static_cast<const int32_t*>(scratch_upload(host_staging_.size()));
+  const int32_t* d_dst_rows = dev;
+  const int32_t* d_src_rows = keep ? dev + k : nullptr;
+  if (dst.dtype == DType::f16)
+    copy_rows_f32_to_f16_cuda(src.as<float>(), d_src_rows, dst.as<__half>(), d_dst_rows, int64_t(k),
+                              src.cols, stream_);
+  else
+    copy_rows_f32_cuda(src.as<float>(), d_src_rows, dst.as<float>(), d_dst_rows, int64_t(k), src.cols,
+                       stream_);
 }
 
-void CudaBackend::gather_rows(const Tensor&, const Tensor&, std::span<const int32_t>) {
-  not_implemented("gather_rows");
+void CudaBackend::gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {
+  check_f32(src, "gather_rows");
+  check_f32(out, "gather_rows");
+  if (out.cols != src.cols || int64_t(rows.size()) != out.rows)
+    fail("internal: CUDA gather_rows of {} rows from [{}][{}] into [{}][{}]", rows.size(), src.rows,
+         src.cols, out.rows, out.cols);
+  for (const int32_t r : rows)
+    if (r < 0 || r >= src.rows) fail("internal: CUDA gather row {} outside {}", r, src.rows);
+  if (overlaps(src, out)) fail("internal: CUDA gather_rows: source and output overlap");
+  if (rows.empty() || src.cols == 0) return;
+  check_grid_rows(out.rows, "gather_rows");
+
+  host_staging_.resize(rows.size_bytes());
+  std::memcpy(host_staging_.data(), rows.data(), rows.size_bytes());
+  const auto* d_rows = static_cast<const int32_t*>(scratch_upload(rows.size_bytes()));
+  copy_rows_f32_cuda(src.as<float>(), d_rows, out.as<float>(), nullptr, out.rows, src.cols, stream_);
 }
 
-void CudaBackend::row_sq_dist(const Tensor&, const Tensor&, std::span<const int32_t>, const Tensor&) {
-  not_implemented("row_sq_dist");
+void CudaBackend::row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
+                              const Tensor& out) {
+  check_f32(a, "row_sq_dist");
+  check_f32(out, "row_sq_dist");
+  if (a.cols != b.cols || int64_t(rows.size()) != a.rows || out.rows != a.rows || out.cols != 1)
+    fail("internal: CUDA row_sq_dist [{}][{}] against [{}][{}] into [{}][{}]", a.rows, a.cols, b.rows,
+         b.cols, out.rows, out.cols);
+  for (const int32_t r : rows)
+    if (r < 0 || r >= b.rows) fail("internal: CUDA row_sq_dist row {} outside {}", r, b.rows);
+  if (rows.empty()) return;
+  check_grid_rows(a.rows, "row_sq_dist");
+
+  host_staging_.resize(rows.size_bytes());
+  std::memcpy(host_staging_.data(), rows.data(), rows.size_bytes());
+  const auto* d_rows = static_cast<const int32_t*>(scratch_upload(rows.size_bytes()));
+  if (b.dtype == DType::f16)
+    row_sq_dist_f16_cuda(a.as<float>(), b.as<__half>(), d_rows, out.as<float>(), a.rows, a.cols, stream_);
+  else
+    row_sq_dist_f32_cuda(a.as<float>(), b.as<float>(), d_rows, out.as<float>(), a.rows, a.cols, stream_);
 }
 
-void CudaBackend::attention(const Tensor&, std::span<const int32_t>, const Tensor&, const Tensor&,
-                            std::span<const int32_t>, int64_t, const AttentionParams&, const Tensor&,
-                            SegmentMass*) {
-  not_implemented("attention");
+void CudaBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
+                            std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
+                            const Tensor& out, SegmentMass* seg_mass) {
+  check_f32(q, "attention");
+  check_f32(out, "attention");
+  const int64_t n_q = q.rows;
+  const int64_t q_cols = int64_t(p.n_head) * p.head_dim, kv_cols = int64_t(p.n_kv_head) * p.head_dim;
+  if (p.n_kv_head <= 0 || q.cols != q_cols || out.cols != q_cols || out.rows != n_q || k.cols != kv_cols ||
+      v.cols != kv_cols || k.dtype != v.dtype || n_kv > k.rows || n_kv > v.rows ||
+      (p.causal && (int64_t(k_pos.size()) < n_kv || int64_t(q_pos.size()) != n_q)) || p.n_head % p.n_kv_head != 0)
+    fail("internal: CUDA attention shapes q [{}][{}], k [{}][{}] {}, v [{}][{}] {}, n_kv {}, {} heads / {} kv heads of {}",
+         q.rows, q.cols, k.rows, k.cols, type_str(k.dtype), v.rows, v.cols, type_str(v.dtype), n_kv, p.n_head,
+         p.n_kv_head, p.head_dim);
+  const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
+  if (seg_mass) {
+    if (n_seg < 0 || seg_mass->out == nullptr) fail("internal: CUDA attention: segment mass without segments or output");
+    seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
+  }
+  if (n_q == 0) return;
+
+  // Positions and segment boundaries in one upload: the int64 boundaries first (aligned), then
+  // the query and key positions.
+  const size_t seg_bytes = static_cast<size_t>(seg_mass ? n_seg + 1 : 0) * sizeof(int64_t);
+  const size_t qpos_bytes = p.causal ? q_pos.size_bytes() : 0;
+  const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv) * sizeof(int32_t) : 0;
+  host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes);
+  if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);
+  if (qpos_bytes) std::memcpy(host_staging_.data() + seg_bytes, q_pos.data(), qpos_bytes);
+  if (kpos_bytes) std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes, k_pos.data(), kpos_bytes);
+  auto* staged = static_cast<uint8_t*>(host_staging_.empty() ? nullptr : scratch_upload(host_staging_.size()));
+
+  AttentionArgs a;
+  a.q = q.as<float>();
+  a.q_pos = qpos_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes) : nullptr;
+  a.k = k.data();
+  a.v = v.data();
+  a.kv_f16 = k.dtype == DType::f16;
+  a.k_pos = kpos_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes) : nullptr;
+  a.n_q = n_q;
+  a.n_kv = n_kv;
+  a.n_head = p.n_head;
+  a.n_kv_head = p.n_kv_head;
+  a.head_dim = p.head_dim;
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.sliding_window = p.sliding_window;
+  a.causal = p.causal;
+  a.out = out.as<float>();
+  if (seg_mass && n_seg > 0) {
+    a.seg_begin = reinterpret_cast<const int64_t*>(staged);
+    a.n_seg = int(n_seg);
+    a.seg_mass = static_cast<float*>(work_reserve(seg_mass->out->size() * sizeof(float)));
+  }
+  attention_cuda(a, stream_);
+  if (a.seg_mass)
+    CUDA_CHECK(cudaMemcpyAsync(seg_mass->out->data(), a.seg_mass, seg_mass->out->size() * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+  if (a.seg_mass) CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host vector is read on return
 }
 
 }  // namespace ragkv

@@ -2,15 +2,36 @@
 // device, every op queued on one stream the backend owns. The CPU backend is the reference each
 // op is tested against (tests/test-cuda-ops.cpp).
 //
-// Implemented so far: memory, f32 vector weights (norm weights, biases), rms_norm, rope (f32 and
-// f16), swiglu, geglu, add. Everything else (matrix weights, embed, matmul, layer_norm, gelu_erf,
-// scatter_rows, gather_rows, attention) throws ragkv::Error "CUDA backend: op '...' is not implemented yet":
-// a missing op fails loudly, never silently.
+// Implemented: memory; weights of every GGUF type the CPU backend accepts (matrices as f16,
+// vectors as f32, see below); embed, matmul (cuBLAS), rms_norm, rope (f32 and f16 storage),
+// layer_norm, gelu_erf, swiglu, geglu, add, scatter_rows (into f32 or f16), gather_rows and
+// row_sq_dist (against f32 or f16 rows), attention (cuda/attention.cu: fused, masked by absolute
+// positions, optional segment mass). Every op of core/backend.h is implemented.
+//
+// Weight storage. Vectors (out_features == 1: norm weights, biases) are dequantised to f32.
+// Matrices (out_features > 1) are dequantised on the host exactly as the CPU backend does
+// (core/quant.h), checked, and stored as f16 [out][in], whatever their GGUF type. Why f16:
+//  * precision: f16 keeps 11 significant bits, bf16 only 8. A dequantised Q4/Q8/K-quant value
+//    (an f16 scale times a small integer, minus an f16 offset) or an f32 weight rounds to f16
+//    with a relative error ≤ 2^-11, 8× less than in bf16; a bf16 weight (e.g. the random test
+//    models' BF16 matrices) is exact in f16 unless it lies outside f16's normal range.
+//  * speed: H100 tensor cores run f16 and bf16 GEMMs at the same rate (f32 accumulation), so
+//    f16 costs nothing over bf16, and half the memory and bandwidth of f32.
+//  * range: f16 stops at 65504, bf16 at 3e38. The weights of the models ragkv runs are orders of
+//    magnitude smaller (the largest matrix value of the default models: 9.25 in SmolLM2-135M
+//    Q4_1, 1.6 in gemma-3-270m Q4_K_M, 7.9 in all-MiniLM-L6-v2; ~0.1 % of their values fall
+//    below f16's normal range, where the rounding error is an absolute 2^-25 instead), but
+//    load_weight checks every value and fails, naming the tensor and the element, when
+//    |w| > 65504 or w is not finite, instead of storing inf.
+// matmul rounds its f32 activations to f16 for the tensor cores (one cublasGemmEx over all rows,
+// f32 accumulation); a row of activations that would overflow f16, or whose values would fall
+// into f16's subnormal range, is scaled by a power of two first and back after (convert.cu).
 //
 // One caller at a time (the backend keeps staging buffers), from a thread whose current CUDA
 // device is this backend's (the constructor makes it current on the constructing thread).
 // Tensors and weights must be freed before the backend that allocated them.
 #pragma once
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -51,7 +72,9 @@ class CudaBackend : public Backend {
   void fill_zero(const Tensor& t) override;
   void synchronize() override;
 
-  // ---- weights: F32 vectors only (out_features == 1) for now.
+  // ---- weights: any type ggml_type_supported() accepts; matrices f16, vectors f32 (see above).
+  // Throws ragkv::Error naming the tensor for an unsupported type, missing data, or a matrix
+  // value outside the f16 range.
   std::unique_ptr<Weight> load_weight(const GgufTensor& t) override;
 
   // ---- ops
@@ -80,14 +103,26 @@ class CudaBackend : public Backend {
   int device_ = 0;
   std::string name_;                // "cuda:0 (NVIDIA H100 80GB HBM3)"
   cudaStream_t stream_ = nullptr;   // every copy and kernel of this backend
+  cublasHandle_t cublas_ = nullptr; // bound to stream_; matmul's GEMMs
 
-  // Per-op parameters that live on the host (rope positions and frequencies) go to the device
-  // through one grow-only scratch buffer, staged in host_staging_ and copied in one transfer.
+  // Per-op parameters that live on the host (rope positions and frequencies, token ids, row
+  // indices) go to the device through one grow-only scratch buffer, staged in host_staging_ and
+  // copied in one transfer.
   // Reuse across ops is safe because every use is ordered on stream_.
   void* scratch_ = nullptr;         // device bytes [scratch_bytes_]
   size_t scratch_bytes_ = 0;
   std::vector<uint8_t> host_staging_;
   void* scratch_upload(size_t bytes);  // copies host_staging_[0, bytes) to scratch_, returns it
+
+  // Device intermediates of one op (matmul's f16 activations and row scales, load_weight's f32
+  // rows before conversion): one grow-only buffer, safe to reuse for the same stream-order reason.
+  void* work_ = nullptr;            // device bytes [work_bytes_]
+  size_t work_bytes_ = 0;
+  void* work_reserve(size_t bytes);  // work_ with at least `bytes` bytes
+  // Grows a device buffer to at least `bytes` (waiting for queued work before freeing the old one).
+  void grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes);
+  // Checks that `rows` fit one grid dimension (one block per row) for `op`.
+  void check_grid_rows(int64_t rows, const char* op) const;
 
   void glu(const Tensor& gate, const Tensor& up, const Tensor& out, bool gelu);
 };

@@ -13,18 +13,13 @@
 // Numerics against the CPU reference (core/cpu-backend.cpp, which sums in double): the sum of
 // squares is a float tree reduction here, within a few ulp of the double sum for the row lengths
 // the models use; then inv = 1 / sqrt(ss / n + eps) and y = x · inv · w in the same order.
+#include "cuda/block-reduce.cuh"
 #include "cuda/cuda-check.h"
 #include "cuda/rms-norm.cuh"
 
 namespace ragkv {
 
 namespace {
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 template <int kBlock>
 __global__ void rms_norm_f32_kernel(const float* x, const float* __restrict__ w, float* y,
@@ -39,15 +34,8 @@ __global__ void rms_norm_f32_kernel(const float* x, const float* __restrict__ w,
     const float v = xr[j];
     ss += v * v;
   }
-  ss = warp_sum(ss);
-  if constexpr (kBlock > 32) {
-    __shared__ float partial[kBlock / 32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (lane == 0) partial[warp] = ss;
-    __syncthreads();
-    ss = lane < kBlock / 32 ? partial[lane] : 0.f;
-    ss = warp_sum(ss);
-  }
+  __shared__ float partial[kBlock / 32];
+  ss = block_reduce<kBlock>(ss, partial);
 
   const float inv = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   for (int64_t j = threadIdx.x; j < cols; j += kBlock) yr[j] = xr[j] * inv * w[j];

@@ -3,8 +3,26 @@
 // Every implemented CUDA op runs on the same random inputs as the CPU backend over a table of
 // shapes (odd sizes and sizes on both sides of the kernels' block-size switches) and is compared
 // element-wise with a stated tolerance:
-//   f32 ops:  |cuda − cpu| ≤ 1e-5 · (1 + |cpu|)
+//   f32 ops (rms_norm, layer_norm, gelu_erf, swiglu, geglu, add, row_sq_dist):
+//             |cuda − cpu| ≤ 1e-5 · (1 + |cpu|)
 //   f16 rope: |cuda − cpu| ≤ 2e-3 · (1 + |cpu|)   (a result may round to the neighbouring f16)
+//   exact:    load_weight (a matrix reads back, through embed, as the CPU's dequantised value
+//             rounded to the nearest f16, bit for bit), embed of an f16-exact table, gather_rows,
+//             scatter_rows (into f16: the host's round-to-nearest-even, bit for bit).
+//   matmul with f16 weights: the GPU rounds x (row-scaled outside [2^-10, 65504]) and W to f16
+//             (relative error u = 2^-11 each, or an absolute 2^-25 · unscale in the subnormal
+//             range), multiplies exactly and accumulates in f32; the CPU multiplies the f32 values
+//             and accumulates in f32. Per product |x̃w̃ − xw| ≤ (2u + u²)|xw| + ηx|w| + ηw|x| (+ ηxηw)
+//             with ηw = 2^-25, ηx = 2^-25 · max(1, rowmax|x| / 2^14); each f32 sum of k terms is
+//             off by at most k · 2^-24 · Σ|x_k w_k| (twice that for a truncating tensor-core
+//             accumulator). Hence, with S = Σ_k |x_k·w_k|, X = Σ_k |x_k|, W = Σ_k |w_k|:
+//               |cuda − cpu| ≤ 1.01 · ((2^-10 + 2^-22 + 3k · 2^-24) · S + ηx·W + ηw·X) + k·ηx·ηw
+//                              + 2^-22 · (|cpu| + |bias|)
+//             (≈ 1e-3 · S for the shapes here). That worst case alone would let a dropped term
+//             through, so the normalised error Σ(cuda − cpu)² / Σ cpu² must also stay ≤ 1e-6: the
+//             rounding errors are independent, so it is ≈ (u/√3)² · 2 ≈ 1.6e-7, whereas a missing
+//             or doubled term of k gives ≈ 1/k ≥ 5e-4.
+//   matmul with an f32 (vector) weight: |cuda − cpu| ≤ 3k · 2^-24 · S + 2^-22 · (|cpu| + |bias|).
 // Outputs must hold no NaN/Inf where the reference is finite (and the same NaN/Inf where it is
 // not, for the special-value cases). Every CUDA output sits between two guard rows that must
 // come back untouched, and the op sees it as a row slice (a non-zero byte offset).
@@ -18,7 +36,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <numeric>
 #include <memory>
 #include <random>
 #include <string>
@@ -28,12 +48,15 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/gguf.h"
+#include "core/quant.h"
+#include "cuda/convert.cuh"
 #include "cuda/cuda-backend.h"
 
 namespace {
 
 using ragkv::Backend;
 using ragkv::DType;
+using ragkv::GgmlType;
 using ragkv::Tensor;
 
 constexpr float kTolF32 = 1e-5f;
@@ -171,6 +194,185 @@ ragkv::GgufTensor f32_vector(const std::string& name, const std::vector<float>& 
 
 const int64_t kRows[] = {1, 7, 33};
 const int64_t kCols[] = {1, 64, 576, 1000, 1023, 1024, 2049};
+
+// Every GGUF type the CPU backend dequantises (core/quant.h).
+const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                                 GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+// The f16 fields of one quantised block (scale d, and offset m / dmin) and the range of values
+// the tests put there; every other byte of a block may hold any bits.
+struct ScaleField {
+  size_t offset;
+  float lo, hi;
+};
+
+std::vector<ScaleField> scale_fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0: return {{0, 1e-3f, 4e-3f}};
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1: return {{0, 1e-3f, 4e-3f}, {2, -0.05f, 0.05f}};
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: return {{0, 1e-3f, 4e-3f}, {2, 1e-3f, 4e-3f}};
+    case GgmlType::Q6_K: return {{208, 1e-3f, 4e-3f}};  // ql[128] qh[64] scales[16] d
+    default: FAIL("no scale fields for type " << ragkv::ggml_type_name(t)); return {};
+  }
+}
+
+// GGUF data of a [rows][cols] matrix of type t: float types hold values in [-1, 1]; quantised
+// blocks hold random quants under small random f16 scales (values up to ~16 for Q6_K).
+std::vector<uint8_t> random_matrix_bytes(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> unit(-1.f, 1.f);
+  const size_t n = static_cast<size_t>(rows * cols);
+  std::vector<uint8_t> bytes;
+  if (t == GgmlType::F32) {
+    bytes.resize(n * 4);
+    for (size_t i = 0; i < n; ++i) {
+      const float v = unit(rng);
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    }
+  } else if (t == GgmlType::F16 || t == GgmlType::BF16) {
+    bytes.resize(n * 2);
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t h = t == GgmlType::F16 ? ragkv::fp32_to_fp16(unit(rng)) : ragkv::fp32_to_bf16(unit(rng));
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+    }
+  } else {
+    bytes.resize(ragkv::ggml_row_bytes(t, cols) * static_cast<size_t>(rows));
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    const size_t block = ragkv::ggml_block_bytes(t);
+    for (size_t off = 0; off < bytes.size(); off += block)
+      for (const ScaleField& f : scale_fields(t)) {
+        const uint16_t h = ragkv::fp32_to_fp16(std::uniform_real_distribution<float>(f.lo, f.hi)(rng));
+        std::memcpy(bytes.data() + off + f.offset, &h, 2);
+      }
+  }
+  return bytes;
+}
+
+// A hand-built matrix tensor [rows][cols] over `bytes` (which must outlive it), as load_weight
+// would see it from a GGUF file.
+ragkv::GgufTensor matrix_tensor(const std::string& name, GgmlType t, int64_t rows, int64_t cols,
+                                const std::vector<uint8_t>& bytes) {
+  ragkv::GgufTensor g;
+  g.name = name;
+  g.type = t;
+  g.ne = {cols, rows};
+  g.nbytes = bytes.size();
+  g.data = bytes.data();
+  return g;
+}
+
+ragkv::GgufTensor f32_matrix(const std::string& name, int64_t rows, int64_t cols,
+                             const std::vector<float>& v) {
+  ragkv::GgufTensor g = f32_vector(name, v);
+  g.ne = {cols, rows};
+  return g;
+}
+
+// The CPU's f32 values of a matrix (what its load_weight holds).
+std::vector<float> dequantized(GgmlType t, int64_t rows, int64_t cols, const std::vector<uint8_t>& bytes) {
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  const size_t row_bytes = ragkv::ggml_row_bytes(t, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    ragkv::dequantize_row(t, bytes.data() + r * row_bytes, v.data() + r * cols, cols);
+  return v;
+}
+
+std::vector<int32_t> random_rows(size_t n, int64_t limit, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> rows(n);
+  for (int32_t& r : rows) r = static_cast<int32_t>(rng() % static_cast<uint32_t>(limit));
+  return rows;
+}
+
+// A random selection of n distinct rows of [0, limit), in random order (n ≤ limit).
+std::vector<int32_t> distinct_rows(size_t n, int64_t limit, uint32_t seed) {
+  std::vector<int32_t> all(static_cast<size_t>(limit));
+  std::iota(all.begin(), all.end(), 0);
+  std::mt19937 rng(seed);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(n);
+  return all;
+}
+
+// The matmul error bounds of the header comment, per element of y [n][out], from the f32 inputs
+// x [n][in], the CPU's weight values w [out][in], the bias and the CPU result.
+std::vector<double> matmul_bounds(const std::vector<float>& x, const std::vector<float>& w,
+                                  const std::vector<float>* bias, const std::vector<float>& ref,
+                                  int64_t n, int64_t in, int64_t out, bool f16_operands) {
+  const double k = double(in);
+  const double u32 = std::ldexp(1.0, -24);
+  const double eta_w = f16_operands ? std::ldexp(1.0, -25) : 0.0;
+  const double rel = f16_operands ? std::ldexp(1.0, -10) + std::ldexp(1.0, -22) + 3 * k * u32 : 3 * k * u32;
+  std::vector<double> bound(static_cast<size_t>(n * out));
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x.data() + i * in;
+    double row_max = 0, x1 = 0;
+    for (int64_t c = 0; c < in; ++c) {
+      if (std::isfinite(xi[c])) row_max = std::max(row_max, double(std::fabs(xi[c])));
+      x1 += std::fabs(double(xi[c]));
+    }
+    const double eta_x = f16_operands ? std::ldexp(1.0, -25) * std::max(1.0, row_max / 16384.0) : 0.0;
+    for (int64_t j = 0; j < out; ++j) {
+      const float* wj = w.data() + j * in;
+      double sum_abs = 0, w1 = 0;
+      for (int64_t c = 0; c < in; ++c) {
+        sum_abs += std::fabs(double(xi[c]) * double(wj[c]));
+        w1 += std::fabs(double(wj[c]));
+      }
+      const double b = bias ? std::fabs(double((*bias)[j])) : 0.0;
+      bound[i * out + j] = 1.01 * (rel * sum_abs + eta_x * w1 + eta_w * x1) + k * eta_x * eta_w +
+                           std::ldexp(1.0, -22) * (std::fabs(double(ref[i * out + j])) + b);
+    }
+  }
+  return bound;
+}
+
+// |got − ref| ≤ bound element-wise (NaN/Inf must match where the reference is not finite), and
+// Σ(got − ref)² / Σ ref² ≤ max_nmse over the finite elements when there are enough of them for
+// the statistic to mean something.
+void expect_within(const std::vector<float>& got, const std::vector<float>& ref,
+                   const std::vector<double>& bound, double max_nmse) {
+  REQUIRE(got.size() == ref.size());
+  REQUIRE(bound.size() == ref.size());
+  size_t bad = 0, nonfinite_got = 0, worst_at = 0, finite = 0;
+  double worst = 0, err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const float r = ref[i], g = got[i];
+    if (!std::isfinite(r)) {
+      bad += std::isnan(r) ? !std::isnan(g) : g != r;
+      continue;
+    }
+    if (!std::isfinite(g)) {
+      ++nonfinite_got;
+      continue;
+    }
+    const double err = std::fabs(double(g) - double(r));
+    if (err / bound[i] > worst) {
+      worst = err / bound[i];
+      worst_at = i;
+    }
+    bad += err > bound[i];
+    err2 += err * err;
+    ref2 += double(r) * r;
+    ++finite;
+  }
+  CAPTURE(worst);  // the largest error as a fraction of its bound
+  CAPTURE(worst_at);
+  CHECK(nonfinite_got == 0);
+  CHECK(bad == 0);
+  if (finite >= 100 && ref2 > 0) {
+    const double nmse = err2 / ref2;
+    CAPTURE(nmse);
+    CHECK(nmse <= max_nmse);
+  }
+}
+
+constexpr double kMatmulMaxNmse = 1e-6;
 
 }  // namespace
 
@@ -415,47 +617,620 @@ TEST_CASE("cuda: add matches the CPU backend") {
   }
 }
 
-TEST_CASE("cuda: ops that are not implemented yet fail loudly") {
+TEST_CASE("cuda: f32 <-> f16 conversion kernels round like core/fp16.h, bit for bit") {
+  if (gpu_missing()) return;
+  auto gpu = ragkv::make_cuda_backend(0);
+  const cudaStream_t stream = static_cast<ragkv::CudaBackend&>(*gpu).stream();
+  const auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+
+  // f16 → f32: every bit pattern (NaNs need only stay NaN; payloads may differ).
+  std::vector<uint16_t> halves(65536);
+  std::iota(halves.begin(), halves.end(), uint16_t(0));
+  Tensor h = gpu->alloc(DType::f16, 1, 65536);
+  Tensor f = gpu->alloc(DType::f32, 1, 65536);
+  gpu->upload(h, halves.data());
+  ragkv::convert_f16_to_f32_cuda(h.as<__half>(), f.as<float>(), 65536, stream);
+  std::vector<float> widened(65536);
+  gpu->download(f, widened.data());
+  size_t bad = 0;
+  for (size_t i = 0; i < halves.size(); ++i) {
+    const float ref = ragkv::fp16_to_fp32(halves[i]);
+    bad += std::isnan(ref) ? !std::isnan(widened[i]) : bits(widened[i]) != bits(ref);
+  }
+  CHECK(bad == 0);
+
+  // f32 → f16: every finite f16 value, the midpoints between neighbours (ties to even) and one
+  // f32 ulp either side, both signs; the overflow threshold, subnormals, specials, random bits.
+  std::vector<float> values;
+  for (uint16_t p = 0; p < 0x7bff; ++p) {
+    const float lo = ragkv::fp16_to_fp32(p), hi = ragkv::fp16_to_fp32(uint16_t(p + 1));
+    const float mid = lo + (hi - lo) / 2;  // exact: both have at most 11 significant bits
+    for (float v : {lo, mid, std::nextafter(mid, 0.f), std::nextafter(mid, 1e9f)}) {
+      values.push_back(v);
+      values.push_back(-v);
+    }
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {65504.f, 65519.996f, 65520.f, 1e30f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
+                  1e-40f, std::ldexp(1.f, -25), std::ldexp(1.0001f, -25), std::ldexp(1.5f, -24),
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min()})
+    values.push_back(v);
+  std::mt19937 rng(1400);
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t u = rng();
+    float v;
+    std::memcpy(&v, &u, 4);
+    values.push_back(v);
+  }
+  const int64_t n = int64_t(values.size());
+  Tensor src = gpu->alloc(DType::f32, 1, n);
+  Tensor dst = gpu->alloc(DType::f16, 1, n);
+  gpu->upload(src, values.data());
+  ragkv::convert_f32_to_f16_cuda(src.as<float>(), dst.as<__half>(), n, stream);
+  std::vector<uint16_t> rounded(values.size());
+  gpu->download(dst, rounded.data());
+  bad = 0;
+  size_t first_bad = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t ref = ragkv::fp32_to_fp16(values[i]);
+    const bool ok = std::isnan(values[i]) ? (rounded[i] & 0x7c00) == 0x7c00 && (rounded[i] & 0x3ff) != 0
+                                          : rounded[i] == ref;
+    if (!ok && bad++ == 0) first_bad = i;
+  }
+  CAPTURE(first_bad);
+  CAPTURE(values[first_bad]);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("cuda: load_weight stores matrices of every type as the CPU's values rounded to f16") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 500;
+  for (GgmlType type : kWeightTypes) {
+    const int64_t block = ragkv::ggml_block_elems(type);
+    std::vector<int64_t> col_sizes;
+    if (block == 1) col_sizes = {1, 37, 1000, 2049};
+    else col_sizes = {block, 3 * block, block == 32 ? 1056 : 2304};
+    for (int64_t rows : {int64_t(2), int64_t(37), int64_t(300)}) {
+      for (int64_t cols : col_sizes) {
+        CAPTURE(ragkv::ggml_type_name(type));
+        CAPTURE(rows);
+        CAPTURE(cols);
+        const auto bytes = random_matrix_bytes(type, rows, cols, ++seed);
+        const auto t = matrix_tensor("token_embd.weight", type, rows, cols, bytes);
+        auto w = be.gpu->load_weight(t);
+        CHECK(w->out_features == rows);
+        CHECK(w->in_features == cols);
+        CHECK(w->name == "token_embd.weight");
+
+        // Each row once, in order: out == the CPU's dequantised values rounded to f16.
+        std::vector<int32_t> ids(static_cast<size_t>(rows));
+        std::iota(ids.begin(), ids.end(), 0);
+        const auto expected = round_to(DType::f16, dequantized(type, rows, cols, bytes));
+        Guarded og = make_guarded(*be.gpu, DType::f32, rows, cols, std::vector<float>(expected.size(), 0.f));
+        be.gpu->embed(*w, ids, og.view, 1.f);
+        expect_close(read_guarded(*be.gpu, og), expected, 0.f);
+      }
+    }
+  }
+  // More values than one conversion chunk (2^22): rows that straddle chunk boundaries.
+  for (GgmlType type : {GgmlType::F32, GgmlType::Q4_K}) {
+    CAPTURE(ragkv::ggml_type_name(type));
+    const int64_t rows = 2000, cols = 2304;
+    const auto bytes = random_matrix_bytes(type, rows, cols, ++seed);
+    auto w = be.gpu->load_weight(matrix_tensor("output.weight", type, rows, cols, bytes));
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    std::iota(ids.begin(), ids.end(), 0);
+    Guarded og = make_guarded(*be.gpu, DType::f32, rows, cols, std::vector<float>(size_t(rows * cols), 0.f));
+    be.gpu->embed(*w, ids, og.view, 1.f);
+    expect_close(read_guarded(*be.gpu, og), round_to(DType::f16, dequantized(type, rows, cols, bytes)), 0.f);
+  }
+  // Vectors of any type load as f32, exactly the CPU's values.
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
+    CAPTURE(ragkv::ggml_type_name(type));
+    const int64_t cols = 64;
+    const auto bytes = random_matrix_bytes(type, 1, cols, ++seed);
+    ragkv::GgufTensor t = matrix_tensor("blk.0.attn_norm.weight", type, 1, cols, bytes);
+    t.ne = {cols};
+    auto w = be.gpu->load_weight(t);
+    CHECK(w->out_features == 1);
+    CHECK(w->in_features == cols);
+    Guarded og = make_guarded(*be.gpu, DType::f32, 1, cols, std::vector<float>(size_t(cols), 0.f));
+    be.gpu->embed(*w, std::vector<int32_t>{0}, og.view, 1.f);
+    expect_close(read_guarded(*be.gpu, og), dequantized(type, 1, cols, bytes), 0.f);
+  }
+}
+
+TEST_CASE("cuda: load_weight refuses values f16 cannot hold, unsupported types and short data") {
+  if (gpu_missing()) return;
+  Backends be;
+  auto& gpu = *be.gpu;
+  const int64_t rows = 4, cols = 64;
+  std::vector<float> v = random_values(size_t(rows * cols), 600);
+
+  // Largest f16 value: accepted, and stored exactly.
+  v[5] = 65504.f;
+  v[6] = -65504.f;
+  auto ok = gpu.load_weight(f32_matrix("blk.0.ffn_down.weight", rows, cols, v));
+  Guarded og = make_guarded(gpu, DType::f32, 1, cols, std::vector<float>(size_t(cols), 0.f));
+  gpu.embed(*ok, std::vector<int32_t>{0}, og.view, 1.f);
+  const auto row0 = read_guarded(gpu, og);
+  CHECK(row0[5] == 65504.f);
+  CHECK(row0[6] == -65504.f);
+
+  // Beyond it, or not finite: refused, naming the tensor, the element and the limit.
+  for (float bad : {65505.f, -70000.f, 1e30f, std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    CAPTURE(bad);
+    std::vector<float> b = v;
+    b[2 * cols + 7] = bad;
+    const auto t = f32_matrix("blk.3.ffn_down.weight", rows, cols, b);
+    CHECK_THROWS_WITH_AS(gpu.load_weight(t), doctest::Contains("'blk.3.ffn_down.weight'"), ragkv::Error);
+    CHECK_THROWS_WITH_AS(gpu.load_weight(t), doctest::Contains("[2][7]"), ragkv::Error);
+    CHECK_THROWS_WITH_AS(gpu.load_weight(t), doctest::Contains("65504"), ragkv::Error);
+  }
+  // The same through BF16 (range of f32) and F16 (inf and NaN bit patterns).
+  {
+    std::vector<uint16_t> h(size_t(rows * cols), ragkv::fp32_to_bf16(0.5f));
+    h[9] = ragkv::fp32_to_bf16(1e6f);
+    std::vector<uint8_t> bytes(h.size() * 2);
+    std::memcpy(bytes.data(), h.data(), bytes.size());
+    CHECK_THROWS_WITH_AS(gpu.load_weight(matrix_tensor("bf16.weight", GgmlType::BF16, rows, cols, bytes)),
+                         doctest::Contains("[0][9]"), ragkv::Error);
+  }
+  for (uint16_t special : {uint16_t(0x7c00), uint16_t(0xfc00), uint16_t(0x7e00)}) {
+    std::vector<uint16_t> h(size_t(rows * cols), ragkv::fp32_to_fp16(0.5f));
+    h[cols + 1] = special;
+    std::vector<uint8_t> bytes(h.size() * 2);
+    std::memcpy(bytes.data(), h.data(), bytes.size());
+    CHECK_THROWS_WITH_AS(gpu.load_weight(matrix_tensor("f16.weight", GgmlType::F16, rows, cols, bytes)),
+                         doctest::Contains("[1][1]"), ragkv::Error);
+  }
+
+  // Types ragkv does not dequantise, rows that split a block, and data shorter than the shape.
+  std::vector<uint8_t> raw(4096, 0);
+  CHECK_THROWS_WITH_AS(gpu.load_weight(matrix_tensor("q2k.weight", GgmlType::Q2_K, 2, 256, raw)),
+                       doctest::Contains("Q2_K"), ragkv::Error);
+  CHECK_THROWS_AS(gpu.load_weight(matrix_tensor("q8.weight", GgmlType::Q8_0, 2, 48, raw)), ragkv::Error);
+  ragkv::GgufTensor short_data = f32_matrix("short.weight", rows, cols, v);
+  short_data.nbytes -= 4;
+  CHECK_THROWS_WITH_AS(gpu.load_weight(short_data), doctest::Contains("'short.weight'"), ragkv::Error);
+  ragkv::GgufTensor no_data = f32_matrix("empty.weight", rows, cols, v);
+  no_data.data = nullptr;
+  CHECK_THROWS_AS(gpu.load_weight(no_data), ragkv::Error);
+}
+
+TEST_CASE("cuda: embed matches the CPU backend") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 700;
+  for (int64_t vocab : {int64_t(2), int64_t(33), int64_t(1000)}) {
+    for (int64_t dim : kCols) {
+      // f16-exact table values: both backends then hold the same table, and the one f32
+      // multiply by scale is the same on both, so the results are bit-identical.
+      const auto table = round_to(DType::f16, random_values(size_t(vocab * dim), ++seed));
+      const auto t = f32_matrix("token_embd.weight", vocab, dim, table);
+      auto w_cpu = be.cpu->load_weight(t);
+      auto w_gpu = be.gpu->load_weight(t);
+      for (size_t n : {size_t(1), size_t(7), size_t(300)}) {
+        for (float scale : {1.f, 24.f, 0.3f}) {
+          CAPTURE(vocab);
+          CAPTURE(dim);
+          CAPTURE(n);
+          CAPTURE(scale);
+          auto ids = random_rows(n, vocab, ++seed);
+          ids[0] = int32_t(vocab - 1);
+          if (n > 1) ids[1] = 0;
+
+          Tensor o_cpu = be.cpu->alloc(DType::f32, int64_t(n), dim);
+          be.cpu->embed(*w_cpu, ids, o_cpu, scale);
+          const auto ref = download_values(*be.cpu, o_cpu);
+          Guarded og = make_guarded(*be.gpu, DType::f32, int64_t(n), dim, std::vector<float>(ref.size(), 0.f));
+          be.gpu->embed(*w_gpu, ids, og.view, scale);
+          expect_close(read_guarded(*be.gpu, og), ref, 0.f);
+        }
+      }
+    }
+  }
+  // A table that is one f32 row (a vector weight).
+  const auto row = random_values(100, ++seed);
+  auto v_cpu = be.cpu->load_weight(f32_vector("type_embd.weight", row));
+  auto v_gpu = be.gpu->load_weight(f32_vector("type_embd.weight", row));
+  const std::vector<int32_t> zeros(5, 0);
+  Tensor o_cpu = be.cpu->alloc(DType::f32, 5, 100);
+  be.cpu->embed(*v_cpu, zeros, o_cpu, 2.f);
+  Guarded og = make_guarded(*be.gpu, DType::f32, 5, 100, std::vector<float>(500, 0.f));
+  be.gpu->embed(*v_gpu, zeros, og.view, 2.f);
+  expect_close(read_guarded(*be.gpu, og), download_values(*be.cpu, o_cpu), 0.f);
+
+  // Ids outside the vocabulary fail on the host, before anything is written.
+  const auto table = random_values(10 * 64, ++seed);
+  auto w = be.gpu->load_weight(f32_matrix("token_embd.weight", 10, 64, table));
+  Guarded bad = make_guarded(*be.gpu, DType::f32, 2, 64, std::vector<float>(128, 0.f));
+  for (int32_t id : {-1, 10, std::numeric_limits<int32_t>::max()}) {
+    CAPTURE(id);
+    const std::vector<int32_t> ids = {3, id};
+    CHECK_THROWS_WITH_AS(be.gpu->embed(*w, ids, bad.view, 1.f),
+                         doctest::Contains("outside the vocabulary of 10 tokens"), ragkv::Error);
+  }
+  CHECK(read_guarded(*be.gpu, bad) == std::vector<float>(128, 0.f));
+}
+
+TEST_CASE("cuda: matmul matches the CPU backend (f16 weights of every type, f32 vector weights, bias)") {
+  if (gpu_missing()) return;
+  Backends be;
+  struct Shape {
+    int64_t n, in, out;
+  };
+  // In: on both sides of the operand conversion's warp / block switch (1024). Out: on both sides
+  // of the epilogue's 1024-column chunks. n: one token (decode) to a prefill batch.
+  const Shape shapes[] = {{1, 64, 3},     {7, 576, 64},    {33, 1000, 577}, {67, 1023, 130},
+                          {5, 1024, 1025}, {2, 2049, 2050}, {67, 32, 1100}, {300, 576, 192}};
+  uint32_t seed = 800;
+  const auto run = [&](GgmlType type, const Shape& s, bool with_bias, float x_range) {
+    CAPTURE(ragkv::ggml_type_name(type));
+    CAPTURE(s.n);
+    CAPTURE(s.in);
+    CAPTURE(s.out);
+    CAPTURE(with_bias);
+    const auto bytes = random_matrix_bytes(type, s.out, s.in, ++seed);
+    const auto t = matrix_tensor("blk.0.attn_q.weight", type, s.out, s.in, bytes);
+    auto w_cpu = be.cpu->load_weight(t);
+    auto w_gpu = be.gpu->load_weight(t);
+    const auto bias = random_values(size_t(s.out), ++seed, -0.5f, 0.5f);
+    auto b_cpu = be.cpu->load_weight(f32_vector("blk.0.attn_q.bias", bias));
+    auto b_gpu = be.gpu->load_weight(f32_vector("blk.0.attn_q.bias", bias));
+    const auto x = random_values(size_t(s.n * s.in), ++seed, -x_range, x_range);
+
+    Tensor x_cpu = make_tensor(*be.cpu, DType::f32, s.n, s.in, x);
+    Tensor y_cpu = be.cpu->alloc(DType::f32, s.n, s.out);
+    be.cpu->matmul(x_cpu, *w_cpu, y_cpu, with_bias ? b_cpu.get() : nullptr);
+    const auto ref = download_values(*be.cpu, y_cpu);
+
+    Guarded xg = make_guarded(*be.gpu, DType::f32, s.n, s.in, x);
+    Guarded yg = make_guarded(*be.gpu, DType::f32, s.n, s.out, std::vector<float>(ref.size(), 0.f));
+    be.gpu->matmul(xg.view, *w_gpu, yg.view, with_bias ? b_gpu.get() : nullptr);
+    const auto bound = matmul_bounds(x, dequantized(type, s.out, s.in, bytes), with_bias ? &bias : nullptr,
+                                     ref, s.n, s.in, s.out, /*f16_operands=*/true);
+    expect_within(read_guarded(*be.gpu, yg), ref, bound, kMatmulMaxNmse);
+    CHECK(read_guarded(*be.gpu, xg) == x);
+  };
+  for (const Shape& s : shapes)
+    for (bool with_bias : {false, true}) run(GgmlType::F32, s, with_bias, 2.f);
+  for (GgmlType type : kWeightTypes) run(type, {7, 512, 96}, true, 2.f);
+  run(GgmlType::Q4_K, {67, 2304, 260}, false, 2.f);
+  // Large activations (still inside f16) and tiny ones (f16 subnormals).
+  run(GgmlType::F32, {7, 576, 64}, true, 3e4f);
+  run(GgmlType::F32, {7, 576, 64}, false, 1e-5f);
+
+  // A vector weight (one output): f32 operands, no f16 rounding.
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(300)}) {
+    for (int64_t in : {int64_t(64), int64_t(2049)}) {
+      CAPTURE(n);
+      CAPTURE(in);
+      const auto wv = random_values(size_t(in), ++seed);
+      auto w_cpu = be.cpu->load_weight(f32_vector("cls.weight", wv));
+      auto w_gpu = be.gpu->load_weight(f32_vector("cls.weight", wv));
+      const std::vector<float> bias = {0.25f};
+      auto b_cpu = be.cpu->load_weight(f32_vector("cls.bias", bias));
+      auto b_gpu = be.gpu->load_weight(f32_vector("cls.bias", bias));
+      const auto x = random_values(size_t(n * in), ++seed);
+      Tensor x_cpu = make_tensor(*be.cpu, DType::f32, n, in, x);
+      Tensor y_cpu = be.cpu->alloc(DType::f32, n, 1);
+      be.cpu->matmul(x_cpu, *w_cpu, y_cpu, b_cpu.get());
+      const auto ref = download_values(*be.cpu, y_cpu);
+      Guarded xg = make_guarded(*be.gpu, DType::f32, n, in, x);
+      Guarded yg = make_guarded(*be.gpu, DType::f32, n, 1, std::vector<float>(size_t(n), 0.f));
+      be.gpu->matmul(xg.view, *w_gpu, yg.view, b_gpu.get());
+      const auto bound = matmul_bounds(x, wv, &bias, ref, n, in, 1, /*f16_operands=*/false);
+      expect_within(read_guarded(*be.gpu, yg), ref, bound, kMatmulMaxNmse);
+    }
+  }
+}
+
+TEST_CASE("cuda: matmul rows beyond the f16 range are scaled, not overflowed; NaN propagates") {
+  if (gpu_missing()) return;
+  Backends be;
+  const int64_t n = 6, in = 1100, out = 40;
+  auto x = random_values(size_t(n * in), 900);
+  for (int64_t c = 0; c < in; ++c) x[0 * in + c] *= 1e5f;  // every value of row 0 up to 2e5
+  x[1 * in + 17] = 1e6f;                                    // one huge value in row 1
+  x[2 * in + 3] = -65505.f;                                 // just past the f16 maximum
+  x[3 * in + 3] = 65504.f;                                  // the f16 maximum itself: not scaled
+  x[4 * in + 500] = std::numeric_limits<float>::quiet_NaN();
+  // Row 5 stays ordinary.
+  const auto wv = random_values(size_t(out * in), 901, -1.f, 1.f);
+  const auto t = f32_matrix("blk.0.ffn_down.weight", out, in, wv);
+  auto w_cpu = be.cpu->load_weight(t);
+  auto w_gpu = be.gpu->load_weight(t);
+
+  Tensor x_cpu = make_tensor(*be.cpu, DType::f32, n, in, x);
+  Tensor y_cpu = be.cpu->alloc(DType::f32, n, out);
+  be.cpu->matmul(x_cpu, *w_cpu, y_cpu);
+  const auto ref = download_values(*be.cpu, y_cpu);
+  for (int64_t j = 0; j < out; ++j) REQUIRE(std::isnan(ref[4 * out + j]));
+
+  Guarded xg = make_guarded(*be.gpu, DType::f32, n, in, x);
+  Guarded yg = make_guarded(*be.gpu, DType::f32, n, out, std::vector<float>(ref.size(), 0.f));
+  be.gpu->matmul(xg.view, *w_gpu, yg.view);
+  const auto bound = matmul_bounds(x, wv, nullptr, ref, n, in, out, true);
+  expect_within(read_guarded(*be.gpu, yg), ref, bound, kMatmulMaxNmse);
+}
+
+TEST_CASE("cuda: gather_rows and scatter_rows match the CPU backend") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 1000;
+  for (int64_t cols : kCols) {
+    for (size_t n : {size_t(1), size_t(7), size_t(300)}) {
+      CAPTURE(cols);
+      CAPTURE(n);
+      const int64_t src_rows = int64_t(n) + 5;
+
+      // Gather: rows in any order, repeats allowed.
+      const auto src = random_values(size_t(src_rows * cols), ++seed);
+      auto rows = random_rows(n, src_rows, ++seed);
+      rows[0] = int32_t(src_rows - 1);
+      Tensor s_cpu = make_tensor(*be.cpu, DType::f32, src_rows, cols, src);
+      Tensor o_cpu = be.cpu->alloc(DType::f32, int64_t(n), cols);
+      be.cpu->gather_rows(s_cpu, o_cpu, rows);
+      Guarded sg = make_guarded(*be.gpu, DType::f32, src_rows, cols, src);
+      Guarded og = make_guarded(*be.gpu, DType::f32, int64_t(n), cols, std::vector<float>(n * size_t(cols), 0.f));
+      be.gpu->gather_rows(sg.view, og.view, rows);
+      expect_close(read_guarded(*be.gpu, og), download_values(*be.cpu, o_cpu), 0.f);
+      CHECK(read_guarded(*be.gpu, sg) == src);
+
+      // Scatter into f32 and f16 destinations that already hold values (rows not written must
+      // keep them): distinct rows in random order, then rows with repeats (the last write wins).
+      for (DType dt : {DType::f32, DType::f16}) {
+        for (bool repeats : {false, true}) {
+          CAPTURE(ragkv::dtype_name(dt));
+          CAPTURE(repeats);
+          const int64_t dst_rows = 2 * int64_t(n) + 3;
+          const auto dst = round_to(dt, random_values(size_t(dst_rows * cols), ++seed));
+          auto values = random_values(n * size_t(cols), ++seed);
+          // Values f16 rounds to inf, to subnormals, and to ties.
+          values[0] = 70000.f;
+          if (values.size() > 3) {
+            values[1] = -1e6f;
+            values[2] = 3e-7f;
+            values[3] = 1.f + std::ldexp(1.f, -11);  // halfway between two f16: ties to even
+          }
+          const auto dst_idx =
+              repeats ? random_rows(n, dst_rows, ++seed) : distinct_rows(n, dst_rows, ++seed);
+          Tensor src_cpu = make_tensor(*be.cpu, DType::f32, int64_t(n), cols, values);
+          Tensor dst_cpu = make_tensor(*be.cpu, dt, dst_rows, cols, dst);
+          be.cpu->scatter_rows(src_cpu, dst_cpu, dst_idx);
+          const auto ref = download_values(*be.cpu, dst_cpu);
+          Guarded srcg = make_guarded(*be.gpu, DType::f32, int64_t(n), cols, values);
+          Guarded dstg = make_guarded(*be.gpu, dt, dst_rows, cols, dst);
+          be.gpu->scatter_rows(srcg.view, dstg.view, dst_idx);
+          expect_close(read_guarded(*be.gpu, dstg), ref, 0.f, /*ref_must_be_finite=*/dt == DType::f32);
+        }
+      }
+    }
+  }
+  // Every write to the same row: only the last survives, also when the repeats are not adjacent.
+  const int64_t cols = 5;
+  const auto values = random_values(4 * cols, ++seed);
+  const std::vector<int32_t> same = {2, 0, 2, 2};
+  Tensor src_cpu = make_tensor(*be.cpu, DType::f32, 4, cols, values);
+  Tensor dst_cpu = make_tensor(*be.cpu, DType::f32, 3, cols, std::vector<float>(15, 0.f));
+  be.cpu->scatter_rows(src_cpu, dst_cpu, same);
+  Guarded srcg = make_guarded(*be.gpu, DType::f32, 4, cols, values);
+  Guarded dstg = make_guarded(*be.gpu, DType::f32, 3, cols, std::vector<float>(15, 0.f));
+  be.gpu->scatter_rows(srcg.view, dstg.view, same);
+  expect_close(read_guarded(*be.gpu, dstg), download_values(*be.cpu, dst_cpu), 0.f);
+
+  // Rows outside the tensors fail on the host.
+  const std::vector<int32_t> outside = {0, 3};
+  CHECK_THROWS_AS(be.gpu->gather_rows(dstg.view, srcg.view.slice_rows(0, 2), outside), ragkv::Error);
+  CHECK_THROWS_AS(be.gpu->scatter_rows(srcg.view.slice_rows(0, 2), dstg.view, outside), ragkv::Error);
+  const std::vector<int32_t> negative = {0, -1};
+  CHECK_THROWS_AS(be.gpu->scatter_rows(srcg.view.slice_rows(0, 2), dstg.view, negative), ragkv::Error);
+}
+
+TEST_CASE("cuda: row_sq_dist matches the CPU backend (f32 and f16 rows)") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 1100;
+  for (DType dt : {DType::f32, DType::f16}) {
+    for (int64_t cols : kCols) {
+      // n around the 8 rows of one warp-per-row block, and many rows.
+      for (int64_t n : {int64_t(1), int64_t(8), int64_t(9), int64_t(300)}) {
+        CAPTURE(ragkv::dtype_name(dt));
+        CAPTURE(cols);
+        CAPTURE(n);
+        const int64_t b_rows = n + 3;
+        const auto a = random_values(size_t(n * cols), ++seed);
+        auto b = round_to(dt, random_values(size_t(b_rows * cols), ++seed));
+        auto rows = random_rows(size_t(n), b_rows, ++seed);
+        rows[0] = int32_t(b_rows - 1);
+        // One exact match (distance 0).
+        for (int64_t c = 0; c < cols; ++c) b[rows[0] * cols + c] = round_to(dt, {a[c]})[0];
+        Tensor a_cpu = make_tensor(*be.cpu, DType::f32, n, cols, a);
+        Tensor b_cpu = make_tensor(*be.cpu, dt, b_rows, cols, b);
+        Tensor o_cpu = be.cpu->alloc(DType::f32, n, 1);
+        be.cpu->row_sq_dist(a_cpu, b_cpu, rows, o_cpu);
+        const auto ref = download_values(*be.cpu, o_cpu);
+
+        Guarded ag = make_guarded(*be.gpu, DType::f32, n, cols, a);
+        Guarded bg = make_guarded(*be.gpu, dt, b_rows, cols, b);
+        Guarded og = make_guarded(*be.gpu, DType::f32, n, 1, std::vector<float>(size_t(n), -1.f));
+        be.gpu->row_sq_dist(ag.view, bg.view, rows, og.view);
+        const auto got = read_guarded(*be.gpu, og);
+        expect_close(got, ref, kTolF32);
+        if (dt == DType::f32) CHECK(got[0] == 0.f);
+        CHECK(read_guarded(*be.gpu, bg) == b);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda: layer_norm matches the CPU backend") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 1200;
+  for (int64_t rows : kRows) {
+    for (int64_t cols : kCols) {
+      for (float eps : {1e-12f, 1e-5f}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        CAPTURE(eps);
+        auto x = random_values(size_t(rows * cols), ++seed);
+        // Rows of very different scales, a row with a large mean and a small spread (two-pass
+        // variance), and a constant row (variance 0: y = b).
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < cols; ++j) x[r * cols + j] *= std::pow(10.f, float(r % 5) - 2.f);
+        if (rows > 1)
+          for (int64_t j = 0; j < cols; ++j) x[cols + j] = 1000.f + x[cols + j] * 0.01f;
+        if (rows > 2)
+          for (int64_t j = 0; j < cols; ++j) x[2 * cols + j] = 3.5f;
+        const auto wv = random_values(size_t(cols), ++seed, -1.5f, 1.5f);
+        const auto bv = random_values(size_t(cols), ++seed, -0.5f, 0.5f);
+        auto w_cpu = be.cpu->load_weight(f32_vector("ln.weight", wv));
+        auto b_cpu = be.cpu->load_weight(f32_vector("ln.bias", bv));
+        auto w_gpu = be.gpu->load_weight(f32_vector("ln.weight", wv));
+        auto b_gpu = be.gpu->load_weight(f32_vector("ln.bias", bv));
+
+        Tensor x_cpu = make_tensor(*be.cpu, DType::f32, rows, cols, x);
+        Tensor y_cpu = be.cpu->alloc(DType::f32, rows, cols);
+        be.cpu->layer_norm(x_cpu, *w_cpu, *b_cpu, eps, y_cpu);
+        const auto ref = download_values(*be.cpu, y_cpu);
+
+        Guarded xg = make_guarded(*be.gpu, DType::f32, rows, cols, x);
+        Guarded yg = make_guarded(*be.gpu, DType::f32, rows, cols, std::vector<float>(x.size(), 0.f));
+        be.gpu->layer_norm(xg.view, *w_gpu, *b_gpu, eps, yg.view);
+        expect_close(read_guarded(*be.gpu, yg), ref, kTolF32);
+        CHECK(read_guarded(*be.gpu, xg) == x);
+        be.gpu->layer_norm(xg.view, *w_gpu, *b_gpu, eps, xg.view);  // in place
+        expect_close(read_guarded(*be.gpu, xg), ref, kTolF32);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda: gelu_erf matches the CPU backend, special values included") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 1300;
+  for (int64_t rows : kRows) {
+    for (int64_t cols : kCols) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const auto x = random_values(size_t(rows * cols), ++seed, -8.f, 8.f);
+      Tensor x_cpu = make_tensor(*be.cpu, DType::f32, rows, cols, x);
+      Tensor y_cpu = be.cpu->alloc(DType::f32, rows, cols);
+      be.cpu->gelu_erf(x_cpu, y_cpu);
+      const auto ref = download_values(*be.cpu, y_cpu);
+
+      Guarded xg = make_guarded(*be.gpu, DType::f32, rows, cols, x);
+      Guarded yg = make_guarded(*be.gpu, DType::f32, rows, cols, std::vector<float>(x.size(), 0.f));
+      be.gpu->gelu_erf(xg.view, yg.view);
+      expect_close(read_guarded(*be.gpu, yg), ref, kTolF32);
+      CHECK(read_guarded(*be.gpu, xg) == x);
+      be.gpu->gelu_erf(xg.view, xg.view);  // in place
+      expect_close(read_guarded(*be.gpu, xg), ref, kTolF32);
+    }
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special = {0.f,   -0.f,  1e-30f, -1e-30f, 3.f,  -3.f, 10.f, -10.f, 13.f,
+                                      -13.f, 50.f, -50.f,  1e30f,   -1e30f, inf, -inf,
+                                      std::numeric_limits<float>::quiet_NaN()};
+  const int64_t n = int64_t(special.size());
+  Tensor x_cpu = make_tensor(*be.cpu, DType::f32, 1, n, special);
+  Tensor y_cpu = be.cpu->alloc(DType::f32, 1, n);
+  be.cpu->gelu_erf(x_cpu, y_cpu);
+  Guarded xg = make_guarded(*be.gpu, DType::f32, 1, n, special);
+  Guarded yg = make_guarded(*be.gpu, DType::f32, 1, n, std::vector<float>(special.size(), 0.f));
+  be.gpu->gelu_erf(xg.view, yg.view);
+  expect_close(read_guarded(*be.gpu, yg), download_values(*be.cpu, y_cpu), kTolF32,
+               /*ref_must_be_finite=*/false);
+}
+
+// CudaBackend::attention (positions and segment boundaries staged, the kernel of
+// cuda/attention.cu, segment mass read back) against the CPU on the selective-recompute layout:
+// a few query rows at scattered positions over KV rows whose positions are not sorted. The
+// kernel itself is covered case by case in tests/test-cuda-attention.cpp.
+TEST_CASE("cuda: attention through the backend matches the CPU (scattered rows, sliding window, segment mass)") {
+  if (gpu_missing()) return;
+  Backends be;
+  for (const int window : {0, 96}) {
+    ragkv::AttentionParams ap;
+    ap.n_head = 6;
+    ap.n_kv_head = 2;
+    ap.head_dim = 64;
+    ap.scale = 0.125f;
+    ap.sliding_window = window;
+    const int64_t n_kv = 300, n_q = 37, qc = ap.n_head * ap.head_dim, kc = ap.n_kv_head * ap.head_dim;
+    std::vector<int32_t> k_pos(n_kv);
+    for (int64_t i = 0; i < n_kv; ++i) k_pos[size_t(i)] = int32_t((i * 7919) % n_kv);  // a permutation
+    std::vector<int32_t> q_pos(n_q);
+    for (int64_t i = 0; i < n_q; ++i) q_pos[size_t(i)] = int32_t((i * 8 + 5) % n_kv);
+    const auto qv = random_values(size_t(n_q * qc), 31), kv = round_to(DType::f16, random_values(size_t(n_kv * kc), 32)),
+               vv = round_to(DType::f16, random_values(size_t(n_kv * kc), 33));
+    std::vector<float> mass_cpu, mass_gpu;
+    ragkv::SegmentMass sm_cpu{{0, 100, 250, n_kv}, &mass_cpu}, sm_gpu{{0, 100, 250, n_kv}, &mass_gpu};
+    const Tensor q_c = make_tensor(*be.cpu, DType::f32, n_q, qc, qv), k_c = make_tensor(*be.cpu, DType::f16, n_kv, kc, kv),
+                 v_c = make_tensor(*be.cpu, DType::f16, n_kv, kc, vv), o_c = be.cpu->alloc(DType::f32, n_q, qc);
+    be.cpu->attention(q_c, q_pos, k_c, v_c, k_pos, n_kv, ap, o_c, &sm_cpu);
+    const Tensor q_g = make_tensor(*be.gpu, DType::f32, n_q, qc, qv), k_g = make_tensor(*be.gpu, DType::f16, n_kv, kc, kv),
+                 v_g = make_tensor(*be.gpu, DType::f16, n_kv, kc, vv);
+    Guarded o_g = make_guarded(*be.gpu, DType::f32, n_q, qc, std::vector<float>(size_t(n_q * qc), 0.f));
+    be.gpu->attention(q_g, q_pos, k_g, v_g, k_pos, n_kv, ap, o_g.view, &sm_gpu);
+    // f32 accumulation on both sides over ≤ 300 keys (tests/test-cuda-attention.cpp's bound).
+    expect_close(read_guarded(*be.gpu, o_g), download_values(*be.cpu, o_c), 2e-4f);
+    REQUIRE(mass_gpu.size() == mass_cpu.size());
+    expect_close(mass_gpu, mass_cpu, 2e-4f);
+  }
+}
+
+TEST_CASE("cuda: misuse of the ops fails loudly") {
   if (gpu_missing()) return;
   Backends be;
   auto& gpu = *be.gpu;
   const std::vector<float> vec(64, 1.f);
   auto w = gpu.load_weight(f32_vector("output_norm.weight", vec));
-
-  // Matrices and non-F32 vectors are refused at load.
-  const std::vector<float> mat(64 * 4, 1.f);
-  ragkv::GgufTensor m = f32_vector("blk.0.attn_q.weight", mat);
-  m.ne = {64, 4};
-  CHECK_THROWS_AS(gpu.load_weight(m), ragkv::Error);
-  ragkv::GgufTensor h = f32_vector("blk.0.attn_norm.weight", vec);
-  h.type = ragkv::GgmlType::F16;
-  CHECK_THROWS_AS(gpu.load_weight(h), ragkv::Error);
+  const std::vector<float> mat(4 * 64, 0.5f);
+  auto m = gpu.load_weight(f32_matrix("blk.0.attn_q.weight", 4, 64, mat));
 
   Tensor x = gpu.alloc(DType::f32, 2, 64);
   Tensor y = gpu.alloc(DType::f32, 2, 64);
+  Tensor y4 = gpu.alloc(DType::f32, 2, 4);
   Tensor kv = gpu.alloc(DType::f16, 4, 64);
+  gpu.fill_zero(x);
   const std::vector<int32_t> ids = {0, 1};
-  CHECK_THROWS_WITH_AS(gpu.matmul(x, *w, y), "CUDA backend: op 'matmul' is not implemented yet",
-                       ragkv::Error);
-  CHECK_THROWS_WITH_AS(gpu.embed(*w, ids, x, 1.f), "CUDA backend: op 'embed' is not implemented yet",
-                       ragkv::Error);
-  CHECK_THROWS_WITH_AS(gpu.scatter_rows(x, kv, ids),
-                       "CUDA backend: op 'scatter_rows' is not implemented yet", ragkv::Error);
-  CHECK_THROWS_WITH_AS(gpu.gather_rows(x, y, ids),
-                       "CUDA backend: op 'gather_rows' is not implemented yet", ragkv::Error);
   ragkv::AttentionParams ap;
   ap.n_head = ap.n_kv_head = 1;
   ap.head_dim = 64;
   ap.scale = 0.125f;
-  CHECK_THROWS_WITH_AS(gpu.attention(x, ids, kv, kv, ids, 2, ap, y),
-                       "CUDA backend: op 'attention' is not implemented yet", ragkv::Error);
+  CHECK_NOTHROW(gpu.attention(x, ids, kv, kv, ids, 2, ap, y));
+  CHECK_THROWS_AS(gpu.attention(x, ids, kv, kv, ids, 2, ap, y4), ragkv::Error);  // out of 4 columns
+  CHECK_THROWS_AS(gpu.attention(x, ids, kv, kv, ids, 5, ap, y), ragkv::Error);   // 5 keys in a 4-row cache
 
-  // A weight of another backend, and mismatched shapes, are refused too.
+  // Shapes that do not fit, a weight of another backend, a matrix where a vector belongs.
+  CHECK_THROWS_AS(gpu.matmul(x, *m, y), ragkv::Error);       // y has 64 columns, not 4
+  CHECK_THROWS_AS(gpu.matmul(y4, *m, y4), ragkv::Error);     // x has 4 columns, not 64
+  CHECK_THROWS_AS(gpu.matmul(x, *m, y4, w.get()), ragkv::Error);  // bias of 64 for 4 outputs
+  CHECK_NOTHROW(gpu.matmul(x, *m, y4));
+  CHECK_THROWS_AS(gpu.rms_norm(x, *m, 1e-6f, y), ragkv::Error);  // 4·64 values, and f16
+  CHECK_THROWS_AS(gpu.layer_norm(x, *w, *m, 1e-6f, y), ragkv::Error);
+  CHECK_THROWS_AS(gpu.embed(*m, ids, y4, 1.f), ragkv::Error);               // rows of 64, not 4
+  CHECK_THROWS_AS(gpu.embed(*m, ids, x.slice_rows(0, 1), 1.f), ragkv::Error);  // 2 ids, 1 row
+  CHECK_THROWS_AS(gpu.gather_rows(x, x, ids), ragkv::Error);  // overlapping source and output
+  CHECK_THROWS_AS(gpu.scatter_rows(x, x, ids), ragkv::Error);
+  CHECK_THROWS_AS(gpu.row_sq_dist(x, kv, ids, y), ragkv::Error);  // out must be [2][1]
   auto w_cpu = be.cpu->load_weight(f32_vector("output_norm.weight", vec));
   CHECK_THROWS_AS(gpu.rms_norm(x, *w_cpu, 1e-6f, y), ragkv::Error);
+  CHECK_THROWS_AS(gpu.matmul(x, *w_cpu, y), ragkv::Error);
   Tensor z = gpu.alloc(DType::f32, 3, 64);
   CHECK_THROWS_AS(gpu.add(x, z), ragkv::Error);
   CHECK_THROWS_AS(gpu.swiglu(x, y, z), ragkv::Error);
+  CHECK_THROWS_AS(gpu.gelu_erf(x, z), ragkv::Error);
 }
 
 #endif  // RAGKV_HAVE_CUDA

@@ -72,18 +72,18 @@ TEST_CASE("model: batched prefill equals token-by-token decoding (llama, qwen2, 
   }
 }
 
-TEST_CASE("model: f16 and Q8_0 weights load and give close logits to f32") {
+TEST_CASE("model: f16, bf16 and Q8_0 weights load and give close logits to f32") {
   auto backend = make_cpu_backend(2);
   std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8};
   std::vector<float> ref;
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
     Model m(random_model("llama", t), *backend);
     KvCache kv = m.new_kv_cache(16);
     Workspace ws;
     auto logits = m.forward(ids, kv, ws);
     if (ref.empty()) ref = logits;
-    // Same random weights, quantised: Q8_0 keeps ~2 significant digits per weight.
-    CHECK(max_abs_diff(logits, ref) < (t == GgmlType::Q8_0 ? 0.1 : 0.01));
+    // Same random weights, rounded: bf16 keeps 8 significant bits, Q8_0 ~2 digits per weight.
+    CHECK_MESSAGE(max_abs_diff(logits, ref) < (t == GgmlType::Q8_0 || t == GgmlType::BF16 ? 0.1 : 0.01), ggml_type_name(t));
   }
 }
 

@@ -1,0 +1,43 @@
+// Fused attention launcher (attention.cu): FlashAttention-style tiles with an online softmax,
+// masking by absolute positions, for the selective-recompute fusor (DESIGN.md §4).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ragkv {
+
+// One attention call on device memory; the semantics are those of Backend::attention
+// (core/backend.h) and its CPU reference (core/cpu-backend.cpp).
+struct AttentionArgs {
+  const float* q = nullptr;        // device f32 [n_q][n_head * head_dim], contiguous rows
+  const int32_t* q_pos = nullptr;  // device [n_q] absolute positions (unused when !causal)
+  const void* k = nullptr;         // device f16 (kv_f16) or f32 [>= n_kv][n_kv_head * head_dim]
+  const void* v = nullptr;         // same layout and dtype as k
+  bool kv_f16 = true;
+  const int32_t* k_pos = nullptr;  // device [n_kv] absolute positions of the key rows, any order
+                                   // (cached and recomputed rows interleave; unused when !causal)
+  int64_t n_q = 0, n_kv = 0;
+  int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 32, 64, 128 or 256
+  float scale = 0.f, softcap = 0.f;  // softcap > 0: logits = softcap * tanh(logits / softcap)
+  int sliding_window = 0;            // > 0: a query at p sees keys at positions in (p - window, p]
+  bool causal = true;                // false: every query sees all n_kv keys, positions unused
+  float* out = nullptr;              // device f32 [n_q][n_head * head_dim]
+  // Optional (Cache-Craft inter/intra attention): when seg_mass != nullptr,
+  // seg_mass[(i * n_head + h) * n_seg + s] = sum of query i / head h's softmax probabilities over
+  // key rows [seg_begin[s], seg_begin[s + 1]) (boundaries ascending, as in SegmentMass; rows
+  // outside [0, n_kv) count for nothing).
+  const int64_t* seg_begin = nullptr;  // device [n_seg + 1]
+  int n_seg = 0;
+  float* seg_mass = nullptr;           // device f32 [n_q][n_head][n_seg]
+};
+
+// Queues the attention on `stream`. q, k, v and out must be 16-byte aligned (row slices of
+// cudaMalloc'd tensors are); out must not overlap q, k, v or seg_mass. Rows [0, n_kv) of k and v
+// must hold finite values (a masked key still meets a zero probability in P·V). A query that
+// sees no key gets output 0 and segment mass 0, as on the CPU. Throws ragkv::Error on bad
+// arguments (unsupported head_dim, n_head not a multiple of n_kv_head, a sliding window without
+// causal masking, missing or misaligned pointers) or a failed launch.
+void attention_cuda(const AttentionArgs& a, cudaStream_t stream);
+
+}  // namespace ragkv
