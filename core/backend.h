@@ -117,6 +117,11 @@ class Backend {
   virtual void upload(const Tensor& dst, const void* host_src) = 0;  // all of dst
   virtual void download(const Tensor& src, void* host_dst) = 0;      // all of src
   virtual void fill_zero(const Tensor& t) = 0;
+  // Layer-wise KV loading (CacheBlend §5): upload_async starts copying host_src into dst on a
+  // copy queue that runs beside compute and returns once host_src may be reused; the ops queued
+  // after the next wait_uploads() see the data. Synchronous on backends without such a queue.
+  virtual void upload_async(const Tensor& dst, const void* host_src) { upload(dst, host_src); }
+  virtual void wait_uploads() {}
   virtual void synchronize() {}
 
   // ---- weights

@@ -61,21 +61,33 @@ std::vector<int32_t> top_k_indices(const std::vector<float>& values, size_t keep
 
 namespace {
 
-// Copies a cached segment's layer-l K/V into the prompt's rows and rotates K from the position it
-// was computed at to its new one: R(p_new)·k = R(Δ)·R(p_old)·k (Cache-Craft §4, CacheBlend §3.2).
-void install_cached_layer(const Model& model, int l, const PromptSegment& seg, const SegmentSource& src,
-                          const uint16_t* k, const uint16_t* v, KvCache& kv) {
-  const ModelConfig& c = model.config();
+// Layer l of a cached segment, in two steps so the copy can overlap compute (CacheBlend §5): the
+// K/V rows go into the prompt's rows with upload_async (on CUDA a copy queue beside compute),
+// then, once the compute queue waits for them, K is rotated from the position it was computed at
+// to its new one: R(p_new)·k = R(Δ)·R(p_old)·k (Cache-Craft §4, CacheBlend §3.2).
+void upload_cached_layer(const Model& model, int l, const PromptSegment& seg, const uint16_t* k,
+                         const uint16_t* v, KvCache& kv) {
   Backend& b = model.backend();
   const int64_t n = int64_t(seg.ids.size());
-  const Tensor kd = kv.k[l].slice_rows(seg.begin, n), vd = kv.v[l].slice_rows(seg.begin, n);
-  b.upload(kd, k);
-  b.upload(vd, v);
+  b.upload_async(kv.k[l].slice_rows(seg.begin, n), k);
+  b.upload_async(kv.v[l].slice_rows(seg.begin, n), v);
+}
+
+void rotate_cached_layer(const Model& model, int l, const PromptSegment& seg, const SegmentSource& src, KvCache& kv) {
+  const ModelConfig& c = model.config();
+  const int64_t n = int64_t(seg.ids.size());
   const int32_t delta = int32_t(seg.begin - src.cache->meta().first_pos);
   if (delta != 0) {
     const std::vector<int32_t> d(static_cast<size_t>(n), delta);
-    b.rope(kd, d, c.n_head_kv, c.head_dim, c.rope(l), /*inverse=*/false);
+    model.backend().rope(kv.k[l].slice_rows(seg.begin, n), d, c.n_head_kv, c.head_dim, c.rope(l), /*inverse=*/false);
   }
+}
+
+void install_cached_layer(const Model& model, int l, const PromptSegment& seg, const SegmentSource& src,
+                          const uint16_t* k, const uint16_t* v, KvCache& kv) {
+  upload_cached_layer(model, l, seg, k, v, kv);
+  model.backend().wait_uploads();
+  rotate_cached_layer(model, l, seg, src, kv);
 }
 
 // Groups of segments computed by one Model::forward call each, in `full` and `prefix`.
@@ -188,17 +200,25 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, std::v
   Tensor scratch_x = b.alloc(DType::f32, ws.rows, c.n_embd), scratch_q = b.alloc(DType::f32, ws.rows, c.q_dim());
   Tensor dev_k = b.alloc(DType::f32, ws.rows, 1), dev_v = b.alloc(DType::f32, ws.rows, 1);
 
+  // Layer l + 1's cached rows are uploaded while layer l computes (on CUDA the copy queue moves
+  // them while the compute queue runs layer l), and rotated at the top of layer l + 1 once the
+  // compute queue has waited for them — before any recomputed row is scattered over them.
+  auto upload_layer = [&](int l) {
+    try {
+      loader->wait_layer(l);
+    } catch (ChunkLoadFailed& e) {
+      throw ChunkLoadFailed(job_seg[e.job], e.what());
+    }
+    for (size_t j = 0; j < jobs.size(); ++j)
+      upload_cached_layer(model, l, prompt.segments[job_seg[j]], loader->k(j, l), loader->v(j, l), kv);
+    loader->release_layer(l);  // upload_async copies or stages the host data before returning
+  };
+  if (loader) upload_layer(0);
   for (int l = 0; l < L; ++l) {
     if (loader) {
-      try {
-        loader->wait_layer(l);
-      } catch (ChunkLoadFailed& e) {
-        throw ChunkLoadFailed(job_seg[e.job], e.what());
-      }
-      for (size_t j = 0; j < jobs.size(); ++j)
-        install_cached_layer(model, l, prompt.segments[job_seg[j]], sources[job_seg[j]], loader->k(j, l),
-                             loader->v(j, l), kv);
-      loader->release_layer(l);
+      b.wait_uploads();
+      for (size_t j = 0; j < jobs.size(); ++j) rotate_cached_layer(model, l, prompt.segments[job_seg[j]], sources[job_seg[j]], kv);
+      if (l + 1 < L) upload_layer(l + 1);
     }
     const int64_t na = int64_t(active.size());
     model.layer_qkv(l, na, active, ws);

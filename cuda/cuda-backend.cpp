@@ -160,8 +160,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   try {
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));
   } catch (...) {
     // The destructor does not run for a constructor that throws.
+    if (uploads_done_) CUDA_CHECK_NOTHROW(cudaEventDestroy(uploads_done_));
+    if (compute_mark_) CUDA_CHECK_NOTHROW(cudaEventDestroy(compute_mark_));
+    if (copy_stream_) CUDA_CHECK_NOTHROW(cudaStreamDestroy(copy_stream_));
     if (cublas_) (void)cublasDestroy(cublas_);
     CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
     throw;
@@ -170,7 +176,15 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   // Destructors must not throw: errors are reported to stderr.
+  CUDA_CHECK_NOTHROW(cudaStreamSynchronize(copy_stream_));
   CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
+  for (PinnedSlot& slot : slots_) {
+    CUDA_CHECK_NOTHROW(cudaEventDestroy(slot.copied));
+    CUDA_CHECK_NOTHROW(cudaFreeHost(slot.host));
+  }
+  CUDA_CHECK_NOTHROW(cudaEventDestroy(uploads_done_));
+  CUDA_CHECK_NOTHROW(cudaEventDestroy(compute_mark_));
+  CUDA_CHECK_NOTHROW(cudaStreamDestroy(copy_stream_));
   if (const cublasStatus_t st = cublasDestroy(cublas_); st != CUBLAS_STATUS_SUCCESS)
     std::fprintf(stderr, "ragkv: cuBLAS error %s destroying the handle of %s\n", cublasGetStatusName(st),
                  name_.c_str());
@@ -199,6 +213,7 @@ void CudaBackend::raw_free(void* p) {
   // Called from destructors (Storage, CudaWeight), so it must not throw. Work queued on the
   // stream may still read p: wait for it before the memory goes back.
   if (!p) return;
+  CUDA_CHECK_NOTHROW(cudaStreamSynchronize(copy_stream_));
   CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
   CUDA_CHECK_NOTHROW(cudaFree(p));
 }
@@ -209,6 +224,58 @@ void CudaBackend::upload(const Tensor& dst, const void* host_src) {
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), host_src, bytes, cudaMemcpyHostToDevice, stream_));
   // Complete before returning: host_src may be reused (or be pinned memory) as soon as we return.
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+CudaBackend::PinnedSlot& CudaBackend::free_slot(size_t bytes) {
+  // A slot whose copy has completed and that is large enough; else grow one that is free; else a
+  // new one. Slots in flight are never touched, so their host bytes stay valid for the DMA.
+  PinnedSlot* idle = nullptr;
+  for (PinnedSlot& slot : slots_) {
+    const cudaError_t q = cudaEventQuery(slot.copied);
+    if (q == cudaErrorNotReady) continue;
+    CUDA_CHECK(q);
+    if (slot.bytes >= bytes) return slot;
+    if (!idle) idle = &slot;
+  }
+  if (!idle) {
+    slots_.emplace_back();
+    idle = &slots_.back();
+    CUDA_CHECK(cudaEventCreateWithFlags(&idle->copied, cudaEventDisableTiming));
+  }
+  if (idle->host) CUDA_CHECK(cudaFreeHost(idle->host));
+  idle->host = nullptr;
+  idle->bytes = 0;
+  const size_t grown = std::max<size_t>(bytes, size_t(1) << 20);
+  const cudaError_t err = cudaMallocHost(&idle->host, grown);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("{}: cannot allocate {} bytes of pinned host memory for KV loading ({})", name_, grown,
+         cudaGetErrorString(err));
+  }
+  idle->bytes = grown;
+  return *idle;
+}
+
+void CudaBackend::upload_async(const Tensor& dst, const void* host_src) {
+  const size_t bytes = tensor_bytes(dst);
+  if (bytes == 0) return;
+  if (!batch_open_) {
+    // The rows may still be read by compute queued earlier (e.g. the previous prompt's attention).
+    CUDA_CHECK(cudaEventRecord(compute_mark_, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0));
+    batch_open_ = true;
+  }
+  PinnedSlot& slot = free_slot(bytes);
+  std::memcpy(slot.host, host_src, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(dst.data(), slot.host, bytes, cudaMemcpyHostToDevice, copy_stream_));
+  CUDA_CHECK(cudaEventRecord(slot.copied, copy_stream_));
+}
+
+void CudaBackend::wait_uploads() {
+  if (!batch_open_) return;
+  CUDA_CHECK(cudaEventRecord(uploads_done_, copy_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, uploads_done_, 0));
+  batch_open_ = false;
 }
 
 void CudaBackend::download(const Tensor& src, void* host_dst) {

@@ -71,6 +71,11 @@ class CudaBackend : public Backend {
   void download(const Tensor& src, void* host_dst) override;
   void fill_zero(const Tensor& t) override;
   void synchronize() override;
+  // Layer-wise loading: host data is copied into a pinned staging slot, then to the device on
+  // copy_stream_ (after the compute work queued so far, which may still read the rows); the
+  // compute stream waits for those copies at wait_uploads().
+  void upload_async(const Tensor& dst, const void* host_src) override;
+  void wait_uploads() override;
 
   // ---- weights: any type ggml_type_supported() accepts; matrices f16, vectors f32 (see above).
   // Throws ragkv::Error naming the tensor for an unsupported type, missing data, or a matrix
@@ -104,6 +109,20 @@ class CudaBackend : public Backend {
   std::string name_;                // "cuda:0 (NVIDIA H100 80GB HBM3)"
   cudaStream_t stream_ = nullptr;   // every copy and kernel of this backend
   cublasHandle_t cublas_ = nullptr; // bound to stream_; matmul's GEMMs
+
+  // upload_async: its own stream, pinned staging slots (reused once their copy has completed),
+  // and the events that order the two streams.
+  struct PinnedSlot {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;  // recorded on copy_stream_ after the slot's copy
+  };
+  cudaStream_t copy_stream_ = nullptr;
+  std::vector<PinnedSlot> slots_;
+  cudaEvent_t compute_mark_ = nullptr;  // compute work queued before an upload batch
+  cudaEvent_t uploads_done_ = nullptr;  // every upload of the batch
+  bool batch_open_ = false;             // upload_async calls since the last wait_uploads
+  PinnedSlot& free_slot(size_t bytes);
 
   // Per-op parameters that live on the host (rope positions and frequencies, token ids, row
   // indices) go to the device through one grow-only scratch buffer, staged in host_staging_ and

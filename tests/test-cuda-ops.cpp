@@ -409,6 +409,32 @@ TEST_CASE("cuda: upload, download and fill_zero keep to the tensor") {
   }
 }
 
+// upload_async (layer-wise KV loading): many copies in flight on the copy stream, the host
+// buffer overwritten as soon as each call returns, then ops after wait_uploads() see every row —
+// also rows a queued op was still reading (the copy waits for earlier compute).
+TEST_CASE("cuda: upload_async copies land before the ops queued after wait_uploads") {
+  if (gpu_missing()) return;
+  Backends be;
+  const int64_t rows = 600, cols = 192, parts = 8;
+  Tensor dst = be.gpu->alloc(DType::f32, rows * parts, cols);
+  Tensor last = be.gpu->alloc(DType::f32, rows, cols);
+  std::vector<int32_t> idx(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) idx[size_t(i)] = int32_t((parts - 1) * rows + i);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    std::vector<float> host, expect;
+    for (int64_t part = 0; part < parts; ++part) {
+      host = random_values(size_t(rows * cols), uint32_t(100 + round * parts + part));
+      if (part == parts - 1) expect = host;
+      be.gpu->upload_async(dst.slice_rows(part * rows, rows), host.data());
+      std::fill(host.begin(), host.end(), std::numeric_limits<float>::quiet_NaN());  // must not reach the device
+    }
+    be.gpu->wait_uploads();
+    be.gpu->gather_rows(dst, last, idx);  // queued after the wait; rewritten next round while queued work may read dst
+    CHECK(download_values(*be.gpu, last) == expect);
+  }
+}
+
 TEST_CASE("cuda: rms_norm matches the CPU backend") {
   if (gpu_missing()) return;
   Backends be;
