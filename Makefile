@@ -2,7 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build test clean bench demo
+.PHONY: setup build test clean bench demo device-bundle
 
 setup:
 	bash scripts/setup.sh
@@ -26,6 +26,14 @@ demo: build
 
 bench: build
 	$(BUILD_DIR)/ragkv bench prefill
+
+# The CUDA tests and benchmarks for the GPU machine (no -dev packages, no network there): portable
+# binaries and their non-system libraries in device-bundle/, which the device tool carries.
+# On the device: device-bundle/run ragkv_tests -tc='cuda*'   (see README "GPU machine").
+device-bundle:
+	cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DRAGKV_NATIVE=OFF -DRAGKV_OPENBLAS=OFF
+	cmake --build build-device -j $(JOBS) --target ragkv ragkv_tests
+	bash scripts/device-bundle.sh build-device device-bundle
 
 clean:
 	rm -rf $(BUILD_DIR)
