@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/generate.h"
 #include "core/model.h"
+#include "core/model-config.h"
 
 namespace ragkv {
 
@@ -22,6 +23,20 @@ constexpr const char* kBenchText =
     "cultures of West Francia. The distinct cultural and ethnic identity of the Normans emerged "
     "initially in the first half of the 10th century, and it continued to evolve over the "
     "succeeding centuries. ";
+}
+
+double prefill_flops(const ModelConfig& c, int64_t tokens) {
+  const double t = double(tokens), d = c.n_embd, hd = c.head_dim;
+  const double q_dim = double(c.n_head) * hd, kv_dim = double(c.n_head_kv) * hd;
+  const double weights_per_token = d * q_dim + 2 * d * kv_dim + q_dim * d + 3 * d * double(c.n_ff);
+  double pairs_all = 0;  // Σ over layers of the (query, key) pairs attended
+  for (int l = 0; l < c.n_layer; ++l) {
+    const bool local = c.sliding_window > 0 && size_t(l) < c.layer_is_local.size() && c.layer_is_local[size_t(l)];
+    const double w = local ? std::min(t, double(c.sliding_window)) : t;
+    // Query i sees min(i + 1, w) keys: Σ_i = w(w + 1)/2 + (t − w)·w.
+    pairs_all += w * (w + 1) / 2 + (t - w) * w;
+  }
+  return 2 * weights_per_token * t * c.n_layer + 2 * 2 * hd * double(c.n_head) * pairs_all + 2 * d * double(c.n_vocab);
 }
 
 nlohmann::json bench_prefill(const PrefillBenchOptions& opt) {
@@ -67,6 +82,7 @@ nlohmann::json bench_prefill(const PrefillBenchOptions& opt) {
       {"prefill_ms_best", best},
       {"prefill_ms_median", median},
       {"prefill_tokens_per_s", opt.prompt_tokens / (best / 1000.0)},
+      {"prefill_tflops", prefill_flops(model.config(), opt.prompt_tokens) / (best / 1000.0) / 1e12},
       {"prefill_tokens_per_s_median", opt.prompt_tokens / (median / 1000.0)},
       {"decode_tokens", opt.decode_tokens},
       {"decode_tokens_per_s", decode_tps},

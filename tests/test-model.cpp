@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/bench-prefill.h"
 #include "core/generate.h"
 #include "core/model.h"
 #include "core/random-model.h"
@@ -174,4 +175,15 @@ TEST_CASE("golden: SmolLM2-135M logits and greedy tokens match transformers and 
 
 TEST_CASE("golden: Gemma 3 270M logits and greedy tokens match transformers and llama.cpp") {
   check_against_golden(test::gemma_path(), "logits_golden_gemma3.json");
+}
+
+TEST_CASE("bench: prefill_flops counts projections, attended pairs and the output head") {
+  ModelConfig c;
+  c.n_layer = 1, c.n_embd = 4, c.n_head = 2, c.n_head_kv = 1, c.head_dim = 2, c.n_ff = 8, c.n_vocab = 10;
+  c.layer_is_local = {false};
+  // projections 2·(16 + 16 + 16 + 96)·3 = 864, Q·Kᵀ and P·V 2·2·2·2·6 pairs = 96, head 2·4·10 = 80
+  CHECK(prefill_flops(c, 3) == doctest::Approx(1040));
+  c.sliding_window = 2;
+  c.layer_is_local = {true};  // pairs 1 + 2 + 2 = 5
+  CHECK(prefill_flops(c, 3) == doctest::Approx(1024));
 }
