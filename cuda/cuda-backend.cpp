@@ -679,10 +679,11 @@ void CudaBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, con
     a.seg_mass = static_cast<float*>(work_reserve(seg_mass->out->size() * sizeof(float)));
   }
   attention_cuda(a, stream_);
-  if (a.seg_mass)
+  if (a.seg_mass) {
     CUDA_CHECK(cudaMemcpyAsync(seg_mass->out->data(), a.seg_mass, seg_mass->out->size() * sizeof(float),
                                cudaMemcpyDeviceToHost, stream_));
-  if (a.seg_mass) CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host vector is read on return
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host vector is read on return
+  }
 }
 
 }  // namespace ragkv
