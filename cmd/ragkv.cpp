@@ -18,6 +18,7 @@
 #include "cmd/device-flags.h"
 #include "cmd/rag-commands.h"
 #include "core/bench-prefill.h"
+#include "core/bench-reuse.h"
 #include "core/chat-template.h"
 #include "core/error.h"
 #include "core/generate.h"
@@ -252,6 +253,22 @@ int main(int argc, char** argv) {
   bprefill->add_option("--decode-tokens", bopt.decode_tokens, "Tokens decoded after the prompt")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   bprefill->add_option("--repetitions", bopt.repetitions, "Timed prefills per model")->check(CLI::Range(1, 1000))->capture_default_str();
   bench_dev.add_to(bprefill);
+  auto* breuse = bench->add_subcommand("reuse", "TTFT per reuse mode and chunk-KV tier, side by side with full");
+  ragkv::ReuseBenchOptions ropt;
+  std::vector<std::string> ropt_modes = {"full", "prefix", "reuse", "blend"}, ropt_tiers = {"disk", "page-cache", "host"};
+  DeviceFlags breuse_dev;
+  breuse->add_option("--model", ropt.model_path, "Model (default: the default LLM)");
+  breuse->add_option("--chunks", ropt.chunks, "Chunks in the prompt")->check(CLI::Range(1, 1024))->capture_default_str();
+  breuse->add_option("--chunk-tokens", ropt.chunk_tokens, "Tokens per chunk")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  breuse->add_option("--modes", ropt_modes, "Modes, comma-separated (full is always timed: ratios are taken against it)")
+      ->delimiter(',')->check(CLI::IsMember({"full", "prefix", "reuse", "blend"}))->capture_default_str();
+  breuse->add_option("--tiers", ropt_tiers, "Where chunk KV starts: disk (page cache dropped), page-cache, host (in memory)")
+      ->delimiter(',')->check(CLI::IsMember({"disk", "page-cache", "host"}))->capture_default_str();
+  breuse->add_option("--recompute-ratio", ropt.blend.recompute_ratio, "blend: fraction of reused tokens recomputed per layer")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  breuse->add_option("--check-layers", ropt.blend.check_layers, "blend: HKVD selection layers (gradual filtering)")->check(CLI::Range(1, 1024))->capture_default_str();
+  breuse->add_option("--repetitions", ropt.repetitions, "Timed prefills per mode and tier, after a warm-up")->check(CLI::Range(1, 1000))->capture_default_str();
+  breuse->add_option("--store", ropt.store_dir, "Store for the chunk caches (default: a temporary one, removed afterwards)");
+  breuse_dev.add_to(breuse);
   auto* bret = bench->add_subcommand("retrieval", "Recall, gold hit rate, latency and staged-search convergence");
   std::string br_index, br_embedder = ragkv::default_embedder_dir();
   ragkv::RetrievalBenchOptions bropt;
@@ -296,6 +313,15 @@ int main(int argc, char** argv) {
                                               : ragkv::GgmlType::F32;
       ragkv::write_random_model(spec, mtm_out);
       std::fprintf(stderr, "ragkv: wrote %s\n", mtm_out.c_str());
+    } else if (*breuse) {
+      if (ropt.model_path.empty()) ropt.model_path = ragkv::default_llm_path();
+      ropt.device = breuse_dev.device;
+      ropt.threads = breuse_dev.thread_count();
+      ropt.modes.clear();
+      for (const auto& m : ropt_modes) ropt.modes.push_back(ragkv::parse_reuse_mode(m));
+      ropt.tiers.clear();
+      for (const auto& t : ropt_tiers) ropt.tiers.push_back(ragkv::parse_kv_tier(t));
+      std::cout << ragkv::bench_reuse(ropt).dump(2) << "\n";
     } else if (*bprefill) {
       if (bench_models.empty()) bench_models = {ragkv::default_llm_path(), ragkv::gemma_llm_path()};
       bopt.device = bench_dev.device;

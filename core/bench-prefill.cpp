@@ -1,29 +1,18 @@
-// Prefill/decode benchmark. The prompt is real English text (repeated and cut to length) so the
-// token mix is realistic; only timing is measured, the output is not checked here.
+// Prefill/decode benchmark. The prompt is real English text (core/bench-text.h, repeated and cut
+// to length) so the token mix is realistic; only timing is measured, the output is not checked here.
 #include "core/bench-prefill.h"
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
+#include "core/bench-text.h"
 #include "core/error.h"
 #include "core/generate.h"
 #include "core/model.h"
 #include "core/model-config.h"
 
 namespace ragkv {
-
-namespace {
-constexpr const char* kBenchText =
-    "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, "
-    "a region in France. They were descended from Norse raiders and pirates from Denmark, Iceland "
-    "and Norway who, under their leader Rollo, agreed to swear fealty to King Charles III of West "
-    "Francia. Through generations of assimilation and mixing with the native Frankish and "
-    "Roman-Gaulish populations, their descendants would gradually merge with the Carolingian-based "
-    "cultures of West Francia. The distinct cultural and ethnic identity of the Normans emerged "
-    "initially in the first half of the 10th century, and it continued to evolve over the "
-    "succeeding centuries. ";
-}
 
 double prefill_flops(const ModelConfig& c, int64_t tokens) {
   const double t = double(tokens), d = c.n_embd, hd = c.head_dim;
@@ -48,7 +37,7 @@ nlohmann::json bench_prefill(const PrefillBenchOptions& opt) {
   const double load_ms = std::chrono::duration<double, std::milli>(clock::now() - t_load).count();
 
   std::vector<int32_t> ids = tokenize_prompt(model.tokenizer(), "");
-  const std::vector<int32_t> text = model.tokenizer().encode(kBenchText, false);
+  const std::vector<int32_t> text = model.tokenizer().encode(kBenchPassages[0], false);
   while (int(ids.size()) < opt.prompt_tokens) ids.insert(ids.end(), text.begin(), text.end());
   ids.resize(opt.prompt_tokens);
 

@@ -284,7 +284,8 @@ ChunkKvReader::~ChunkKvReader() {
 
 ChunkKvReader::ChunkKvReader(ChunkKvReader&& o) noexcept
     : path_(std::move(o.path_)), meta_(std::move(o.meta_)), fd_(std::exchange(o.fd_, -1)),
-      data_offset_(o.data_offset_), layer_bytes_(o.layer_bytes_), file_bytes_(o.file_bytes_) {}
+      data_offset_(o.data_offset_), layer_bytes_(o.layer_bytes_), file_bytes_(o.file_bytes_),
+      resident_(std::move(o.resident_)) {}
 
 ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
   if (this != &o) {
@@ -295,6 +296,7 @@ ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
     data_offset_ = o.data_offset_;
     layer_bytes_ = o.layer_bytes_;
     file_bytes_ = o.file_bytes_;
+    resident_ = std::move(o.resident_);
   }
   return *this;
 }
@@ -304,6 +306,12 @@ void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
   if (l < 0 || uint32_t(l) >= meta_.n_layer)
     fail("{}: layer {} out of range, the chunk has {}", path_.string(), l, meta_.n_layer);
   const size_t half = layer_bytes_ / 2;
+  if (!resident_.empty()) {  // verified when it was kept
+    const uint16_t* layer = resident_.data() + size_t(l) * (layer_bytes_ / 2);
+    std::memcpy(k_out, layer, half);
+    std::memcpy(v_out, layer + half / 2, half);
+    return;
+  }
   const uint64_t off = data_offset_ + uint64_t(l) * (layer_bytes_ + 8);
   uint64_t stored = 0;
   if (pread_full(fd_, k_out, half, off, path_) != half || pread_full(fd_, v_out, half, off + half, path_) != half ||
@@ -315,6 +323,23 @@ void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
   if (c.digest() != stored)
     throw CacheFileError(fmt::format("{}: layer {} checksum mismatch (stored {}, computed {}): the file is corrupt",
                                      path_.string(), l, checksum_hex(stored), checksum_hex(c.digest())));
+}
+
+void ChunkKvReader::keep_in_memory() {
+  if (!resident_.empty()) return;
+  std::vector<uint16_t> all(size_t(meta_.n_layer) * (layer_bytes_ / 2));
+  const size_t layer_elems = layer_bytes_ / 2;
+  for (uint32_t l = 0; l < meta_.n_layer; ++l) {
+    uint16_t* layer = all.data() + size_t(l) * layer_elems;
+    read_layer(int(l), layer, layer + layer_elems / 2);
+  }
+  resident_ = std::move(all);
+}
+
+void ChunkKvReader::evict_page_cache() const {
+  if (fd_ < 0) return;
+  ::fdatasync(fd_);  // dirty pages are not dropped
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
 }
 
 // ---- the store ----

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -66,6 +67,16 @@ class ChunkKvReader {
   size_t layer_bytes() const { return layer_bytes_; }  // bytes of one layer's K+V
   uint64_t file_bytes() const { return file_bytes_; }
 
+  // Tiers of where a chunk's KV lives before a prompt needs it (RAGCache §4's GPU/host/disk
+  // hierarchy; the benchmark measures each):
+  // Reads and verifies every layer once into host memory; read_layer then copies from there
+  // (the host tier). CacheFileError as read_layer.
+  void keep_in_memory();
+  bool in_memory() const { return !resident_.empty(); }
+  // Writes back and drops the file's pages from the OS page cache, so the next read_layer goes to
+  // the disk (the cold-disk tier). Best effort: a no-op where the OS ignores the advice.
+  void evict_page_cache() const;
+
  private:
   std::filesystem::path path_;
   ChunkKvMeta meta_;
@@ -73,6 +84,7 @@ class ChunkKvReader {
   uint64_t data_offset_ = 0;  // where layer 0 starts
   size_t layer_bytes_ = 0;
   uint64_t file_bytes_ = 0;
+  std::vector<uint16_t> resident_;  // keep_in_memory: per layer K then V, verified
 };
 
 // store.json

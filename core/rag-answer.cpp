@@ -30,6 +30,27 @@ nlohmann::json AnswerRecord::metrics() const {
           {"cache_bad", cache.bad}};
 }
 
+std::vector<SegmentSource> open_segment_sources(const KvStore* store, const CacheKeys& keys, const RagPrompt& prompt,
+                                               ReuseMode mode, CacheCounts& counts) {
+  std::vector<SegmentSource> sources(prompt.segments.size());
+  if (!store || mode == ReuseMode::full) return sources;
+  // `prefix` needs only the segments an exact prefix can cover; the question is never cached.
+  const size_t last = mode == ReuseMode::prefix ? std::min<size_t>(2, prompt.segments.size() - 1)
+                                                : prompt.segments.size() - 1;
+  for (size_t s = 0; s < last; ++s) {
+    const PromptSegment& seg = prompt.segments[s];
+    const ChunkKvMeta key = seg.kind == PromptSegment::Kind::prefix ? keys.prefix() : keys.chunk(seg.chunk_id, seg.ids);
+    try {
+      sources[s].cache = store->open_chunk(key);
+      if (sources[s].cache) ++counts.hits;
+      else ++counts.misses;
+    } catch (const CacheFileError&) {
+      ++counts.bad;
+    }
+  }
+  return sources;
+}
+
 RagAnswerer::RagAnswerer(const Model& model, const PromptFormat& format, const KvStore* store)
     : model_(model), format_(format), store_(store), keys_(model, format) {}
 
@@ -45,23 +66,7 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
   rec.mode = reuse_mode_name(opt.mode);
   for (const Chunk* c : chunks) rec.chunk_ids.push_back(c->id);
 
-  // Cache lookup: `prefix` needs only the segments an exact prefix can cover.
-  std::vector<SegmentSource> sources(prompt.segments.size());
-  if (store_ && opt.mode != ReuseMode::full) {
-    const size_t last = opt.mode == ReuseMode::prefix ? std::min<size_t>(2, prompt.segments.size() - 1)
-                                                      : prompt.segments.size() - 1;
-    for (size_t s = 0; s < last; ++s) {
-      const PromptSegment& seg = prompt.segments[s];
-      const ChunkKvMeta key = seg.kind == PromptSegment::Kind::prefix ? keys_.prefix() : keys_.chunk(seg.chunk_id, seg.ids);
-      try {
-        sources[s].cache = store_->open_chunk(key);
-        if (sources[s].cache) ++rec.cache.hits;
-        else ++rec.cache.misses;
-      } catch (const CacheFileError&) {
-        ++rec.cache.bad;
-      }
-    }
-  }
+  std::vector<SegmentSource> sources = open_segment_sources(store_, keys_, prompt, opt.mode, rec.cache);
 
   KvCache kv = model_.new_kv_cache(n_ctx);
   PrefillResult pre;

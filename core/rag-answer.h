@@ -43,6 +43,11 @@ struct AnswerRecord {
   nlohmann::json metrics() const;
 };
 
+// The cache of each segment of prompt that mode can use, opened from store (none for `full` or a
+// null store); counts hits, misses and files that failed their header checks.
+std::vector<SegmentSource> open_segment_sources(const KvStore* store, const CacheKeys& keys, const RagPrompt& prompt,
+                                               ReuseMode mode, CacheCounts& counts);
+
 class RagAnswerer {
  public:
   // store may be null (every mode then computes everything, like `full`).

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -135,6 +136,35 @@ TEST_CASE("chunk KV file: round trip is bit-exact for every layer") {
   check_layer(moved, 2, d);
   // No temporaries beside the file.
   CHECK(std::distance(fs::directory_iterator(tmp.path), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("chunk KV file: kept in memory it reads the same, verified once, and survives the file changing") {
+  TempDir tmp("kv-host-tier");
+  const ChunkKvMeta m = small_meta(4, 9);
+  const ChunkData d(m, 5);
+  const fs::path p = tmp.path / "c.rkv";
+  write(p, m, d);
+  const size_t layer_bytes = ChunkKvReader(p, m).layer_bytes();
+  ChunkKvReader r(p, m);
+  r.evict_page_cache();  // the cold-disk tier: reads still go to the file
+  check_layer(r, 1, d);
+  CHECK_FALSE(r.in_memory());
+  r.keep_in_memory();
+  CHECK(r.in_memory());
+  // The file's bytes now differ (the same length): the kept copy is what is read, moves included.
+  const std::string bytes = ragkv::read_file(p);
+  std::string b = bytes;
+  b[layer_offset(bytes, layer_bytes, 3) + 2] ^= 0x10;
+  { std::ofstream(p, std::ios::binary | std::ios::in | std::ios::out) << b; }
+  for (int l = 0; l < 4; ++l) check_layer(r, l, d);
+  ChunkKvReader moved(std::move(r));
+  CHECK(moved.in_memory());
+  check_layer(moved, 3, d);
+
+  // A corrupt layer is found when the copy is made, not used later.
+  ChunkKvReader bad(p, m);
+  CHECK_THROWS_WITH_AS(bad.keep_in_memory(), doctest::Contains("layer 3 checksum mismatch"), CacheFileError);
+  CHECK_FALSE(bad.in_memory());
 }
 
 TEST_CASE("chunk KV file: layers read from two threads at once") {

@@ -1,0 +1,95 @@
+// `bench reuse` on a tiny random model: the rows, the tiers, ratios taken against full, the
+// temporary store cleaned up. Timing values are not checked (machines are noisy); the structure,
+// recompute fractions and prefix mode's identity with full are.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "core/bench-reuse.h"
+#include "core/error.h"
+#include "core/random-model.h"
+#include "tests/test-tempdir.h"
+
+using namespace ragkv;
+namespace fs = std::filesystem;
+
+namespace {
+std::string bench_model(const test::TempDir& dir, int n_ctx) {
+  RandomModelSpec s;
+  s.n_layer = 3;
+  s.n_ctx = n_ctx;
+  const std::string path = (dir.path / "random-llama.gguf").string();
+  write_random_model(s, path);
+  return path;
+}
+}  // namespace
+
+TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and prefix identity") {
+  test::TempDir dir("bench-reuse");
+  ReuseBenchOptions o;
+  o.model_path = bench_model(dir, 1024);
+  o.threads = 1;
+  o.chunks = 3;
+  o.chunk_tokens = 40;
+  o.repetitions = 1;
+  o.store_dir = (dir.path / "store").string();
+  const nlohmann::json j = bench_reuse(o);
+  CHECK(j["bench"] == "reuse");
+  CHECK(j["chunks"] == 3);
+  const auto& rows = j["results"];
+  REQUIRE(rows.size() == 1 + 3 * 3);
+  std::set<std::string> seen;
+  for (const auto& r : rows) {
+    const std::string mode = r["mode"], tier = r["kv_tier"];
+    seen.insert(mode + "/" + tier);
+    CHECK(r["ttft_ms_best"].get<double>() > 0);
+    CHECK(r["ttft_ms_best"].get<double>() <= r["ttft_ms_median"].get<double>());
+    const double f = r["recompute_fraction"];
+    if (mode == "full") {
+      CHECK(tier == "none");
+      CHECK(f == 1.0);
+      CHECK(r["ttft_ratio_vs_full"].get<double>() == 1.0);
+      CHECK(r["prefill_tflops"].get<double>() > 0);
+    } else {
+      CHECK(r["kv_bytes_loaded"].get<uint64_t>() > 0);
+      CHECK(f < 1.0);
+      CHECK(r.contains("host_fill_ms_median") == (tier == "host"));
+    }
+    if (mode == "prefix") {  // bit-identical to full whatever tier the KV came from
+      CHECK(r["first_token_matches_full"] == true);
+      CHECK(r["kl_first_token_vs_full"].get<double>() == doctest::Approx(0.0).epsilon(1e-12));
+    }
+  }
+  CHECK(seen.size() == rows.size());
+  auto fraction = [&](const std::string& mode) {
+    for (const auto& r : rows)
+      if (r["mode"] == mode) return r["recompute_fraction"].get<double>();
+    return -1.0;
+  };
+  CHECK(fraction("reuse") < fraction("blend"));
+  CHECK(fraction("prefix") > fraction("reuse"));
+  CHECK(fs::exists(dir.path / "store" / "store.json"));  // a given store is kept
+}
+
+TEST_CASE("bench reuse: a temporary store is removed; a prompt past the context is an error") {
+  test::TempDir dir("bench-reuse-tmp");
+  ReuseBenchOptions o;
+  o.model_path = bench_model(dir, 1024);
+  o.threads = 1;
+  o.chunks = 2;
+  o.chunk_tokens = 16;
+  o.repetitions = 1;
+  o.modes = {ReuseMode::reuse};
+  o.tiers = {KvTier::disk};
+  const nlohmann::json j = bench_reuse(o);
+  REQUIRE(j["results"].size() == 1);  // full is timed for the ratio but not listed
+  CHECK(j["results"][0]["mode"] == "reuse");
+  CHECK(j["results"][0]["kv_tier"] == "disk");
+  CHECK_FALSE(fs::exists(fs::temp_directory_path() / ("ragkv-bench-reuse-" + std::to_string(::getpid()))));
+
+  o.chunks = 20;
+  o.chunk_tokens = 100;
+  CHECK_THROWS_WITH_AS(bench_reuse(o), doctest::Contains("exceeds the model's context"), Error);
+  CHECK_THROWS_WITH_AS(parse_kv_tier("gpu"), doctest::Contains("expected disk, page-cache or host"), Error);
+}
