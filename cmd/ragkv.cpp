@@ -255,15 +255,15 @@ int main(int argc, char** argv) {
   bench_dev.add_to(bprefill);
   auto* breuse = bench->add_subcommand("reuse", "TTFT per reuse mode and chunk-KV tier, side by side with full");
   ragkv::ReuseBenchOptions ropt;
-  std::vector<std::string> ropt_modes = {"full", "prefix", "reuse", "blend"}, ropt_tiers = {"disk", "page-cache", "host"};
+  std::vector<std::string> ropt_modes = {"full", "prefix", "reuse", "blend"}, ropt_tiers = {"disk", "page-cache", "host", "device"};
   DeviceFlags breuse_dev;
   breuse->add_option("--model", ropt.model_path, "Model (default: the default LLM)");
   breuse->add_option("--chunks", ropt.chunks, "Chunks in the prompt")->check(CLI::Range(1, 1024))->capture_default_str();
   breuse->add_option("--chunk-tokens", ropt.chunk_tokens, "Tokens per chunk")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   breuse->add_option("--modes", ropt_modes, "Modes, comma-separated (full is always timed: ratios are taken against it)")
       ->delimiter(',')->check(CLI::IsMember({"full", "prefix", "reuse", "blend"}))->capture_default_str();
-  breuse->add_option("--tiers", ropt_tiers, "Where chunk KV starts: disk (page cache dropped), page-cache, host (in memory)")
-      ->delimiter(',')->check(CLI::IsMember({"disk", "page-cache", "host"}))->capture_default_str();
+  breuse->add_option("--tiers", ropt_tiers, "Where chunk KV starts: disk (page cache dropped), page-cache, host (in memory), device (in the backend's memory)")
+      ->delimiter(',')->check(CLI::IsMember({"disk", "page-cache", "host", "device"}))->capture_default_str();
   breuse->add_option("--recompute-ratio", ropt.blend.recompute_ratio, "blend: fraction of reused tokens recomputed per layer")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   breuse->add_option("--check-layers", ropt.blend.check_layers, "blend: HKVD selection layers (gradual filtering)")->check(CLI::Range(1, 1024))->capture_default_str();
   breuse->add_option("--repetitions", ropt.repetitions, "Timed prefills per mode and tier, after a warm-up")->check(CLI::Range(1, 1000))->capture_default_str();

@@ -46,6 +46,15 @@ Tensor Backend::alloc(DType dtype, int64_t rows, int64_t cols) {
   return t;
 }
 
+void Backend::check_copy(const Tensor& src, const Tensor& dst) {
+  if (src.dtype != dst.dtype || src.rows != dst.rows || src.cols != dst.cols)
+    fail("internal: copy of {} [{}][{}] into {} [{}][{}]", dtype_name(src.dtype), src.rows, src.cols,
+         dtype_name(dst.dtype), dst.rows, dst.cols);
+  if (src.empty()) return;
+  const auto s0 = reinterpret_cast<uintptr_t>(src.data()), d0 = reinterpret_cast<uintptr_t>(dst.data());
+  if (s0 < d0 + dst.bytes() && d0 < s0 + src.bytes()) fail("internal: copy between overlapping tensors");
+}
+
 std::vector<float> rope_inv_freq(const RopeParams& p) {
   std::vector<float> inv(static_cast<size_t>(p.n_rot / 2));
   for (int i = 0; i < p.n_rot / 2; ++i) {

@@ -114,9 +114,14 @@ class Backend {
   virtual void* raw_alloc(size_t bytes) = 0;
   virtual void raw_free(void* p) = 0;
   Tensor alloc(DType dtype, int64_t rows, int64_t cols);
+  // Error unless src and dst have one dtype and shape and do not overlap (for copy()).
+  static void check_copy(const Tensor& src, const Tensor& dst);
   virtual void upload(const Tensor& dst, const void* host_src) = 0;  // all of dst
   virtual void download(const Tensor& src, void* host_dst) = 0;      // all of src
   virtual void fill_zero(const Tensor& t) = 0;
+  // dst = src, both on this backend, same dtype and shape, not overlapping (queued in order with
+  // the ops: a device-resident chunk KV copied into a prompt's rows).
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   // Layer-wise KV loading (CacheBlend §5): upload_async starts copying host_src into dst on a
   // copy queue that runs beside compute and returns once host_src may be reused; the ops queued
   // after the next wait_uploads() see the data. Synchronous on backends without such a queue.

@@ -1,6 +1,7 @@
 // `ragkv bench reuse`: time to first token of one RAG prompt in each reuse mode, side by side
 // with `full` in the same run, and for each place the chunk KV can start from (RAGCache §4's
-// tiers): cold on disk, in the OS page cache, or already in host memory.
+// tiers): cold on disk, in the OS page cache, in host memory, or already in the backend's
+// memory (GPU memory on CUDA).
 #pragma once
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@ enum class KvTier : uint8_t {
   disk,        // the chunk files' pages dropped from the page cache before each prefill
   page_cache,  // the files read before (the warm-up), so their pages are cached
   host,        // every layer read and verified into host memory before the prefill starts
+  device,      // every layer already in the backend's memory (ResidentChunkKv), copied there
 };
 const char* kv_tier_name(KvTier t);
 KvTier parse_kv_tier(const std::string& s);  // Error listing the tiers
@@ -26,7 +28,7 @@ struct ReuseBenchOptions {
   int chunks = 6;          // retrieved chunks in the prompt
   int chunk_tokens = 512;  // tokens per chunk (real prose, cut at a word boundary)
   std::vector<ReuseMode> modes = {ReuseMode::full, ReuseMode::prefix, ReuseMode::reuse, ReuseMode::blend};
-  std::vector<KvTier> tiers = {KvTier::disk, KvTier::page_cache, KvTier::host};
+  std::vector<KvTier> tiers = {KvTier::disk, KvTier::page_cache, KvTier::host, KvTier::device};
   BlendParams blend;
   int repetitions = 3;     // timed prefills per (mode, tier), after one warm-up
   std::string store_dir;   // where the chunk caches are precomputed; empty: a temporary store,

@@ -197,6 +197,11 @@ class CpuBackend : public Backend {
   void download(const Tensor& src, void* dst) override { std::memcpy(dst, src.data(), src.bytes()); }
   void fill_zero(const Tensor& t) override { std::memset(t.data(), 0, t.bytes()); }
 
+  void copy(const Tensor& src, const Tensor& dst) override {
+    check_copy(src, dst);
+    std::memcpy(dst.data(), src.data(), src.bytes());
+  }
+
   std::unique_ptr<Weight> load_weight(const GgufTensor& t) override {
     if (!ggml_type_supported(t.type))
       fail("tensor '{}' has type {}, which ragkv does not support", t.name, ggml_type_name(t.type));

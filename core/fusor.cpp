@@ -90,6 +90,15 @@ void install_cached_layer(const Model& model, int l, const PromptSegment& seg, c
   rotate_cached_layer(model, l, seg, src, kv);
 }
 
+// Layer l of a segment whose KV is resident in backend memory: a copy queued with the compute,
+// then the same rotation.
+void copy_resident_layer(const Model& model, int l, const PromptSegment& seg, const SegmentSource& src, KvCache& kv) {
+  const int64_t n = int64_t(seg.ids.size());
+  model.backend().copy(src.resident->k[size_t(l)], kv.k[l].slice_rows(seg.begin, n));
+  model.backend().copy(src.resident->v[size_t(l)], kv.v[l].slice_rows(seg.begin, n));
+  rotate_cached_layer(model, l, seg, src, kv);
+}
+
 // Groups of segments computed by one Model::forward call each, in `full` and `prefix`.
 std::vector<std::pair<size_t, size_t>> dense_groups(const RagPrompt& p) {
   const size_t n = p.segments.size();
@@ -120,8 +129,12 @@ PrefillResult prefill_dense(const Model& model, const RagPrompt& prompt, std::ve
       for (size_t s = groups[g].first; s < groups[g].second; ++s) {
         const PromptSegment& seg = prompt.segments[s];
         const ChunkKvReader& rd = *sources[s].cache;
-        std::vector<uint16_t> buf(rd.layer_bytes() / sizeof(uint16_t));
+        std::vector<uint16_t> buf(sources[s].resident ? 0 : rd.layer_bytes() / sizeof(uint16_t));
         for (int l = 0; l < c.n_layer; ++l) {
+          if (sources[s].resident) {
+            copy_resident_layer(model, l, seg, sources[s], kv);
+            continue;
+          }
           try {
             rd.read_layer(l, buf.data(), buf.data() + buf.size() / 2);
           } catch (const std::exception& e) {
@@ -167,16 +180,20 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, std::v
   // (reused tokens at a new position; exact-prefix tokens are never recomputed).
   std::vector<uint8_t> candidate(static_cast<size_t>(n), 0);
   std::vector<int32_t> active;
-  std::vector<const ChunkKvReader*> jobs;
-  std::vector<size_t> job_seg;
+  std::vector<const ChunkKvReader*> jobs;  // caches loaded from their files, layer by layer
+  std::vector<size_t> job_seg, resident_seg;
   int64_t n_candidates = 0;
   for (size_t s = 0; s < prompt.segments.size(); ++s) {
     const PromptSegment& seg = prompt.segments[s];
     const SegmentSource& src = sources[s];
     if (src.cache) {
-      jobs.push_back(&*src.cache);
-      job_seg.push_back(s);
       r.stats.reused_tokens += int64_t(seg.ids.size());
+      if (src.resident) {
+        resident_seg.push_back(s);
+      } else {
+        jobs.push_back(&*src.cache);
+        job_seg.push_back(s);
+      }
     }
     for (int64_t i = seg.begin; i < seg.end(); ++i) {
       if (src.cache && !src.exact()) {
@@ -215,6 +232,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, std::v
   };
   if (loader) upload_layer(0);
   for (int l = 0; l < L; ++l) {
+    for (size_t s : resident_seg) copy_resident_layer(model, l, prompt.segments[s], sources[s], kv);
     if (loader) {
       b.wait_uploads();
       for (size_t j = 0; j < jobs.size(); ++j) rotate_cached_layer(model, l, prompt.segments[job_seg[j]], sources[job_seg[j]], kv);

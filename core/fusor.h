@@ -10,12 +10,14 @@
 // KV rows are positions: row i of the prompt's KvCache holds token i.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/kv-store.h"
 #include "core/model.h"
+#include "core/resident-kv.h"
 #include "core/rag-prompt.h"
 
 namespace ragkv {
@@ -34,6 +36,9 @@ struct BlendParams {
 // Where one prompt segment's KV comes from: a verified cache, or nothing (compute it).
 struct SegmentSource {
   std::optional<ChunkKvReader> cache;
+  // Set (with cache, which still names the chunk and its position): the KV is already in the
+  // backend's memory and is copied there rather than loaded from the file.
+  std::shared_ptr<const ResidentChunkKv> resident;
   bool exact() const;  // cached at the position it was computed at (an exact prefix hit)
   int64_t begin = 0;   // the segment's position in this prompt
 };

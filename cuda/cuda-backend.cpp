@@ -291,6 +291,12 @@ void CudaBackend::fill_zero(const Tensor& t) {
   CUDA_CHECK(cudaMemsetAsync(t.data(), 0, bytes, stream_));
 }
 
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  check_copy(src, dst);
+  if (src.bytes() == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+}
+
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void CudaBackend::grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes) {

@@ -4,9 +4,9 @@
 //
 // Implemented: memory; weights of every GGUF type the CPU backend accepts (matrices as f16,
 // vectors as f32, see below); embed, matmul (cuBLAS), rms_norm, rope (f32 and f16 storage),
-// layer_norm, gelu_erf, swiglu, geglu, add, scatter_rows (into f32 or f16), gather_rows and
-// row_sq_dist (against f32 or f16 rows), attention (cuda/attention.cu: fused, masked by absolute
-// positions, optional segment mass). Every op of core/backend.h is implemented.
+// layer_norm, gelu_erf, swiglu, geglu, add, copy (device to device), scatter_rows (into f32 or
+// f16), gather_rows and row_sq_dist (against f32 or f16 rows), attention (cuda/attention.cu:
+// fused, masked by absolute positions, optional segment mass). Every op of core/backend.h is implemented.
 //
 // Weight storage. Vectors (out_features == 1: norm weights, biases) are dequantised to f32.
 // Matrices (out_features > 1) are dequantised on the host exactly as the CPU backend does
@@ -70,6 +70,7 @@ class CudaBackend : public Backend {
   void upload(const Tensor& dst, const void* host_src) override;
   void download(const Tensor& src, void* host_dst) override;
   void fill_zero(const Tensor& t) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
   void synchronize() override;
   // Layer-wise loading: host data is copied into a pinned staging slot, then to the device on
   // copy_stream_ (after the compute work queued so far, which may still read the rows); the

@@ -38,7 +38,7 @@ TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and pre
   CHECK(j["bench"] == "reuse");
   CHECK(j["chunks"] == 3);
   const auto& rows = j["results"];
-  REQUIRE(rows.size() == 1 + 3 * 3);
+  REQUIRE(rows.size() == 1 + 3 * 4);
   std::set<std::string> seen;
   for (const auto& r : rows) {
     const std::string mode = r["mode"], tier = r["kv_tier"];
@@ -55,6 +55,10 @@ TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and pre
       CHECK(r["kv_bytes_loaded"].get<uint64_t>() > 0);
       CHECK(f < 1.0);
       CHECK(r.contains("host_fill_ms_median") == (tier == "host"));
+      CHECK(r.contains("device_fill_ms") == (tier == "device"));
+      // Device-resident KV is copied in place: reuse and blend start no file loader.
+      if (tier == "device" && mode != "prefix") CHECK(r["load_ms_median"].get<double>() == 0.0);
+      if (tier != "device" && mode != "prefix") CHECK(r["load_ms_median"].get<double>() > 0.0);
     }
     if (mode == "prefix") {  // bit-identical to full whatever tier the KV came from
       CHECK(r["first_token_matches_full"] == true);
@@ -62,6 +66,10 @@ TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and pre
     }
   }
   CHECK(seen.size() == rows.size());
+  // Every tier computes the same thing: the first token's KL with full is the same number.
+  for (const auto& r : rows)
+    for (const auto& o : rows)
+      if (r["mode"] == o["mode"]) CHECK(r["kl_first_token_vs_full"].get<double>() == o["kl_first_token_vs_full"].get<double>());
   auto fraction = [&](const std::string& mode) {
     for (const auto& r : rows)
       if (r["mode"] == mode) return r["recompute_fraction"].get<double>();
@@ -91,5 +99,5 @@ TEST_CASE("bench reuse: a temporary store is removed; a prompt past the context 
   o.chunks = 20;
   o.chunk_tokens = 100;
   CHECK_THROWS_WITH_AS(bench_reuse(o), doctest::Contains("exceeds the model's context"), Error);
-  CHECK_THROWS_WITH_AS(parse_kv_tier("gpu"), doctest::Contains("expected disk, page-cache or host"), Error);
+  CHECK_THROWS_WITH_AS(parse_kv_tier("gpu"), doctest::Contains("expected disk, page-cache, host or device"), Error);
 }

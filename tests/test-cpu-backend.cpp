@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/backend.h"
+#include "core/error.h"
 #include "core/fp16.h"
 #include "core/gguf.h"
 #include "tests/test-ops-util.h"
@@ -184,6 +185,22 @@ TEST_CASE("cpu backend: scatter and gather rows, f32 to f16") {
   auto g = download(*b, G);
   CHECK(g[0] == x[16]);
   CHECK(g[8] == x[0]);
+}
+
+TEST_CASE("cpu backend: copy is exact; mismatched shapes, dtypes and overlaps are refused") {
+  auto b = make_cpu_backend(1);
+  auto x = random_vec(4 * 8, 13);
+  Tensor X = upload(*b, x, 4, 8), D = b->alloc(DType::f32, 6, 8);
+  b->fill_zero(D);
+  b->copy(X.slice_rows(1, 3), D.slice_rows(2, 3));
+  auto d = download(*b, D);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 8; ++j) CHECK(d[(2 + i) * 8 + j] == x[(1 + i) * 8 + j]);
+  CHECK(d[1 * 8 + 7] == 0);
+  CHECK(d[5 * 8] == 0);
+  CHECK_THROWS_AS(b->copy(X, D.slice_rows(0, 3)), ragkv::Error);
+  CHECK_THROWS_AS(b->copy(X, b->alloc(DType::f16, 4, 8)), ragkv::Error);
+  CHECK_THROWS_AS(b->copy(D.slice_rows(0, 3), D.slice_rows(2, 3)), ragkv::Error);
 }
 
 TEST_CASE("cpu backend: row_sq_dist is the per-row squared distance to gathered f16 and f32 rows") {

@@ -7,7 +7,7 @@
 //             |cuda − cpu| ≤ 1e-5 · (1 + |cpu|)
 //   f16 rope: |cuda − cpu| ≤ 2e-3 · (1 + |cpu|)   (a result may round to the neighbouring f16)
 //   exact:    load_weight (a matrix reads back, through embed, as the CPU's dequantised value
-//             rounded to the nearest f16, bit for bit), embed of an f16-exact table, gather_rows,
+//             rounded to the nearest f16, bit for bit), embed of an f16-exact table, copy, gather_rows,
 //             scatter_rows (into f16: the host's round-to-nearest-even, bit for bit).
 //   matmul with f16 weights: the GPU rounds x (row-scaled outside [2^-10, 65504]) and W to f16
 //             (relative error u = 2^-11 each, or an absolute 2^-25 · unscale in the subnormal
@@ -407,6 +407,28 @@ TEST_CASE("cuda: upload, download and fill_zero keep to the tensor") {
       }
     }
   }
+}
+
+TEST_CASE("cuda: copy between device tensors is exact and keeps to the rows") {
+  if (gpu_missing()) return;
+  Backends be;
+  for (DType dt : {DType::f32, DType::f16}) {
+    for (int64_t rows : kRows) {
+      for (int64_t cols : {int64_t(1), int64_t(63), int64_t(1000)}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        const auto v = round_to(dt, random_values(size_t(rows * cols), 12));
+        Tensor src = be.gpu->alloc(dt, rows + 1, cols).slice_rows(1, rows);  // a non-zero offset
+        upload_values(*be.gpu, src, v);
+        Guarded g = make_guarded(*be.gpu, dt, rows, cols, std::vector<float>(v.size(), 0.f));
+        be.gpu->copy(src, g.view);
+        CHECK(read_guarded(*be.gpu, g) == v);
+      }
+    }
+  }
+  Tensor a = be.gpu->alloc(DType::f16, 4, 8), b = be.gpu->alloc(DType::f32, 4, 8);
+  CHECK_THROWS_AS(be.gpu->copy(a, b), ragkv::Error);
+  CHECK_THROWS_AS(be.gpu->copy(a.slice_rows(0, 2), a.slice_rows(1, 2)), ragkv::Error);
 }
 
 // upload_async (layer-wise KV loading): many copies in flight on the copy stream, the host
