@@ -307,9 +307,9 @@ void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
     fail("{}: layer {} out of range, the chunk has {}", path_.string(), l, meta_.n_layer);
   const size_t half = layer_bytes_ / 2;
   if (!resident_.empty()) {  // verified when it was kept
-    const uint16_t* layer = resident_.data() + size_t(l) * (layer_bytes_ / 2);
+    const uint16_t* layer = resident_.data() + size_t(l) * (layer_bytes_ / sizeof(uint16_t));
     std::memcpy(k_out, layer, half);
-    std::memcpy(v_out, layer + half / 2, half);
+    std::memcpy(v_out, layer + half / sizeof(uint16_t), half);
     return;
   }
   const uint64_t off = data_offset_ + uint64_t(l) * (layer_bytes_ + 8);
@@ -327,8 +327,8 @@ void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
 
 void ChunkKvReader::keep_in_memory() {
   if (!resident_.empty()) return;
-  std::vector<uint16_t> all(size_t(meta_.n_layer) * (layer_bytes_ / 2));
-  const size_t layer_elems = layer_bytes_ / 2;
+  const size_t layer_elems = layer_bytes_ / sizeof(uint16_t);  // K then V
+  std::vector<uint16_t> all(size_t(meta_.n_layer) * layer_elems);
   for (uint32_t l = 0; l < meta_.n_layer; ++l) {
     uint16_t* layer = all.data() + size_t(l) * layer_elems;
     read_layer(int(l), layer, layer + layer_elems / 2);

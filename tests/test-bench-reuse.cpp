@@ -15,24 +15,25 @@ using namespace ragkv;
 namespace fs = std::filesystem;
 
 namespace {
-std::string bench_model(const test::TempDir& dir, int n_ctx) {
+// A 3-layer random llama with a 1,024-token context in dir; one thread, one timed repetition.
+ReuseBenchOptions small_bench(const test::TempDir& dir, int chunks, int chunk_tokens) {
   RandomModelSpec s;
   s.n_layer = 3;
-  s.n_ctx = n_ctx;
-  const std::string path = (dir.path / "random-llama.gguf").string();
-  write_random_model(s, path);
-  return path;
+  s.n_ctx = 1024;
+  ReuseBenchOptions o;
+  o.model_path = (dir.path / "random-llama.gguf").string();
+  write_random_model(s, o.model_path);
+  o.threads = 1;
+  o.chunks = chunks;
+  o.chunk_tokens = chunk_tokens;
+  o.repetitions = 1;
+  return o;
 }
 }  // namespace
 
 TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and prefix identity") {
   test::TempDir dir("bench-reuse");
-  ReuseBenchOptions o;
-  o.model_path = bench_model(dir, 1024);
-  o.threads = 1;
-  o.chunks = 3;
-  o.chunk_tokens = 40;
-  o.repetitions = 1;
+  ReuseBenchOptions o = small_bench(dir, 3, 40);
   o.store_dir = (dir.path / "store").string();
   const nlohmann::json j = bench_reuse(o);
   CHECK(j["bench"] == "reuse");
@@ -82,12 +83,7 @@ TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and pre
 
 TEST_CASE("bench reuse: a temporary store is removed; a prompt past the context is an error") {
   test::TempDir dir("bench-reuse-tmp");
-  ReuseBenchOptions o;
-  o.model_path = bench_model(dir, 1024);
-  o.threads = 1;
-  o.chunks = 2;
-  o.chunk_tokens = 16;
-  o.repetitions = 1;
+  ReuseBenchOptions o = small_bench(dir, 2, 16);
   o.modes = {ReuseMode::reuse};
   o.tiers = {KvTier::disk};
   const nlohmann::json j = bench_reuse(o);
