@@ -374,6 +374,20 @@ void expect_within(const std::vector<float>& got, const std::vector<float>& ref,
 
 constexpr double kMatmulMaxNmse = 1e-6;
 
+// Calls check(dt, rows, cols) for the storage cases of the memory ops (f32 and f16, odd sizes).
+template <typename Check>
+void for_each_storage_shape(Check check) {
+  for (DType dt : {DType::f32, DType::f16}) {
+    for (int64_t rows : kRows) {
+      for (int64_t cols : {int64_t(1), int64_t(63), int64_t(1000)}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        check(dt, rows, cols);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("cuda: device query never throws; the factory fails cleanly without a device") {
@@ -394,38 +408,26 @@ TEST_CASE("cuda: device query never throws; the factory fails cleanly without a 
 TEST_CASE("cuda: upload, download and fill_zero keep to the tensor") {
   if (gpu_missing()) return;
   Backends be;
-  for (DType dt : {DType::f32, DType::f16}) {
-    for (int64_t rows : kRows) {
-      for (int64_t cols : {int64_t(1), int64_t(63), int64_t(1000)}) {
-        CAPTURE(rows);
-        CAPTURE(cols);
-        const auto v = round_to(dt, random_values(size_t(rows * cols), 11));
-        Guarded g = make_guarded(*be.gpu, dt, rows, cols, v);
-        CHECK(read_guarded(*be.gpu, g) == v);
-        be.gpu->fill_zero(g.view);
-        CHECK(read_guarded(*be.gpu, g) == std::vector<float>(v.size(), 0.f));
-      }
-    }
-  }
+  for_each_storage_shape([&](DType dt, int64_t rows, int64_t cols) {
+    const auto v = round_to(dt, random_values(size_t(rows * cols), 11));
+    Guarded g = make_guarded(*be.gpu, dt, rows, cols, v);
+    CHECK(read_guarded(*be.gpu, g) == v);
+    be.gpu->fill_zero(g.view);
+    CHECK(read_guarded(*be.gpu, g) == std::vector<float>(v.size(), 0.f));
+  });
 }
 
 TEST_CASE("cuda: copy between device tensors is exact and keeps to the rows") {
   if (gpu_missing()) return;
   Backends be;
-  for (DType dt : {DType::f32, DType::f16}) {
-    for (int64_t rows : kRows) {
-      for (int64_t cols : {int64_t(1), int64_t(63), int64_t(1000)}) {
-        CAPTURE(rows);
-        CAPTURE(cols);
-        const auto v = round_to(dt, random_values(size_t(rows * cols), 12));
-        Tensor src = be.gpu->alloc(dt, rows + 1, cols).slice_rows(1, rows);  // a non-zero offset
-        upload_values(*be.gpu, src, v);
-        Guarded g = make_guarded(*be.gpu, dt, rows, cols, std::vector<float>(v.size(), 0.f));
-        be.gpu->copy(src, g.view);
-        CHECK(read_guarded(*be.gpu, g) == v);
-      }
-    }
-  }
+  for_each_storage_shape([&](DType dt, int64_t rows, int64_t cols) {
+    const auto v = round_to(dt, random_values(size_t(rows * cols), 12));
+    Tensor src = be.gpu->alloc(dt, rows + 1, cols).slice_rows(1, rows);  // a non-zero offset
+    upload_values(*be.gpu, src, v);
+    Guarded g = make_guarded(*be.gpu, dt, rows, cols, std::vector<float>(v.size(), 0.f));
+    be.gpu->copy(src, g.view);
+    CHECK(read_guarded(*be.gpu, g) == v);
+  });
   Tensor a = be.gpu->alloc(DType::f16, 4, 8), b = be.gpu->alloc(DType::f32, 4, 8);
   CHECK_THROWS_AS(be.gpu->copy(a, b), ragkv::Error);
   CHECK_THROWS_AS(be.gpu->copy(a.slice_rows(0, 2), a.slice_rows(1, 2)), ragkv::Error);

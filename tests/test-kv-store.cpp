@@ -144,8 +144,8 @@ TEST_CASE("chunk KV file: kept in memory it reads the same, verified once, and s
   const ChunkData d(m, 5);
   const fs::path p = tmp.path / "c.rkv";
   write(p, m, d);
-  const size_t layer_bytes = ChunkKvReader(p, m).layer_bytes();
   ChunkKvReader r(p, m);
+  const size_t layer_bytes = r.layer_bytes();
   r.evict_page_cache();  // the cold-disk tier: reads still go to the file
   check_layer(r, 1, d);
   CHECK_FALSE(r.in_memory());
