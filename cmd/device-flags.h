@@ -1,22 +1,25 @@
-// --device / --threads, shared by every compute subcommand (DESIGN.md §1).
+// --device / --threads, shared by every compute subcommand (DESIGN.md §1), and the one place a
+// backend is chosen: the engine, the retriever and the benchmarks take a Backend& made here.
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <string>
-#include <thread>
+
+#include "backend/backend.h"
 
 namespace ragkv::cli {
 
 struct DeviceFlags {
   std::string device = "auto";
   int threads = 0;
-  void add_to(CLI::App* app) {
-    app->add_option("--device", device, "Compute device: cpu, cuda or auto")
-        ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-        ->capture_default_str();
-    app->add_option("--threads", threads, "CPU threads (0: one per core)")->check(CLI::NonNegativeNumber);
-  }
-  int thread_count() const { return threads > 0 ? threads : int(std::thread::hardware_concurrency()); }
+  void add_to(CLI::App* app);
+  int thread_count() const;  // --threads, or one per core
+  // The backend for --device: cpu, cuda (Error when no GPU or no CUDA build), or auto (the CPU
+  // until the CUDA backend has been validated on a GPU).
+  std::unique_ptr<Backend> make_backend() const;
 };
+
+bool cuda_available();  // a CUDA device is usable in this process (and this build has CUDA)
 
 }  // namespace ragkv::cli

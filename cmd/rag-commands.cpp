@@ -1,5 +1,4 @@
-// precompute, answer and eval: flag parsing and the pipeline around core/ and retrieval/.
-#include "cmd/rag-commands.h"
+// precompute, answer and eval: flag parsing and the pipeline around rag/, retrieval/ and eval/.
 
 #include <fmt/format.h>
 
@@ -14,20 +13,26 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/checked-file.h"
-#include "core/error.h"
-#include "core/eval-answers.h"
-#include "core/eval-report.h"
-#include "core/model.h"
-#include "core/paths.h"
-#include "core/precompute.h"
-#include "core/progress.h"
-#include "core/qa-metrics.h"
-#include "core/queries.h"
-#include "core/rag-answer.h"
+#include "cmd/command-family.h"
+#include "cmd/device-flags.h"
+#include "eval/metrics.h"
+#include "eval/records.h"
+#include "eval/report.h"
+#include "eval/scoring.h"
+#include "kv/kv-tiers.h"
+#include "model/model.h"
+#include "rag/answer.h"
+#include "rag/cache-keys.h"
+#include "rag/context.h"
+#include "rag/precompute.h"
+#include "rag/queries.h"
 #include "retrieval/embedder.h"
 #include "retrieval/index-dir.h"
-#include "retrieval/rag-context.h"
+#include "util/error.h"
+#include "util/file-io.h"
+#include "util/line-writer.h"
+#include "util/paths.h"
+#include "util/progress.h"
 
 namespace ragkv::cli {
 
@@ -35,6 +40,41 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+struct RagFlags {  // shared by answer and eval
+  std::string queries, index, store, model, embedder, on_error = "fail";
+  size_t top_k = 5, limit = 0;
+  double recompute_ratio = 0.15;
+  int check_layers = 3;
+  int max_tokens = 32;
+  DeviceFlags dev;
+};
+
+class RagCommands : public CommandFamily {
+ public:
+  void add_to(CLI::App& app) override;
+  bool selected() const override;
+  int run() override;
+
+ private:
+  CLI::App *precompute_ = nullptr, *answer_ = nullptr, *eval_ = nullptr;
+  // precompute
+  std::string pc_index, pc_store, pc_model, pc_queries, pc_embedder;
+  size_t pc_limit = 0, pc_top_k = 5;
+  DeviceFlags pc_dev;
+  // answer
+  RagFlags an;
+  std::string an_mode, an_out, an_compare, an_summary;
+  // eval
+  RagFlags ev;
+  std::string ev_modes = "blend", ev_baseline = "full", ev_report, ev_answers;
+  double ev_min_quality = 0.9;
+  bool ev_resume = false;
+
+  int run_precompute();
+  int run_answer();
+  int run_eval();
+};
 
 // Comma-separated reuse modes, checked while parsing (a bad one is a usage error, exit 2).
 std::vector<std::string> split_modes(const std::string& s) {
@@ -50,8 +90,7 @@ CLI::Validator modes_validator() {
         const auto modes = split_modes(s);
         if (modes.empty()) return "no mode given";
         for (const auto& m : modes)
-          if (m != "full" && m != "prefix" && m != "reuse" && m != "blend")
-            return "unknown mode '" + m + "' (expected full, prefix, reuse or blend)";
+          if (!is_reuse_mode(m)) return "unknown mode '" + m + "' (expected " + reuse_mode_list() + ")";
         return "";
       },
       "MODE[,MODE...]");
@@ -68,6 +107,7 @@ struct Pipeline {
   std::unique_ptr<Model> model;
   std::unique_ptr<PromptFormat> format;
   std::optional<KvStore> store;
+  std::unique_ptr<KvTiers> tiers;  // over the store (device and host tiers empty: nothing placed there yet)
   std::unique_ptr<ContextRetriever> retriever;
   std::unique_ptr<RagAnswerer> answerer;
 
@@ -75,7 +115,7 @@ struct Pipeline {
     queries = load_queries(f.queries, on_error_of(f.on_error));
     for (const auto& p : queries.skipped) std::fprintf(stderr, "ragkv: skipped %s\n", p.message.c_str());
     if (f.limit > 0 && queries.queries.size() > f.limit) queries.queries.resize(f.limit);
-    backend = make_backend(f.dev.device, f.dev.thread_count());
+    backend = f.dev.make_backend();
     const bool search = std::any_of(queries.queries.begin(), queries.queries.end(),
                                     [](const Query& q) { return q.passages.empty(); });
     if (search) {
@@ -93,9 +133,10 @@ struct Pipeline {
         std::fprintf(stderr, "ragkv: warning: %s was built for model %s (%s), not %s: its caches are not used\n",
                      f.store.c_str(), store->info().model_name.c_str(), store->info().model_fingerprint.c_str(),
                      keys.model_fingerprint().c_str());
+      tiers = std::make_unique<KvTiers>(*store);
     }
     retriever = std::make_unique<ContextRetriever>(*index, embedder.get(), f.top_k);
-    answerer = std::make_unique<RagAnswerer>(*model, *format, store ? &*store : nullptr);
+    answerer = std::make_unique<RagAnswerer>(*model, *format, tiers.get());
   }
 
   AnswerOptions options(const RagFlags& f, ReuseMode mode) const {
@@ -124,37 +165,6 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
   f.dev.add_to(c);
 }
 
-// Streams lines to FILE.partial and renames it to FILE when done; stdout when path is empty.
-// `initial` lines (records kept by --resume) are written first, atomically: FILE.partial is
-// replaced, never truncated, so an interruption at any point leaves them in place.
-class LineWriter {
- public:
-  explicit LineWriter(std::string path, const std::vector<std::string>& initial = {}) : path_(std::move(path)) {
-    if (path_.empty()) return;
-    const std::string partial = path_ + ".partial";
-    std::string text;
-    for (const auto& l : initial) text += l + "\n";
-    write_file_atomic(partial, {text});
-    file_.open(partial, std::ios::binary | std::ios::app);
-    if (!file_) fail("{}: cannot write", partial);
-  }
-  void line(const std::string& s) {
-    std::ostream& o = path_.empty() ? std::cout : file_;
-    o << s << "\n";
-    o.flush();
-    if (!o) fail("{}: write failed", path_.empty() ? "stdout" : path_);
-  }
-  void close() {
-    if (path_.empty()) return;
-    file_.close();
-    fs::rename(path_ + ".partial", path_);
-  }
-
- private:
-  std::string path_;
-  std::ofstream file_;
-};
-
 // Per-mode running means for the stderr summary of `answer`.
 struct ModeTotals {
   size_t n = 0, n_gold = 0;
@@ -170,8 +180,6 @@ struct ModeTotals {
             {"f1_vs_full", m(vs_full_f1, n_compare)}, {"first_token_match", m(vs_full_first, n_compare)}};
   }
 };
-
-}  // namespace
 
 void RagCommands::add_to(CLI::App& app) {
   precompute_ = app.add_subcommand("precompute", "Compute the KV caches of an index's chunks into a store (STORE_DIR)");
@@ -216,7 +224,7 @@ int RagCommands::run() {
 }
 
 int RagCommands::run_precompute() {
-  auto backend = make_backend(pc_dev.device, pc_dev.thread_count());
+  auto backend = pc_dev.make_backend();
   std::unique_ptr<Embedder> embedder;
   std::optional<QueryFile> qf;
   if (!pc_queries.empty()) {
@@ -293,27 +301,29 @@ int RagCommands::run_answer() {
       tot.recompute += r.prefill.recompute_fraction();
       tot.load += r.prefill.load_ms;
       tot.hidden += std::max(0.0, r.prefill.load_ms - r.prefill.load_wait_ms);
-      tot.hits += r.cache.hits;
+      tot.hits += r.cache.hits();
       tot.misses += r.cache.misses;
       tot.bad += r.cache.bad;
       if (!q.answers.empty()) {
-        m["f1"] = max_over_golds(token_f1, r.answer, q.answers);
-        m["em"] = max_over_golds(exact_match, r.answer, q.answers);
+        const GoldScores g = score_against_golds(r.answer, q.answers);
+        m["f1"] = g.f1;
+        m["em"] = g.em;
         ++tot.n_gold;
-        tot.f1 += m["f1"].get<double>();
-        tot.em += m["em"].get<double>();
+        tot.f1 += g.f1;
+        tot.em += g.em;
       }
       if (compare) {
         const AnswerRecord b = p.answerer->answer(q.question, ctx.chunks, p.options(an, compare_mode));
         const std::string key = reuse_mode_name(compare_mode);
+        const Agreement a = score_against_baseline(r.answer, r.output_ids, b.answer, b.output_ids);
         line[key + "_answer"] = b.answer;
-        m["f1_vs_" + key] = token_f1(r.answer, b.answer);
-        m["rougeL_vs_" + key] = rouge_l_f1(r.answer, b.answer);
-        m["first_token_match"] = !r.output_ids.empty() && !b.output_ids.empty() && r.output_ids[0] == b.output_ids[0];
+        m["f1_vs_" + key] = a.f1;
+        m["rougeL_vs_" + key] = a.rouge_l;
+        m["first_token_match"] = a.first_token;
         m["kl_first_token_vs_" + key] = kl_divergence_logits(b.first_logits, r.first_logits);
         ++tot.n_compare;
-        tot.vs_full_f1 += m["f1_vs_" + key].get<double>();
-        tot.vs_full_first += m["first_token_match"].get<bool>() ? 1.0 : 0.0;
+        tot.vs_full_f1 += a.f1;
+        tot.vs_full_first += a.first_token ? 1.0 : 0.0;
       }
       line["metrics"] = m;
       out.line(line.dump());
@@ -402,5 +412,9 @@ int RagCommands::run_eval() {
   for (const auto& f : failures) std::fprintf(stderr, "ragkv: eval: below the quality gate: %s\n", f.c_str());
   return failures.empty() ? 0 : 1;
 }
+
+}  // namespace
+
+std::unique_ptr<CommandFamily> rag_commands() { return std::make_unique<RagCommands>(); }
 
 }  // namespace ragkv::cli

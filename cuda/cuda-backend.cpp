@@ -20,10 +20,10 @@
 #include <numeric>
 #include <optional>
 
-#include "core/error.h"
-#include "core/fp16.h"
-#include "core/gguf.h"
-#include "core/quant.h"
+#include "util/error.h"
+#include "format/fp16.h"
+#include "format/gguf.h"
+#include "format/quant.h"
 #include "cuda/attention.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/cuda-check.h"

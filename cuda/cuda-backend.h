@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
+#include "backend/backend.h"
 
 namespace ragkv {
 

@@ -7,8 +7,8 @@
 #include <exception>
 #include <mutex>
 
-#include "core/error.h"
-#include "core/tokenizer.h"
+#include "util/error.h"
+#include "model/tokenizer.h"
 
 namespace ragkv {
 

@@ -7,102 +7,14 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "core/error.h"
-#include "core/checked-file.h"
+#include "util/error.h"
+#include "util/file-io.h"
+#include "util/json-files.h"
+#include "util/utf8.h"
 
 namespace ragkv {
 
 namespace fs = std::filesystem;
-
-const char* input_problem_name(InputProblemKind k) {
-  switch (k) {
-    case InputProblemKind::empty:
-      return "empty";
-    case InputProblemKind::binary:
-      return "binary";
-    case InputProblemKind::invalid_utf8:
-      return "invalid-utf8";
-    case InputProblemKind::bad_json:
-      return "bad-json";
-    case InputProblemKind::missing_field:
-      return "missing-field";
-    case InputProblemKind::duplicate_id:
-      return "duplicate-id";
-    case InputProblemKind::unreadable:
-      return "unreadable";
-  }
-  return "?";
-}
-
-std::map<std::string, size_t> Corpus::skipped_by_kind() const {
-  std::map<std::string, size_t> counts;
-  for (const auto& p : skipped) ++counts[input_problem_name(p.kind)];
-  return counts;
-}
-
-size_t find_invalid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;  // no overlong 3-byte forms
-      if (c == 0xED) hi = 0x9F;  // no UTF-16 surrogates
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;  // no overlong 4-byte forms
-      if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-    } else {
-      return i;  // continuation byte without a lead, 0xC0/0xC1, 0xF5..0xFF
-    }
-    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k)
-      if ((p[i + k] & 0xC0) != 0x80) return i;
-    i += len;
-  }
-  return std::string_view::npos;
-}
-
-bool is_blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); });
-}
-
-void for_each_jsonl_line(std::string_view content, const std::function<void(size_t, std::string_view)>& f) {
-  if (content.starts_with("\xEF\xBB\xBF")) content.remove_prefix(3);
-  size_t line_no = 0;
-  for (size_t start = 0; start < content.size();) {
-    size_t end = content.find('\n', start);
-    if (end == std::string_view::npos) end = content.size();
-    std::string_view line = content.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (!is_blank(line)) f(line_no, line);
-  }
-}
-
-nlohmann::json parse_json_line(std::string_view line) {
-  if (const size_t bad = find_invalid_utf8(line); bad != std::string_view::npos)
-    throw JsonLineError{InputProblemKind::invalid_utf8,
-                        fmt::format("invalid UTF-8 (byte 0x{:02x} at column {})", uint8_t(line[bad]), bad + 1)};
-  try {
-    return nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    if (const size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    throw JsonLineError{InputProblemKind::bad_json, "not valid JSON: " + what};
-  }
-}
 
 namespace {
 

@@ -8,23 +8,15 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "core/error.h"
-#include "core/safetensors.h"
-#include "core/checked-file.h"
+#include "util/error.h"
+#include "format/safetensors.h"
+#include "format/checksum.h"
+#include "util/file-io.h"
+#include "util/json-files.h"
 
 namespace ragkv {
 
 namespace {
-
-nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("{}: cannot read (a BERT model folder needs it)", path.string());
-  try {
-    return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-}
 
 int json_int(const nlohmann::json& j, const char* key, const std::filesystem::path& path) {
   if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0 ||

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
+#include "backend/backend.h"
 #include "retrieval/wordpiece.h"
 
 namespace ragkv {

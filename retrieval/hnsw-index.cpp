@@ -14,8 +14,8 @@
 #include <limits>
 #include <queue>
 
-#include "core/error.h"
-#include "core/checked-file.h"
+#include "util/error.h"
+#include "format/checked-file.h"
 
 namespace ragkv {
 

@@ -7,8 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "core/error.h"
-#include "core/checked-file.h"
+#include "util/error.h"
+#include "format/checked-file.h"
+#include "util/json-files.h"
 
 namespace ragkv {
 
@@ -73,13 +74,7 @@ std::string chunks_jsonl(const std::vector<Chunk>& chunks) {
 
 std::vector<Chunk> parse_chunks_jsonl(const std::string& name, std::string_view content) {
   std::vector<Chunk> chunks;
-  size_t line_no = 0;
-  for (size_t start = 0; start < content.size();) {
-    size_t end = content.find('\n', start);
-    if (end == std::string_view::npos) end = content.size();
-    const std::string_view line = content.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
+  for_each_jsonl_line(content, [&](size_t line_no, std::string_view line) {
     try {
       const json j = json::parse(line);
       Chunk c;
@@ -94,7 +89,7 @@ std::vector<Chunk> parse_chunks_jsonl(const std::string& name, std::string_view 
       fail("{}:{}: not a chunk record {{\"id\",\"doc\",\"offset\",\"title\",\"text\",\"n_tokens\"}}: {}", name,
            line_no, e.what());
     }
-  }
+  });
   return chunks;
 }
 
@@ -262,9 +257,9 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
          dir.string(), kManifest);
   json j;
   try {
-    j = json::parse(read_file(mpath));
-  } catch (const json::exception& e) {
-    fail("{}: malformed manifest: {}", mpath.string(), e.what());
+    j = read_json_file(mpath);
+  } catch (const Error& e) {
+    fail("malformed manifest: {}", e.what());
   }
   IndexDir d;
   Impl& x = *d.impl_;

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
+#include "util/error.h"
 
 namespace ragkv {
 

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
-#include "core/error.h"
+#include "util/error.h"
+#include "util/file-io.h"
+#include "util/json-files.h"
 
 namespace ragkv {
 
@@ -133,20 +135,6 @@ void append_lower(std::u32string& out, char32_t c) {
   }
 }
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("{}: cannot read", path.string());
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-nlohmann::json read_json(const std::filesystem::path& path) {
-  try {
-    return nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-}
-
 // A special token of tokenizer_config.json: a string or {"content": string, ...}.
 void read_token_name(const nlohmann::json& cfg, const char* key, std::string& out,
                      const std::filesystem::path& path) {
@@ -172,7 +160,7 @@ WordPieceTokenizer WordPieceTokenizer::load(const std::filesystem::path& dir) {
   if (!std::filesystem::exists(vocab_path))
     fail("{}: not found (a BERT model folder needs its WordPiece vocabulary)", vocab_path.string());
   std::vector<std::string> vocab;
-  const std::string text = read_text(vocab_path);
+  const std::string text = read_file(vocab_path);
   for (size_t pos = 0; pos < text.size();) {
     size_t nl = text.find('\n', pos);
     if (nl == std::string::npos) nl = text.size();
@@ -185,7 +173,7 @@ WordPieceTokenizer WordPieceTokenizer::load(const std::filesystem::path& dir) {
 
   const auto tc_path = dir / "tokenizer_config.json";
   if (std::filesystem::exists(tc_path)) {
-    const nlohmann::json tc = read_json(tc_path);
+    const nlohmann::json tc = read_json_file(tc_path);
     if (!tc.is_object()) fail("{}: expected a JSON object", tc_path.string());
     cfg.do_lower_case = read_bool(tc, "do_lower_case", true, tc_path);
     cfg.strip_accents = read_bool(tc, "strip_accents", cfg.do_lower_case, tc_path);
@@ -202,7 +190,7 @@ WordPieceTokenizer WordPieceTokenizer::load(const std::filesystem::path& dir) {
   }
   const auto st_path = dir / "sentence_bert_config.json";
   if (std::filesystem::exists(st_path)) {
-    const nlohmann::json st = read_json(st_path);
+    const nlohmann::json st = read_json_file(st_path);
     if (!st.is_object()) fail("{}: expected a JSON object", st_path.string());
     if (st.contains("max_seq_length")) {
       if (!st["max_seq_length"].is_number_integer() || st["max_seq_length"].get<int64_t>() < 2 ||

@@ -6,9 +6,10 @@
 #include <filesystem>
 #include <set>
 
-#include "core/bench-reuse.h"
-#include "core/error.h"
-#include "core/random-model.h"
+#include "backend/cpu-backend.h"
+#include "bench/reuse-bench.h"
+#include "util/error.h"
+#include "model/random-model.h"
 #include "tests/test-tempdir.h"
 
 using namespace ragkv;
@@ -35,7 +36,7 @@ TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and pre
   test::TempDir dir("bench-reuse");
   ReuseBenchOptions o = small_bench(dir, 3, 40);
   o.store_dir = (dir.path / "store").string();
-  const nlohmann::json j = bench_reuse(o);
+  const nlohmann::json j = bench_reuse(*make_cpu_backend(1), o);
   CHECK(j["bench"] == "reuse");
   CHECK(j["chunks"] == 3);
   const auto& rows = j["results"];
@@ -85,8 +86,8 @@ TEST_CASE("bench reuse: a temporary store is removed; a prompt past the context 
   test::TempDir dir("bench-reuse-tmp");
   ReuseBenchOptions o = small_bench(dir, 2, 16);
   o.modes = {ReuseMode::reuse};
-  o.tiers = {KvTier::disk};
-  const nlohmann::json j = bench_reuse(o);
+  o.tiers = {KvStart::disk};
+  const nlohmann::json j = bench_reuse(*make_cpu_backend(1), o);
   REQUIRE(j["results"].size() == 1);  // full is timed for the ratio but not listed
   CHECK(j["results"][0]["mode"] == "reuse");
   CHECK(j["results"][0]["kv_tier"] == "disk");
@@ -94,6 +95,6 @@ TEST_CASE("bench reuse: a temporary store is removed; a prompt past the context 
 
   o.chunks = 20;
   o.chunk_tokens = 100;
-  CHECK_THROWS_WITH_AS(bench_reuse(o), doctest::Contains("exceeds the model's context"), Error);
-  CHECK_THROWS_WITH_AS(parse_kv_tier("gpu"), doctest::Contains("expected disk, page-cache, host or device"), Error);
+  CHECK_THROWS_WITH_AS(bench_reuse(*make_cpu_backend(1), o), doctest::Contains("exceeds the model's context"), Error);
+  CHECK_THROWS_WITH_AS(parse_kv_start("gpu"), doctest::Contains("expected disk, page-cache, host or device"), Error);
 }

@@ -6,10 +6,11 @@
 #include <cmath>
 #include <random>
 
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/fp16.h"
-#include "core/gguf.h"
+#include "backend/backend.h"
+#include "backend/cpu-backend.h"
+#include "util/error.h"
+#include "format/fp16.h"
+#include "format/gguf.h"
 #include "tests/test-ops-util.h"
 
 using namespace ragkv;

@@ -44,9 +44,10 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/fp16.h"
+#include "backend/backend.h"
+#include "backend/cpu-backend.h"
+#include "util/error.h"
+#include "format/fp16.h"
 #include "cuda/attention.cuh"
 #include "cuda/cuda-backend.h"
 

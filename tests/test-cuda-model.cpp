@@ -21,9 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "core/generate.h"
-#include "core/model.h"
-#include "core/random-model.h"
+#include "model/generate.h"
+#include "backend/cpu-backend.h"
+#include "model/model.h"
+#include "model/random-model.h"
 #include "cuda/cuda-backend.h"
 
 namespace {

@@ -44,11 +44,12 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/fp16.h"
-#include "core/gguf.h"
-#include "core/quant.h"
+#include "backend/backend.h"
+#include "backend/cpu-backend.h"
+#include "util/error.h"
+#include "format/fp16.h"
+#include "format/gguf.h"
+#include "format/quant.h"
 #include "cuda/convert.cuh"
 #include "cuda/cuda-backend.h"
 

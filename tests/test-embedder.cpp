@@ -11,9 +11,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/safetensors.h"
+#include "backend/backend.h"
+#include "backend/cpu-backend.h"
+#include "util/error.h"
+#include "format/safetensors.h"
 #include "retrieval/embedder.h"
 #include "retrieval/wordpiece.h"
 #include "tests/test-paths.h"

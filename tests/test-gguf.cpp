@@ -7,11 +7,12 @@
 #include <functional>
 #include <fstream>
 
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/gguf-writer.h"
-#include "core/gguf.h"
-#include "core/model-config.h"
+#include "backend/backend.h"
+#include "backend/cpu-backend.h"
+#include "util/error.h"
+#include "format/gguf-writer.h"
+#include "format/gguf.h"
+#include "model/model-config.h"
 #include "tests/test-paths.h"
 
 namespace fs = std::filesystem;

@@ -1,7 +1,8 @@
 // STORE_DIR chunk caches: bit-exact round trips (also from two threads), files refused at open
 // (truncated, corrupt header, another model / shape / token ids / chunk / prefix, missing), a
-// corrupt layer refused only when read, and the store: store.json model checks, foreign stores,
-// content-addressed paths, resume checks, no temporaries left, usage.
+// corrupt layer refused only when read, the KV tiers (disk, host, device feeds), and the store:
+// store.json model checks, foreign stores, content-addressed paths, resume checks, no
+// temporaries left, usage.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -13,8 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/checked-file.h"
-#include "core/kv-store.h"
+#include "backend/cpu-backend.h"
+#include "format/checked-file.h"
+#include "kv/kv-store.h"
+#include "kv/kv-tiers.h"
+#include "kv/segment-kv.h"
 #include "tests/test-tempdir.h"
 
 namespace {
@@ -138,33 +142,76 @@ TEST_CASE("chunk KV file: round trip is bit-exact for every layer") {
   CHECK(std::distance(fs::directory_iterator(tmp.path), fs::directory_iterator()) == 1);
 }
 
-TEST_CASE("chunk KV file: kept in memory it reads the same, verified once, and survives the file changing") {
-  TempDir tmp("kv-host-tier");
-  const ChunkKvMeta m = small_meta(4, 9);
-  const ChunkData d(m, 5);
-  const fs::path p = tmp.path / "c.rkv";
-  write(p, m, d);
-  ChunkKvReader r(p, m);
-  const size_t layer_bytes = r.layer_bytes();
-  r.evict_page_cache();  // the cold-disk tier: reads still go to the file
-  check_layer(r, 1, d);
-  CHECK_FALSE(r.in_memory());
-  r.keep_in_memory();
-  CHECK(r.in_memory());
-  // The file's bytes now differ (the same length): the kept copy is what is read, moves included.
-  const std::string bytes = ragkv::read_file(p);
-  std::string b = bytes;
-  b[layer_offset(bytes, layer_bytes, 3) + 2] ^= 0x10;
-  { std::ofstream(p, std::ios::binary | std::ios::in | std::ios::out) << b; }
-  for (int l = 0; l < 4; ++l) check_layer(r, l, d);
-  ChunkKvReader moved(std::move(r));
-  CHECK(moved.in_memory());
-  check_layer(moved, 3, d);
+// Layer l of a feed equals the data written, bit for bit.
+static void check_feed_layer(const ragkv::SegmentKv& kv, ragkv::Backend& b, int l, const ChunkData& d) {
+  const size_t n = d.k[size_t(l)].size();
+  std::vector<uint16_t> k(n), v(n), staging;
+  if (kv.tier() == ragkv::KvTier::device) {
+    b.download(*kv.device_k(l), k.data());
+    b.download(*kv.device_v(l), v.data());
+  } else {
+    const ragkv::HostKvLayer h = kv.host_layer(l, staging);
+    k.assign(h.k, h.k + n);
+    v.assign(h.v, h.v + n);
+  }
+  CHECK(k == d.k[size_t(l)]);
+  CHECK(v == d.v[size_t(l)]);
+}
 
-  // A corrupt layer is found when the copy is made, not used later.
-  ChunkKvReader bad(p, m);
-  CHECK_THROWS_WITH_AS(bad.keep_in_memory(), doctest::Contains("layer 3 checksum mismatch"), CacheFileError);
-  CHECK_FALSE(bad.in_memory());
+TEST_CASE("KV tiers: disk, host and device feeds give the same layers; copies are verified when placed") {
+  TempDir tmp("kv-tiers");
+  const ChunkKvMeta m = small_meta(3, 9);
+  const ChunkData d(m, 5);
+  const KvStore s = KvStore::open_for_write(tmp.path / "store", store_info());
+  s.put(m, d.kp, d.vp);
+  auto backend = ragkv::make_cpu_backend(1);
+  ragkv::KvTiers tiers(s);
+
+  // Only the store holds it: the disk feed.
+  auto disk = tiers.find(m);
+  REQUIRE(disk);
+  CHECK(disk->tier() == ragkv::KvTier::disk);
+  CHECK(disk->bytes() == 3 * disk->layer_bytes());
+  static_cast<const ragkv::DiskSegmentKv&>(*disk).reader().evict_page_cache();  // the cold-disk start
+  for (int l = 0; l < 3; ++l) check_feed_layer(*disk, *backend, l, d);
+  CHECK_THROWS_AS(disk->device_k(0), ragkv::Error);
+
+  // Placed in host memory: found there first; the file may change afterwards, the copy is what is read.
+  tiers.place(m, ragkv::KvTier::host);
+  CHECK(tiers.bytes(ragkv::KvTier::host) == disk->bytes());
+  auto host = tiers.find(m);
+  REQUIRE(host);
+  CHECK(host->tier() == ragkv::KvTier::host);
+  const std::string bytes = ragkv::read_file(s.chunk_path(m));
+  std::string b = bytes;
+  b[layer_offset(bytes, disk->layer_bytes(), 2) + 2] ^= 0x10;
+  overwrite(s.chunk_path(m), b);
+  for (int l = 0; l < 3; ++l) check_feed_layer(*host, *backend, l, d);
+
+  // The device tier outranks the host tier; placing reads (and verifies) the file: the corrupt
+  // layer is found now and nothing is kept.
+  CHECK_THROWS_WITH_AS(tiers.place(m, ragkv::KvTier::device, backend.get()), doctest::Contains("layer 2 checksum mismatch"),
+                       CacheFileError);
+  CHECK(tiers.bytes(ragkv::KvTier::device) == 0);
+  overwrite(s.chunk_path(m), bytes);
+  tiers.place(m, ragkv::KvTier::device, backend.get());
+  auto dev = tiers.find(m);
+  REQUIRE(dev);
+  CHECK(dev->tier() == ragkv::KvTier::device);
+  for (int l = 0; l < 3; ++l) check_feed_layer(*dev, *backend, l, d);
+  std::vector<uint16_t> staging;
+  CHECK_THROWS_AS(dev->host_layer(0, staging), ragkv::Error);
+
+  // Dropped from memory: back to the file. Unknown chunks: nothing, and nothing to place.
+  tiers.drop(m);
+  CHECK(tiers.find(m)->tier() == ragkv::KvTier::disk);
+  CHECK(tiers.bytes(ragkv::KvTier::host) + tiers.bytes(ragkv::KvTier::device) == 0);
+  ChunkKvMeta other = m;
+  other.chunk_id = "Other#0";
+  CHECK_FALSE(tiers.find(other));
+  CHECK_THROWS_AS(tiers.place(other, ragkv::KvTier::host), ragkv::Error);
+  CHECK(ragkv::parse_kv_tier("host") == ragkv::KvTier::host);
+  CHECK_THROWS_WITH_AS(ragkv::parse_kv_tier("gpu"), doctest::Contains("expected device, host or disk"), ragkv::Error);
 }
 
 TEST_CASE("chunk KV file: layers read from two threads at once") {

@@ -10,11 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/bench-prefill.h"
-#include "core/generate.h"
-#include "core/model.h"
-#include "core/random-model.h"
+#include "util/error.h"
+#include "bench/prefill-bench.h"
+#include "model/generate.h"
+#include "backend/cpu-backend.h"
+#include "model/model.h"
+#include "model/random-model.h"
 #include "tests/test-paths.h"
 
 namespace fs = std::filesystem;

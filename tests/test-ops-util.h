@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/gguf.h"
+#include "backend/backend.h"
+#include "format/gguf.h"
 
 namespace ragkv::test {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/qa-metrics.h"
+#include "util/error.h"
+#include "eval/metrics.h"
 
 namespace {
 

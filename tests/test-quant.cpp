@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/fp16.h"
-#include "core/quant.h"
+#include "util/error.h"
+#include "format/fp16.h"
+#include "format/quant.h"
 #include "tests/test-paths.h"
 
 namespace {

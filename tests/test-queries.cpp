@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/queries.h"
+#include "util/error.h"
+#include "rag/queries.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"

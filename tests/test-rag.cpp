@@ -12,14 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/fusor.h"
-#include "core/kv-store.h"
-#include "core/model.h"
-#include "core/precompute.h"
-#include "core/qa-metrics.h"
-#include "core/rag-answer.h"
-#include "core/rag-prompt.h"
+#include "backend/backend.h"
+#include "backend/cpu-backend.h"
+#include "eval/metrics.h"
+#include "kv/kv-store.h"
+#include "kv/kv-tiers.h"
+#include "model/model.h"
+#include "rag/answer.h"
+#include "rag/cache-keys.h"
+#include "rag/fusor.h"
+#include "rag/plan.h"
+#include "rag/precompute.h"
+#include "rag/prompt.h"
 #include "retrieval/chunker.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
@@ -140,7 +144,8 @@ TEST_CASE("rag: the prompt lays out prefix, chunks and question, each tokenized 
 TEST_CASE("rag: prefix mode is bit-identical to full") {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
-  RagAnswerer ans(*f.model, *f.format, &store);
+  const KvTiers store_tiers(store);
+  RagAnswerer ans(*f.model, *f.format, &store_tiers);
   for (const auto& ctx : {f.pick({0, 1, 2}), f.pick({3, 0, 5})}) {
     const AnswerRecord full = ans.answer(f.questions[0], ctx, opts(ReuseMode::full, 0.15, 12));
     const AnswerRecord pre = ans.answer(f.questions[0], ctx, opts(ReuseMode::prefix, 0.15, 12));
@@ -155,7 +160,8 @@ TEST_CASE("rag: prefix mode is bit-identical to full") {
 TEST_CASE("rag: blend recomputing every reused token matches full") {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
-  RagAnswerer ans(*f.model, *f.format, &store);
+  const KvTiers store_tiers(store);
+  RagAnswerer ans(*f.model, *f.format, &store_tiers);
   const auto ctx = f.pick({2, 4, 1});
   const AnswerRecord full = ans.answer(f.questions[4], ctx, opts(ReuseMode::full));
   const AnswerRecord all = ans.answer(f.questions[4], ctx, opts(ReuseMode::blend, 1.0));
@@ -168,7 +174,8 @@ TEST_CASE("rag: blend recomputing every reused token matches full") {
 TEST_CASE("rag: reuse without recompute deviates from full more than blend") {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
-  RagAnswerer ans(*f.model, *f.format, &store);
+  const KvTiers store_tiers(store);
+  RagAnswerer ans(*f.model, *f.format, &store_tiers);
   double kl_reuse = 0, kl_blend = 0;
   for (int q : {0, 6, 10}) {
     const auto ctx = f.pick({5, 3, 1, 0});
@@ -181,7 +188,7 @@ TEST_CASE("rag: reuse without recompute deviates from full more than blend") {
     CHECK(reuse.prefill.recompute_fraction() < 0.2);
     CHECK(blend.prefill.recompute_fraction() > reuse.prefill.recompute_fraction());
     CHECK(blend.prefill.recompute_fraction() < 0.45);
-    CHECK(blend.cache.hits == 5);  // prefix + 4 chunks
+    CHECK(blend.cache.hits() == 5);  // prefix + 4 chunks
     CHECK(blend.cache.exact_hits == 2);
   }
   MESSAGE("sum KL(full || reuse) = " << kl_reuse << ", KL(full || blend) = " << kl_blend);
@@ -200,7 +207,8 @@ TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, neve
     fs::remove(chunk_file(s, f.chunks[3]));
   }
   const KvStore s_missing = KvStore::open_for_read(missing, fp);
-  RagAnswerer a_missing(*f.model, *f.format, &s_missing);
+  const KvTiers s_missing_tiers(s_missing);
+  RagAnswerer a_missing(*f.model, *f.format, &s_missing_tiers);
   const AnswerRecord ref = a_missing.answer(f.questions[2], ctx, opts(ReuseMode::blend));
   CHECK(ref.cache.misses == 2);
   CHECK(ref.cache.bad == 0);
@@ -224,11 +232,12 @@ TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, neve
     fs::resize_file(p3, fs::file_size(p3) - 100);
   }
   const KvStore s_bad = KvStore::open_for_read(bad, fp);
-  RagAnswerer a_bad(*f.model, *f.format, &s_bad);
+  const KvTiers s_bad_tiers(s_bad);
+  RagAnswerer a_bad(*f.model, *f.format, &s_bad_tiers);
   for (ReuseMode m : {ReuseMode::blend, ReuseMode::reuse}) {
     const AnswerRecord r = a_bad.answer(f.questions[2], ctx, opts(m));
     CHECK(r.cache.bad == 2);
-    CHECK(r.cache.hits == 3);
+    CHECK(r.cache.hits() == 3);
     if (m == ReuseMode::blend) {
       CHECK(r.first_logits == ref.first_logits);  // exactly as if the bad files did not exist
       CHECK(r.output_ids == ref.output_ids);
@@ -249,11 +258,12 @@ TEST_CASE("rag: a store of another model is never used") {
   }
   const KvStore s = KvStore::open_for_read(other, fp);
   CHECK(s.foreign());
-  RagAnswerer with(*f.model, *f.format, &s), without(*f.model, *f.format, nullptr);
+  const KvTiers s_tiers(s);
+  RagAnswerer with(*f.model, *f.format, &s_tiers), without(*f.model, *f.format, nullptr);
   const auto ctx = f.pick({4, 5});
   const AnswerRecord a = with.answer(f.questions[8], ctx, opts(ReuseMode::blend));
   const AnswerRecord b = without.answer(f.questions[8], ctx, opts(ReuseMode::blend));
-  CHECK(a.cache.hits == 0);
+  CHECK(a.cache.hits() == 0);
   CHECK(a.cache.misses == 3);
   CHECK(a.first_logits == b.first_logits);
   fs::remove_all(other);

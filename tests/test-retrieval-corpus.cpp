@@ -10,11 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/error.h"
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "util/error.h"
+#include "format/gguf.h"
+#include "model/tokenizer.h"
 #include "retrieval/chunker.h"
 #include "retrieval/corpus.h"
+#include "util/utf8.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"

@@ -13,10 +13,10 @@
 #include <random>
 #include <set>
 
-#include "core/error.h"
-#include "core/gguf.h"
-#include "core/tokenizer.h"
-#include "core/checked-file.h"
+#include "util/error.h"
+#include "format/gguf.h"
+#include "model/tokenizer.h"
+#include "format/checked-file.h"
 #include "retrieval/index-dir.h"
 #include "retrieval/staged-metrics.h"
 #include "tests/test-paths.h"

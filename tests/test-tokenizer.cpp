@@ -9,10 +9,10 @@
 
 #include <unistd.h>
 
-#include "core/error.h"
-#include "core/gguf-writer.h"
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "util/error.h"
+#include "format/gguf-writer.h"
+#include "format/gguf.h"
+#include "model/tokenizer.h"
 #include "tests/test-paths.h"
 
 namespace {

@@ -15,9 +15,9 @@
 #include <memory>
 #include <string>
 
-#include "core/error.h"
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "util/error.h"
+#include "format/gguf.h"
+#include "model/tokenizer.h"
 #include "tests/test-paths.h"
 
 namespace ragkv::test {

@@ -1,0 +1,181 @@
+// The backend interface (DESIGN.md §3): memory and the named ops the transformer layer loop
+// calls. The CPU backend (cpu-backend.cpp) implements everything and is the numerical
+// reference; the CUDA backend (cuda/) implements the same ops on device memory.
+//
+// Tensors are row-major 2-D views [rows][cols] on one backend's memory. Multi-head data is a
+// 2-D view with the heads side by side in a row: [n_tok][n_head * head_dim]. KV buffers are f16
+// [n_ctx][n_kv_head * head_dim] per layer, in every mode (DESIGN.md §4), and rows of the buffer
+// carry explicit absolute positions, so attention can run for an arbitrary set of query rows
+// against an arbitrary set of cached key rows (the selective-recompute fusor).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/quant.h"
+
+namespace ragkv {
+
+struct GgufTensor;
+
+enum class DType : uint8_t { f32, f16 };
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+enum class DeviceKind : uint8_t { cpu, cuda };
+
+class Backend;
+
+// Owned memory of one backend; freed through the backend that allocated it.
+class Storage {
+ public:
+  Storage(Backend* owner, void* data, size_t bytes) : owner_(owner), data_(data), bytes_(bytes) {}
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* owner_;
+  void* data_;
+  size_t bytes_;
+};
+
+// A row-major [rows][cols] view, contiguous rows (row stride == cols). Cheap to copy; keeps its
+// storage alive.
+struct Tensor {
+  std::shared_ptr<Storage> storage;
+  size_t byte_offset = 0;
+  DType dtype = DType::f32;
+  int64_t rows = 0, cols = 0;
+
+  void* data() const { return static_cast<char*>(storage->data()) + byte_offset; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data()); }
+  int64_t numel() const { return rows * cols; }
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  // Rows [first, first + n) of this tensor.
+  Tensor slice_rows(int64_t first, int64_t n) const;
+  // Same memory seen as [rows'][cols'] (numel must match).
+  Tensor reshape(int64_t new_rows, int64_t new_cols) const;
+  bool empty() const { return numel() == 0; }
+};
+
+// A weight matrix W [out][in] (y = x · Wᵀ), prepared once for the backend (dequantised or kept
+// quantised, as the backend prefers). Vectors (norm weights, biases) are Weights with out == 1.
+class Weight {
+ public:
+  virtual ~Weight() = default;
+  int64_t out_features = 0, in_features = 0;
+  std::string name;
+};
+
+// Rotary position embedding of one layer (RoFormer; Llama-3 scaling via per-pair freq factors).
+struct RopeParams {
+  int n_rot = 0;              // dimensions rotated per head (== head_dim for all models here)
+  float freq_base = 10000.f;  // θ base
+  float freq_scale = 1.f;     // linear position scaling (positions multiplied by this)
+  bool neox = false;          // pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
+  std::vector<float> freq_factors;  // Llama-3 style: θ_i divided by factor_i (empty: none)
+};
+
+// Per-pair inverse frequencies θ_i = base^(−2i/n_rot) / factor_i (RoFormer Eq. 15; Llama-3
+// factors), computed in double and rounded to f32 so every backend rotates by the same angles.
+std::vector<float> rope_inv_freq(const RopeParams& p);
+
+struct AttentionParams {
+  int n_head = 0, n_kv_head = 0, head_dim = 0;
+  float scale = 0.f;          // applied to q·k
+  int sliding_window = 0;     // > 0: a query at p sees keys at positions in (p - window, p]
+  float softcap = 0.f;        // > 0: logits = softcap · tanh(logits / softcap)
+  bool causal = true;         // false: every query sees every key in [0, n_kv), positions unused
+                              // (bidirectional encoders such as BERT; sliding_window must be 0)
+};
+
+// Optional per-query attention mass per key segment (Cache-Craft inter/intra attention).
+// Segments are contiguous ranges of KV rows: segment s covers rows [seg_begin[s], seg_begin[s+1]).
+struct SegmentMass {
+  std::vector<int64_t> seg_begin;  // n_seg + 1 boundaries over the KV rows, ascending
+  std::vector<float>* out = nullptr;  // resized to [n_q][n_head][n_seg], summed probabilities
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;
+  virtual void set_threads(int n) = 0;
+
+  // ---- memory
+  virtual void* raw_alloc(size_t bytes) = 0;
+  virtual void raw_free(void* p) = 0;
+  Tensor alloc(DType dtype, int64_t rows, int64_t cols);
+  // Error unless src and dst have one dtype and shape and do not overlap (for copy()).
+  static void check_copy(const Tensor& src, const Tensor& dst);
+  virtual void upload(const Tensor& dst, const void* host_src) = 0;  // all of dst
+  virtual void download(const Tensor& src, void* host_dst) = 0;      // all of src
+  virtual void fill_zero(const Tensor& t) = 0;
+  // dst = src, both on this backend, same dtype and shape, not overlapping (queued in order with
+  // the ops: a device-resident chunk KV copied into a prompt's rows).
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  // Layer-wise KV loading (CacheBlend §5): upload_async starts copying host_src into dst on a
+  // copy queue that runs beside compute and returns once host_src may be reused; the ops queued
+  // after the next wait_uploads() see the data. Synchronous on backends without such a queue.
+  virtual void upload_async(const Tensor& dst, const void* host_src) { upload(dst, host_src); }
+  virtual void wait_uploads() {}
+  virtual void synchronize() {}
+
+  // ---- weights
+  virtual std::unique_ptr<Weight> load_weight(const GgufTensor& t) = 0;
+
+  // ---- ops (all write their output; inputs and outputs are f32 unless stated)
+  // out[i] = table row ids[i] (token embedding lookup), times scale.
+  virtual void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
+                     float scale) = 0;
+  // y[n][out] = x[n][in] · Wᵀ (+ bias[out] if given).
+  virtual void matmul(const Tensor& x, const Weight& w, const Tensor& y,
+                      const Weight* bias = nullptr) = 0;
+  // Row-wise RMSNorm over the last dimension: y = x / rms(x) · w. x and y may alias.
+  // With x as [n·heads][head_dim] this is per-head QK-norm.
+  virtual void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y) = 0;
+  // Rotary embedding in place on x [n][n_heads·head_dim] (f32 or f16), row i at positions[i].
+  // inverse = true removes it (rotation by −θ·p): stored chunk K is kept without RoPE.
+  virtual void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads,
+                    int head_dim, const RopeParams& p, bool inverse) = 0;
+  // Row-wise LayerNorm over the last dimension: y = (x − mean) / sqrt(var + eps) · w + b, with
+  // the biased variance (BERT). x and y may alias.
+  virtual void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                          const Tensor& y) = 0;
+  // y = gelu(x) in the exact erf form x/2 · (1 + erf(x/√2)) (BERT's "gelu"; GeGLU uses the tanh
+  // approximation). x and y may alias.
+  virtual void gelu_erf(const Tensor& x, const Tensor& y) = 0;
+  // out = silu(gate) ⊙ up (SwiGLU) or gelu_tanh(gate) ⊙ up (GeGLU).
+  virtual void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  virtual void geglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // a += b (residual add).
+  virtual void add(const Tensor& a, const Tensor& b) = 0;
+  // dst rows[rows[i]] = src row i, converting f32 → dst dtype (KV scatter).
+  virtual void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) = 0;
+  // out row i = src row rows[i] (f32 gather of active rows).
+  virtual void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) = 0;
+  // KV deviation (CacheBlend §4.1): out[i][0] = Σ_c (a[i][c] − b[rows[i]][c])² for a f32 [n][d]
+  // and b f16 or f32 [≥ rows][d]; out f32 [n][1]. Ranks tokens for HKVD selection (§4.3).
+  virtual void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
+                           const Tensor& out) = 0;
+  // Attention of queries q [n_q][n_head·head_dim] at positions q_pos against KV rows [0, n_kv)
+  // of k, v (f16 [≥n_kv][n_kv_head·head_dim]; f32 too, e.g. the encoder's own K/V) whose absolute
+  // positions are k_pos[0..n_kv).
+  // Causal by position: a query at p sees keys at positions ≤ p (and inside the sliding window);
+  // with p.causal == false every query sees all n_kv keys.
+  // Grouped-query: query head h reads KV head h / (n_head / n_kv_head).
+  virtual void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
+                         const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
+                         const AttentionParams& p, const Tensor& out,
+                         SegmentMass* seg_mass = nullptr) = 0;
+};
+
+}  // namespace ragkv

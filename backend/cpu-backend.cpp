@@ -1,0 +1,597 @@
+// The CPU backend: OpenBLAS SGEMM for projections and attention scores, OpenMP-threaded
+// kernels for the rest. It is the numerical reference the CUDA backend is checked against.
+// Weights are dequantised to f32 once at load.
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu-backend.h"
+#include "util/error.h"
+#include "format/fp16.h"
+#include "format/gguf.h"
+
+#ifdef RAGKV_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace ragkv {
+
+namespace {
+
+class CpuWeight : public Weight {
+ public:
+  std::vector<float> data;  // f32 [out_features][in_features]
+};
+
+const CpuWeight& cpu(const Weight& w) { return static_cast<const CpuWeight&>(w); }
+
+void check_f32(const Tensor& t, const char* op) {
+  if (t.dtype != DType::f32) fail("internal: {} expects an f32 tensor, got {}", op, dtype_name(t.dtype));
+}
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.rows != b.rows || a.cols != b.cols)
+    fail("internal: {}: shapes [{}][{}] and [{}][{}] differ", op, a.rows, a.cols, b.rows, b.cols);
+}
+
+// C[m][n] = A[m][k] · B[n][k]ᵀ with leading dimensions; the one GEMM shape the engine needs.
+void gemm_nt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float* c, int64_t ldc, float alpha) {
+#ifdef RAGKV_HAVE_OPENBLAS
+  if (m == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b, ldb, a, 1, 0.f, c, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, alpha, a, lda, b, ldb, 0.f, c, ldc);
+  }
+#else
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float s = 0.f;
+      for (int64_t p = 0; p < k; ++p) s += a[i * lda + p] * b[j * ldb + p];
+      c[i * ldc + j] = alpha * s;
+    }
+#endif
+}
+
+// C[m][n] = A[m][k] · B[k][n].
+void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float* c, int64_t ldc) {
+#ifdef RAGKV_HAVE_OPENBLAS
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, ldc);
+#else
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    float* ci = c + i * ldc;
+    std::fill(ci, ci + n, 0.f);
+    for (int64_t p = 0; p < k; ++p) {
+      const float aip = a[i * lda + p];
+      const float* bp = b + p * ldb;
+      for (int64_t j = 0; j < n; ++j) ci[j] += aip * bp[j];
+    }
+  }
+#endif
+}
+
+float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+// exp(x) in f32 for x in [-87, 88], without a libm call so loops over it vectorise: Cody–Waite
+// reduction by ln 2 and the Cephes expf polynomial (relative error < 1e-7). No clamping: callers
+// keep x in range (a clamp by select would stop GCC vectorising under -ftrapping-math).
+inline float exp_f32(float x) {
+  const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(x / ln 2)
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+
+// gelu(x) = x·Φ(x) = x/2 · (1 + erf(x/√2)), through erfc (Numerical Recipes' erfcc, fractional
+// error < 1.2e-7) so the negative tail keeps its relative precision; no libm call, so it
+// vectorises (std::erf per element costs as much as the FFN GEMMs of a BERT layer).
+inline float gelu_erf_f32(float x) {
+  // z = min(|x|/√2, 9): erfc(9) ≈ 4e-37, so a larger z changes nothing but would take exp out of
+  // range. Non-negative floats order like their bits, so the clamp is an integer min.
+  const float z = std::bit_cast<float>(
+      std::min(std::bit_cast<int32_t>(std::fabs(x) * 0.70710678118654752f), std::bit_cast<int32_t>(9.f)));
+  const float t = 1.f / (1.f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  const float half_erfc = 0.5f * t * exp_f32(-z * z - 1.26551223f + t * p);  // erfc(|x|/√2) / 2
+  // Φ(x) = 1 − erfc/2 for x ≥ 0, erfc/2 below, chosen by the sign bit (a select would not
+  // vectorise either).
+  const int32_t below = std::bit_cast<int32_t>(x) >> 31;  // all ones when the sign bit is set
+  const float phi = std::bit_cast<float>((std::bit_cast<int32_t>(half_erfc) & below) |
+                                         (std::bit_cast<int32_t>(1.f - half_erfc) & ~below));
+  return x * phi;
+}
+
+// Softmax of one row of attention logits where every key is visible (non-causal attention), in
+// f32 lanes: vectorised exp_f32 and sum. Causal attention uses it on each query's visible run of
+// keys when key positions ascend (every prefill); otherwise it keeps a masked scalar loop.
+void softmax_row_all_visible(float* s, int64_t w, float softcap) {
+  if (softcap > 0)
+    for (int64_t j = 0; j < w; ++j) s[j] = softcap * std::tanh(s[j] / softcap);
+  float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < w; ++j) mx = std::max(mx, s[j]);
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < w; ++j) {
+    // exp(−d) with d = mx − s ≥ 0 clamped to 87 (exp_f32's range; e^−87 ≈ 1.6e-38 ≈ 0 beside
+    // the max's 1); non-negative floats order like their bits, so the clamp is an integer min.
+    const float d =
+        std::bit_cast<float>(std::min(std::bit_cast<int32_t>(mx - s[j]), std::bit_cast<int32_t>(87.f)));
+    s[j] = exp_f32(-d);
+    sum += s[j];
+  }
+  const float inv = 1.f / sum;  // ≥ 1: the max contributes e^0
+#pragma omp simd
+  for (int64_t j = 0; j < w; ++j) s[j] *= inv;
+}
+
+// Softmax of one row of causal attention logits s[j] for keys at positions kp[j] (any order):
+// keys after qp, or outside the sliding window, get probability 0.
+void softmax_row_masked(float* s, int64_t w, const int32_t* kp, int32_t qp, const AttentionParams& p) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < w; ++j) {
+    const bool visible = kp[j] <= qp && (p.sliding_window <= 0 || kp[j] > qp - p.sliding_window);
+    if (!visible) {
+      s[j] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    if (p.softcap > 0) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
+    mx = std::max(mx, s[j]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < w; ++j) {
+    s[j] = std::isinf(s[j]) ? 0.f : std::exp(s[j] - mx);
+    sum += s[j];
+  }
+  const float inv = sum > 0 ? float(1.0 / sum) : 0.f;
+  for (int64_t j = 0; j < w; ++j) s[j] *= inv;
+}
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(int threads) { set_threads(threads); }
+
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return "cpu"; }
+  void set_threads(int n) override {
+    threads_ = n > 0 ? n : std::max(1, omp_get_num_procs());
+#ifdef RAGKV_HAVE_OPENBLAS
+    openblas_set_num_threads(threads_);
+#endif
+    omp_set_num_threads(threads_);
+  }
+
+  void* raw_alloc(size_t bytes) override {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) fail("out of host memory allocating {} bytes", bytes);
+    return p;
+  }
+  void raw_free(void* p) override { std::free(p); }
+  void upload(const Tensor& dst, const void* src) override { std::memcpy(dst.data(), src, dst.bytes()); }
+  void download(const Tensor& src, void* dst) override { std::memcpy(dst, src.data(), src.bytes()); }
+  void fill_zero(const Tensor& t) override { std::memset(t.data(), 0, t.bytes()); }
+
+  void copy(const Tensor& src, const Tensor& dst) override {
+    check_copy(src, dst);
+    std::memcpy(dst.data(), src.data(), src.bytes());
+  }
+
+  std::unique_ptr<Weight> load_weight(const GgufTensor& t) override {
+    if (!ggml_type_supported(t.type))
+      fail("tensor '{}' has type {}, which ragkv does not support", t.name, ggml_type_name(t.type));
+    auto w = std::make_unique<CpuWeight>();
+    w->name = t.name;
+    w->in_features = t.ne[0];
+    w->out_features = t.rows();
+    w->data.resize(static_cast<size_t>(t.n_elements()));
+    const size_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
+    const int64_t rows = t.rows(), cols = t.ne[0];
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t r = 0; r < rows; ++r)
+      dequantize_row(t.type, t.data + r * row_bytes, w->data.data() + r * cols, cols);
+    return w;
+  }
+
+  void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale) override {
+    check_f32(out, "embed");
+    const CpuWeight& w = cpu(table);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= w.out_features)
+        fail("token id {} is outside the vocabulary of {} tokens", ids[i], w.out_features);
+      const float* src = w.data.data() + static_cast<int64_t>(ids[i]) * w.in_features;
+      float* dst = out.as<float>() + i * out.cols;
+      for (int64_t j = 0; j < w.in_features; ++j) dst[j] = src[j] * scale;
+    }
+  }
+
+  void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) override {
+    check_f32(x, "matmul");
+    check_f32(y, "matmul");
+    if (x.cols != w.in_features || y.cols != w.out_features || x.rows != y.rows)
+      fail("internal: matmul [{}][{}] x {}ᵀ [{}][{}] -> [{}][{}]", x.rows, x.cols, w.name,
+           w.out_features, w.in_features, y.rows, y.cols);
+    gemm_nt(x.rows, w.out_features, w.in_features, x.as<float>(), x.cols, cpu(w).data.data(),
+            w.in_features, y.as<float>(), y.cols, 1.f);
+    if (bias) {
+      const float* b = cpu(*bias).data.data();
+      float* yp = y.as<float>();
+#pragma omp parallel for schedule(static) num_threads(threads_)
+      for (int64_t i = 0; i < y.rows; ++i)
+        for (int64_t j = 0; j < y.cols; ++j) yp[i * y.cols + j] += b[j];
+    }
+  }
+
+  void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y) override {
+    check_f32(x, "rms_norm");
+    check_same_shape(x, y, "rms_norm");
+    if (w.in_features * w.out_features != x.cols)
+      fail("internal: rms_norm weight {} has {} values for rows of {}", w.name,
+           w.in_features * w.out_features, x.cols);
+    const float* wp = cpu(w).data.data();
+    const float* xp = x.as<float>();
+    float* yp = y.as<float>();
+    const int64_t n = x.cols;
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t i = 0; i < x.rows; ++i) {
+      double ss = 0;
+      for (int64_t j = 0; j < n; ++j) ss += double(xp[i * n + j]) * xp[i * n + j];
+      const float inv = 1.f / std::sqrt(float(ss / n) + eps);
+      for (int64_t j = 0; j < n; ++j) yp[i * n + j] = xp[i * n + j] * inv * wp[j];
+    }
+  }
+
+  void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
+            const RopeParams& p, bool inverse) override {
+    if (x.cols != int64_t(n_heads) * head_dim || int64_t(positions.size()) != x.rows)
+      fail("internal: rope on [{}][{}] with {} heads of {} and {} positions", x.rows, x.cols,
+           n_heads, head_dim, positions.size());
+    const int half = p.n_rot / 2;
+    const std::vector<float> inv_freq = rope_inv_freq(p);
+    const float sign = inverse ? -1.f : 1.f;
+    const bool f16 = x.dtype == DType::f16;
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t r = 0; r < x.rows; ++r) {
+      std::vector<float> cs(half), sn(half), row(x.cols);
+      const float pos = float(positions[r]) * p.freq_scale;
+      for (int i = 0; i < half; ++i) {
+        const float theta = pos * inv_freq[i];
+        cs[i] = std::cos(theta);
+        sn[i] = sign * std::sin(theta);
+      }
+      if (f16) fp16_to_fp32_row(x.as<f16_t>() + r * x.cols, row.data(), x.cols);
+      else std::memcpy(row.data(), x.as<float>() + r * x.cols, x.cols * sizeof(float));
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = row.data() + int64_t(h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          const int i0 = p.neox ? i : 2 * i, i1 = p.neox ? i + half : 2 * i + 1;
+          const float a = v[i0], b = v[i1];
+          v[i0] = a * cs[i] - b * sn[i];
+          v[i1] = a * sn[i] + b * cs[i];
+        }
+      }
+      if (f16) fp32_to_fp16_row(row.data(), x.as<f16_t>() + r * x.cols, x.cols);
+      else std::memcpy(x.as<float>() + r * x.cols, row.data(), x.cols * sizeof(float));
+    }
+  }
+
+  void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) override {
+    check_f32(x, "layer_norm");
+    check_f32(y, "layer_norm");
+    check_same_shape(x, y, "layer_norm");
+    if (w.in_features * w.out_features != x.cols || b.in_features * b.out_features != x.cols)
+      fail("internal: layer_norm weight {} / bias {} have {} / {} values for rows of {}", w.name, b.name,
+           w.in_features * w.out_features, b.in_features * b.out_features, x.cols);
+    const float* wp = cpu(w).data.data();
+    const float* bp = cpu(b).data.data();
+    const float* xp = x.as<float>();
+    float* yp = y.as<float>();
+    const int64_t n = x.cols;
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t i = 0; i < x.rows; ++i) {
+      const float* xi = xp + i * n;
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += xi[j];
+      const double mean = sum / n;
+      double var = 0;  // two passes: no cancellation for rows with a large mean
+      for (int64_t j = 0; j < n; ++j) var += (xi[j] - mean) * (xi[j] - mean);
+      const float inv = float(1.0 / std::sqrt(var / n + eps));
+      const float m = float(mean);
+      float* yi = yp + i * n;
+      for (int64_t j = 0; j < n; ++j) yi[j] = (xi[j] - m) * inv * wp[j] + bp[j];
+    }
+  }
+
+  void gelu_erf(const Tensor& x, const Tensor& y) override {
+    check_f32(x, "gelu_erf");
+    check_f32(y, "gelu_erf");
+    check_same_shape(x, y, "gelu_erf");
+    const float* xp = x.as<float>();
+    float* yp = y.as<float>();
+    const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) num_threads(threads_)
+    for (int64_t i = 0; i < n; ++i) yp[i] = gelu_erf_f32(xp[i]);
+  }
+
+  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+    glu(gate, up, out, [](float g) { return g / (1.f + std::exp(-g)); });
+  }
+  void geglu(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+    glu(gate, up, out, gelu_tanh);
+  }
+
+  void add(const Tensor& a, const Tensor& b) override {
+    check_f32(a, "add");
+    check_same_shape(a, b, "add");
+    float* ap = a.as<float>();
+    const float* bp = b.as<float>();
+    const int64_t n = a.numel();
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t i = 0; i < n; ++i) ap[i] += bp[i];
+  }
+
+  void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override {
+    check_f32(src, "scatter_rows");
+    if (src.cols != dst.cols || int64_t(rows.size()) != src.rows)
+      fail("internal: scatter_rows [{}][{}] into [{}][{}]", src.rows, src.cols, dst.rows, dst.cols);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] < 0 || rows[i] >= dst.rows) fail("internal: scatter row {} outside {}", rows[i], dst.rows);
+      const float* s = src.as<float>() + i * src.cols;
+      if (dst.dtype == DType::f16) fp32_to_fp16_row(s, dst.as<f16_t>() + rows[i] * dst.cols, dst.cols);
+      else std::memcpy(dst.as<float>() + rows[i] * dst.cols, s, dst.cols * sizeof(float));
+    }
+  }
+
+  void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override {
+    check_f32(src, "gather_rows");
+    check_f32(out, "gather_rows");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] < 0 || rows[i] >= src.rows) fail("internal: gather row {} outside {}", rows[i], src.rows);
+      std::memcpy(out.as<float>() + i * out.cols, src.as<float>() + rows[i] * src.cols, src.cols * sizeof(float));
+    }
+  }
+
+  void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows, const Tensor& out) override {
+    check_f32(a, "row_sq_dist");
+    check_f32(out, "row_sq_dist");
+    if (a.cols != b.cols || int64_t(rows.size()) != a.rows || out.rows != a.rows || out.cols != 1)
+      fail("internal: row_sq_dist [{}][{}] against [{}][{}] into [{}][{}]", a.rows, a.cols, b.rows,
+           b.cols, out.rows, out.cols);
+    for (int32_t r : rows)
+      if (r < 0 || r >= b.rows) fail("internal: row_sq_dist row {} outside {}", r, b.rows);
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t i = 0; i < a.rows; ++i) {
+      std::vector<float> brow(static_cast<size_t>(b.cols));
+      if (b.dtype == DType::f16) fp16_to_fp32_row(b.as<f16_t>() + rows[i] * b.cols, brow.data(), b.cols);
+      else std::memcpy(brow.data(), b.as<float>() + rows[i] * b.cols, b.cols * sizeof(float));
+      const float* ar = a.as<float>() + i * a.cols;
+      double acc = 0;
+      for (int64_t c = 0; c < a.cols; ++c) {
+        const double d = double(ar[c]) - double(brow[c]);
+        acc += d * d;
+      }
+      out.as<float>()[i] = float(acc);
+    }
+  }
+
+  void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
+                 std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
+                 const Tensor& out, SegmentMass* seg_mass) override;
+
+ private:
+  int threads_ = 1;
+
+  void attention_all_visible(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_kv,
+                             const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass);
+
+  template <typename F>
+  void glu(const Tensor& gate, const Tensor& up, const Tensor& out, F act) {
+    check_f32(gate, "glu");
+    check_same_shape(gate, up, "glu");
+    check_same_shape(gate, out, "glu");
+    const float* g = gate.as<float>();
+    const float* u = up.as<float>();
+    float* o = out.as<float>();
+    const int64_t n = gate.numel();
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t i = 0; i < n; ++i) o[i] = act(g[i]) * u[i];
+  }
+};
+
+// Attention per KV head group with SGEMM: S = scale·Q·Kᵀ, mask by position, softmax, O = P·V.
+// Queries are processed in blocks so the score matrix stays bounded for long prompts. When the
+// key positions ascend with the rows (every prefill, and reused chunks placed in order), each
+// block only touches the key range its positions can see: causal prefill does half the work, and
+// sliding-window layers only their window. Non-causal attention goes to attention_all_visible.
+void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
+                           const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
+                           const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
+  check_f32(q, "attention");
+  check_f32(out, "attention");
+  const int hd = p.head_dim;
+  const int64_t n_q = q.rows;
+  const int64_t q_cols = int64_t(p.n_head) * hd, kv_cols = int64_t(p.n_kv_head) * hd;
+  if (q.cols != q_cols || out.cols != q_cols || out.rows != n_q || k.cols != kv_cols ||
+      v.cols != kv_cols || n_kv > k.rows || n_kv > v.rows || int64_t(k_pos.size()) < n_kv ||
+      int64_t(q_pos.size()) != n_q || p.n_head % p.n_kv_head != 0)
+    fail("internal: attention shapes q [{}][{}], k [{}][{}], n_kv {}, {} heads / {} kv heads of {}",
+         q.rows, q.cols, k.rows, k.cols, n_kv, p.n_head, p.n_kv_head, hd);
+  if (!p.causal) {
+    if (p.sliding_window > 0) fail("internal: attention: a sliding window needs causal attention");
+    attention_all_visible(q, k, v, n_kv, p, out, seg_mass);
+    return;
+  }
+  const int group = p.n_head / p.n_kv_head;
+  const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
+  if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
+  const auto kp_all = k_pos.first(static_cast<size_t>(n_kv));
+  const bool ascending = std::is_sorted(kp_all.begin(), kp_all.end());
+
+  constexpr int64_t kBlock = 256;
+  struct Range { int64_t lo, hi; };
+  std::vector<Range> ranges;  // visible key rows per query block
+  for (int64_t q0 = 0; q0 < n_q; q0 += kBlock) {
+    Range r{0, n_kv};
+    if (ascending) {
+      const auto blk = q_pos.subspan(q0, std::min(kBlock, n_q - q0));
+      const int32_t qmax = *std::max_element(blk.begin(), blk.end());
+      const int32_t qmin = *std::min_element(blk.begin(), blk.end());
+      r.hi = std::upper_bound(kp_all.begin(), kp_all.end(), qmax) - kp_all.begin();
+      if (p.sliding_window > 0)
+        r.lo = std::upper_bound(kp_all.begin(), kp_all.end(), qmin - p.sliding_window) - kp_all.begin();
+      r.lo = std::min(r.lo, r.hi);
+    }
+    ranges.push_back(r);
+  }
+
+  std::vector<float> kf(static_cast<size_t>(n_kv * hd)), vf(static_cast<size_t>(n_kv * hd));
+  std::vector<float> scores(static_cast<size_t>(std::min(n_q, kBlock) * std::max<int64_t>(n_kv, 1)));
+  for (int g = 0; g < p.n_kv_head; ++g) {
+    // This KV head's keys and values as contiguous f32 [n_kv][hd].
+    auto to_f32 = [&](const Tensor& src, std::vector<float>& dst) {
+#pragma omp parallel for schedule(static) num_threads(threads_)
+      for (int64_t j = 0; j < n_kv; ++j) {
+        if (src.dtype == DType::f16) fp16_to_fp32_row(src.as<f16_t>() + j * kv_cols + g * hd, &dst[j * hd], hd);
+        else std::memcpy(&dst[j * hd], src.as<float>() + j * kv_cols + g * hd, hd * sizeof(float));
+      }
+    };
+    to_f32(k, kf);
+    to_f32(v, vf);
+    for (int hg = 0; hg < group; ++hg) {
+      const int h = g * group + hg;
+      for (int64_t q0 = 0, b = 0; q0 < n_q; q0 += kBlock, ++b) {
+        const int64_t nb = std::min(kBlock, n_q - q0);
+        const auto [lo, hi] = ranges[b];
+        const int64_t w = hi - lo;
+        float* o = out.as<float>() + q0 * q_cols + int64_t(h) * hd;
+        if (w == 0) {  // nothing visible (cannot happen for a query that sees itself)
+          for (int64_t i = 0; i < nb; ++i) std::fill(o + i * q_cols, o + i * q_cols + hd, 0.f);
+          continue;
+        }
+        gemm_nt(nb, w, hd, q.as<float>() + q0 * q_cols + int64_t(h) * hd, q_cols, kf.data() + lo * hd, hd,
+                scores.data(), w, p.scale);
+#pragma omp parallel for schedule(static) num_threads(threads_)
+        for (int64_t i = 0; i < nb; ++i) {
+          float* s = scores.data() + i * w;
+          const int32_t qp = q_pos[q0 + i];
+          if (ascending) {
+            // Keys ascend, so this query's visible keys are one run [a, b) of the block's range:
+            // zero the rest, vectorised softmax over the run.
+            const int32_t* kb = kp_all.data() + lo;
+            const int64_t b_end = std::upper_bound(kb, kb + w, qp) - kb;
+            const int64_t a_begin =
+                p.sliding_window > 0 ? std::upper_bound(kb, kb + b_end, qp - p.sliding_window) - kb : 0;
+            std::fill(s, s + a_begin, 0.f);
+            std::fill(s + b_end, s + w, 0.f);
+            if (b_end > a_begin) softmax_row_all_visible(s + a_begin, b_end - a_begin, p.softcap);
+          } else {
+            softmax_row_masked(s, w, kp_all.data() + lo, qp, p);
+          }
+          if (seg_mass) {
+            float* m = seg_mass->out->data() + ((q0 + i) * p.n_head + h) * n_seg;
+            for (int64_t sg = 0; sg < n_seg; ++sg) {
+              const int64_t sb = std::max<int64_t>(lo, seg_mass->seg_begin[sg]);
+              const int64_t se = std::min<int64_t>(hi, seg_mass->seg_begin[sg + 1]);
+              float acc = 0.f;
+              for (int64_t j = sb; j < se; ++j) acc += s[j - lo];
+              m[sg] = acc;
+            }
+          }
+        }
+        gemm_nn(nb, hd, w, scores.data(), w, vf.data() + lo * hd, hd, o, q_cols);
+      }
+    }
+  }
+}
+
+
+// Non-causal attention (encoders): every query sees keys [0, n_kv). An encoder attends per
+// sentence, so this is many small products: heads run in parallel, each with single-threaded
+// GEMMs (OpenBLAS runs serially inside a parallel region), and the softmax is vectorised.
+void CpuBackend::attention_all_visible(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_kv,
+                                       const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
+  const int hd = p.head_dim;
+  const int64_t n_q = q.rows;
+  const int64_t q_cols = int64_t(p.n_head) * hd, kv_cols = int64_t(p.n_kv_head) * hd;
+  const int group = p.n_head / p.n_kv_head;
+  const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
+  if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
+  constexpr int64_t kBlock = 256;
+  if (n_kv == 0) {  // no keys: nothing to attend to
+    fill_zero(out);
+    return;
+  }
+#pragma omp parallel num_threads(threads_)
+  {
+    std::vector<float> kf(static_cast<size_t>(n_kv * hd)), vf(static_cast<size_t>(n_kv * hd));  // f32 [n_kv][hd]
+    std::vector<float> scores(static_cast<size_t>(std::min(n_q, kBlock) * n_kv));  // f32 [block][n_kv]
+    int g_loaded = -1;
+#pragma omp for schedule(static)
+    for (int h = 0; h < p.n_head; ++h) {
+      const int g = h / group;
+      if (g != g_loaded) {  // this KV head's keys and values as contiguous f32
+        auto to_f32 = [&](const Tensor& src, std::vector<float>& dst) {
+          for (int64_t j = 0; j < n_kv; ++j) {
+            if (src.dtype == DType::f16) fp16_to_fp32_row(src.as<f16_t>() + j * kv_cols + g * hd, &dst[j * hd], hd);
+            else std::memcpy(&dst[j * hd], src.as<float>() + j * kv_cols + g * hd, hd * sizeof(float));
+          }
+        };
+        to_f32(k, kf);
+        to_f32(v, vf);
+        g_loaded = g;
+      }
+      for (int64_t q0 = 0; q0 < n_q; q0 += kBlock) {
+        const int64_t nb = std::min(kBlock, n_q - q0);
+        gemm_nt(nb, n_kv, hd, q.as<float>() + q0 * q_cols + int64_t(h) * hd, q_cols, kf.data(), hd,
+                scores.data(), n_kv, p.scale);
+        for (int64_t i = 0; i < nb; ++i) {
+          float* s = scores.data() + i * n_kv;
+          softmax_row_all_visible(s, n_kv, p.softcap);
+          if (seg_mass) {
+            float* m = seg_mass->out->data() + ((q0 + i) * p.n_head + h) * n_seg;
+            for (int64_t sg = 0; sg < n_seg; ++sg) {
+              const int64_t sb = std::max<int64_t>(0, seg_mass->seg_begin[sg]);
+              const int64_t se = std::min<int64_t>(n_kv, seg_mass->seg_begin[sg + 1]);
+              float acc = 0.f;
+              for (int64_t j = sb; j < se; ++j) acc += s[j];
+              m[sg] = acc;
+            }
+          }
+        }
+        gemm_nn(nb, hd, n_kv, scores.data(), n_kv, vf.data(), hd, out.as<float>() + q0 * q_cols + int64_t(h) * hd,
+                q_cols);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace ragkv

@@ -1,0 +1,212 @@
+// Reuse benchmark: one synthetic RAG prompt of real prose, its chunk caches precomputed into a
+// store, each mode's prefill timed per KV tier, every ratio taken against `full` in the same run.
+#include "bench/reuse-bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "bench/bench-text.h"
+#include "bench/prefill-bench.h"
+#include "bench/stats.h"
+#include "eval/metrics.h"
+#include "kv/kv-tiers.h"
+#include "model/generate.h"
+#include "rag/cache-keys.h"
+#include "rag/fusor.h"
+#include "rag/precompute.h"
+#include "retrieval/chunker.h"
+#include "util/enum-names.h"
+#include "util/error.h"
+
+namespace ragkv {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr EnumNames<KvStart, 4> kStartNames{{{
+    {KvStart::disk, "disk"},
+    {KvStart::page_cache, "page-cache"},
+    {KvStart::host, "host"},
+    {KvStart::device, "device"},
+}}};
+}  // namespace
+
+const char* kv_start_name(KvStart t) { return kStartNames.name(t); }
+KvStart parse_kv_start(const std::string& s) { return kStartNames.parse(s, "KV tier"); }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Chunk i: the passages from i onwards, cycled, cut at the last word boundary that keeps it within
+// `tokens` tokens (a binary search over the boundaries: O(log n) encodings).
+Chunk bench_chunk(const Tokenizer& tok, int i, int tokens) {
+  std::string text;
+  for (size_t p = size_t(i); int(tok.encode(text, false).size()) < tokens; ++p) text += kBenchPassages[p % kBenchPassages.size()];
+  std::vector<size_t> cuts;
+  for (size_t c = 1; c < text.size(); ++c)
+    if (text[c] == ' ') cuts.push_back(c);
+  size_t lo = 0, hi = cuts.size();  // the answer is cuts[lo - 1] (or the first word if lo stays 0)
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (int(tok.encode(text.substr(0, cuts[mid]), false).size()) <= tokens) lo = mid + 1;
+    else hi = mid;
+  }
+  Chunk c;
+  c.id = fmt::format("bench#{}", i);
+  c.doc = "bench";
+  c.title = fmt::format("Passage {}", i + 1);
+  c.text = text.substr(0, lo > 0 ? cuts[lo - 1] : (cuts.empty() ? text.size() : cuts[0]));
+  c.n_tokens = int(tok.encode(c.text, false).size());
+  return c;
+}
+
+// A temporary store directory, removed with its contents at scope end.
+struct ScratchStore {
+  fs::path path;
+  bool owned = false;
+  explicit ScratchStore(const std::string& dir) {
+    if (!dir.empty()) {
+      path = dir;
+      return;
+    }
+    path = fs::temp_directory_path() / fmt::format("ragkv-bench-reuse-{}", ::getpid());
+    owned = true;
+  }
+  ~ScratchStore() {
+    std::error_code ec;
+    if (owned) fs::remove_all(path, ec);
+  }
+};
+
+struct Timed {
+  std::vector<double> prefill_ms, load_ms, wait_ms, prepare_ms;
+  double warmup_prepare_ms = 0;  // rep 0's: where the device tier is filled
+  PrefillStats last;
+  std::vector<float> logits;
+  uint64_t kv_bytes = 0;
+};
+
+}  // namespace
+
+nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
+  if (opt.chunks < 1 || opt.chunk_tokens < 1 || opt.repetitions < 1) fail("bench reuse: chunks, chunk tokens and repetitions must be ≥ 1");
+  Model model(opt.model_path, backend);
+  const PromptFormat format(model);
+  const CacheKeys keys(model, format);
+  const int L = model.config().n_layer;
+
+  std::vector<Chunk> chunks;
+  for (int i = 0; i < opt.chunks; ++i) chunks.push_back(bench_chunk(model.tokenizer(), i, opt.chunk_tokens));
+  std::vector<const Chunk*> chunk_ptrs;
+  for (const Chunk& c : chunks) chunk_ptrs.push_back(&c);
+  const RagPrompt prompt = format.build(chunk_ptrs, kBenchQuestion);
+  if (prompt.n_tokens() + 1 > model.config().n_ctx_train)
+    fail("bench reuse: the prompt ({} tokens: {} chunks of {}) exceeds the model's context of {} tokens; "
+         "lower --chunks or --chunk-tokens", prompt.n_tokens(), opt.chunks, opt.chunk_tokens, model.config().n_ctx_train);
+
+  const ScratchStore scratch(opt.store_dir);
+  const KvStore store = KvStore::open_for_write(scratch.path, keys.store_info());
+  std::fprintf(stderr, "ragkv bench reuse: %d chunks, prompt of %lld tokens; precomputing the chunk caches into %s\n",
+               opt.chunks, (long long)prompt.n_tokens(), scratch.path.c_str());
+  const PrecomputeStats pc = precompute_chunks(model, format, store, chunk_ptrs);
+  std::vector<ChunkKvMeta> cached_keys;  // every segment but the question
+  for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) cached_keys.push_back(keys.segment(prompt.segments[s]));
+
+  KvCache kv = model.new_kv_cache(prompt.n_tokens() + 1);
+  Workspace ws;
+  auto run = [&](ReuseMode mode, KvStart start) {
+    Timed t;
+    KvTiers tiers(store);  // the memory tiers of this run: filled below, dropped at its end
+    for (int rep = 0; rep <= opt.repetitions; ++rep) {  // rep 0 is the warm-up
+      const auto t_prep = Clock::now();
+      for (const ChunkKvMeta& key : cached_keys) {
+        if (start == KvStart::host) {  // read and verified into host memory before every prefill
+          tiers.drop(key);
+          tiers.place(key, KvTier::host);
+        }
+        if (start == KvStart::device) tiers.place(key, KvTier::device, &backend);  // once, at the warm-up
+      }
+      PrefillPlan plan = plan_prefill(prompt, mode, opt.blend, L, keys, &tiers);
+      if (plan.counts.misses + plan.counts.bad > 0)
+        fail("bench reuse: {} chunk caches missing or bad in {}", plan.counts.misses + plan.counts.bad, scratch.path.string());
+      t.kv_bytes = 0;
+      for (const SegmentPlan& s : plan.segments) {
+        if (!s.kv) continue;
+        t.kv_bytes += s.kv->bytes();
+        if (start == KvStart::disk) static_cast<const DiskSegmentKv&>(*s.kv).reader().evict_page_cache();
+      }
+      const double prep_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_prep).count();
+      kv.n_used = 0;
+      PrefillResult r = prefill_prompt(model, prompt, plan, kv, ws);
+      if (rep == 0) {
+        t.warmup_prepare_ms = prep_ms;
+        continue;
+      }
+      t.prefill_ms.push_back(r.stats.prefill_ms);
+      t.load_ms.push_back(r.stats.load_ms);
+      t.wait_ms.push_back(r.stats.load_wait_ms);
+      t.prepare_ms.push_back(prep_ms);
+      t.last = r.stats;
+      t.logits = std::move(r.logits);
+    }
+    return t;
+  };
+
+  const Timed full = run(ReuseMode::full, KvStart::page_cache);
+  const double full_median = median_of(full.prefill_ms);
+  nlohmann::json results = nlohmann::json::array();
+  for (ReuseMode mode : opt.modes) {
+    const bool cached = mode != ReuseMode::full;
+    for (KvStart tier : opt.tiers) {
+      const Timed t = mode == ReuseMode::full ? full : run(mode, tier);
+      const double best = *std::min_element(t.prefill_ms.begin(), t.prefill_ms.end()), median = median_of(t.prefill_ms);
+      nlohmann::json row = {
+          {"mode", reuse_mode_name(mode)},
+          {"kv_tier", cached ? kv_start_name(tier) : "none"},
+          {"ttft_ms_best", best},
+          {"ttft_ms_median", median},
+          {"ttft_ratio_vs_full", median / full_median},
+          {"recompute_fraction", t.last.recompute_fraction()},
+          {"load_ms_median", median_of(t.load_ms)},
+          {"load_wait_ms_median", median_of(t.wait_ms)},
+          {"kv_bytes_loaded", cached ? t.kv_bytes : 0},
+          {"first_token_matches_full", argmax(t.logits) == argmax(full.logits)},
+          {"kl_first_token_vs_full", kl_divergence_logits(full.logits, t.logits)},
+      };
+      // Filling the host or device tier happens before the prefill, outside the TTFT (rep 0 fills
+      // the device tier; the timed reps reuse it).
+      if (tier == KvStart::host && cached) row["host_fill_ms_median"] = median_of(t.prepare_ms);
+      if (tier == KvStart::device && cached) row["device_fill_ms"] = t.warmup_prepare_ms;
+      if (mode == ReuseMode::full)
+        row["prefill_tflops"] = prefill_flops(model.config(), prompt.n_tokens()) / (median / 1000.0) / 1e12;
+      results.push_back(std::move(row));
+      std::fprintf(stderr, "ragkv bench reuse: %s%s%s: median %.1f ms (%.3f × full)\n", reuse_mode_name(mode),
+                   cached ? " / " : "", cached ? kv_start_name(tier) : "", median, median / full_median);
+      if (!cached) break;  // full reads no cache: one row
+    }
+  }
+  return {
+      {"bench", "reuse"},
+      {"model", opt.model_path},
+      {"arch", model.config().arch_name},
+      {"device", backend.name()},
+      {"threads", opt.threads},
+      {"chunks", opt.chunks},
+      {"chunk_tokens", opt.chunk_tokens},
+      {"prompt_tokens", prompt.n_tokens()},
+      {"recompute_ratio", opt.blend.recompute_ratio},
+      {"check_layers", opt.blend.check_layers},
+      {"repetitions", opt.repetitions},
+      {"precompute_s", pc.seconds},
+      {"store_bytes", store.usage().second},
+      {"results", results},
+  };
+}
+
+}  // namespace ragkv

@@ -1,0 +1,46 @@
+// `ragkv bench reuse`: time to first token of one RAG prompt in each reuse mode, side by side
+// with `full` in the same run, and for each place the chunk KV can start from (RAGCache §4's
+// tiers): cold on disk, in the OS page cache, in host memory, or already in the backend's
+// memory (GPU memory on CUDA).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "rag/plan.h"
+#include "rag/reuse-mode.h"
+
+namespace ragkv {
+
+// Where the chunk KV starts when a prefill needs it.
+enum class KvStart : uint8_t {
+  disk,        // the chunk files' pages dropped from the page cache before each prefill
+  page_cache,  // the files read before (the warm-up), so their pages are cached
+  host,        // every layer read and verified into host memory before the prefill (KvTiers host)
+  device,      // every layer already in the backend's memory (KvTiers device), copied from there
+};
+const char* kv_start_name(KvStart t);
+KvStart parse_kv_start(const std::string& s);  // Error listing them
+
+struct ReuseBenchOptions {
+  std::string model_path;
+  int threads = 0;         // the backend's CPU threads, for the report
+  int chunks = 6;          // retrieved chunks in the prompt
+  int chunk_tokens = 512;  // tokens per chunk (real prose, cut at a word boundary)
+  std::vector<ReuseMode> modes = {ReuseMode::full, ReuseMode::prefix, ReuseMode::reuse, ReuseMode::blend};
+  std::vector<KvStart> tiers = {KvStart::disk, KvStart::page_cache, KvStart::host, KvStart::device};
+  BlendParams blend;
+  int repetitions = 3;     // timed prefills per (mode, tier), after one warm-up
+  std::string store_dir;   // where the chunk caches are precomputed; empty: a temporary store,
+                           // removed at the end
+};
+
+// Precomputes the prompt's chunks into the store, then times the prefill (the TTFT: up to the
+// first token's logits) per mode and tier. Reports best and median, the median's ratio to
+// `full`'s, the recompute fraction, loader time and the part of it compute did not hide, and the
+// first token's agreement and KL with `full`. `full` needs no store: it is timed once per run.
+nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt);
+
+}  // namespace ragkv

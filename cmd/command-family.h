@@ -1,0 +1,23 @@
+// A family of subcommands (DESIGN.md §1): its flags, whether the parsed command line chose one of
+// them, and running it. cmd/ragkv.cpp adds every family to one CLI11 app and runs the chosen one.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <memory>
+
+namespace ragkv::cli {
+
+class CommandFamily {
+ public:
+  virtual ~CommandFamily() = default;
+  virtual void add_to(CLI::App& app) = 0;
+  virtual bool selected() const = 0;
+  virtual int run() = 0;  // the exit code; errors propagate to main
+};
+
+std::unique_ptr<CommandFamily> model_commands();  // generate, tokenize, make-test-model
+std::unique_ptr<CommandFamily> index_commands();  // build-index, search
+std::unique_ptr<CommandFamily> rag_commands();    // precompute, answer, eval
+std::unique_ptr<CommandFamily> bench_commands();  // bench prefill, reuse, retrieval
+
+}  // namespace ragkv::cli

@@ -1,0 +1,48 @@
+// The backend factory behind --device, and the flags themselves.
+#include "cmd/device-flags.h"
+
+#include <thread>
+
+#include "backend/cpu-backend.h"
+#include "util/error.h"
+#ifdef RAGKV_HAVE_CUDA
+#include "cuda/cuda-backend.h"
+#endif
+
+namespace ragkv::cli {
+
+void DeviceFlags::add_to(CLI::App* app) {
+  app->add_option("--device", device, "Compute device: cpu, cuda or auto")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  app->add_option("--threads", threads, "CPU threads (0: one per core)")->check(CLI::NonNegativeNumber);
+}
+
+int DeviceFlags::thread_count() const { return threads > 0 ? threads : int(std::thread::hardware_concurrency()); }
+
+bool cuda_available() {
+#ifdef RAGKV_HAVE_CUDA
+  return cuda_device_present();
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> DeviceFlags::make_backend() const {
+  if (device == "cpu") return make_cpu_backend(thread_count());
+  if (device == "cuda") {
+#ifdef RAGKV_HAVE_CUDA
+    if (!cuda_device_present()) fail("--device cuda: no CUDA device is available on this machine");
+    return make_cuda_backend(0);
+#else
+    fail("--device cuda: this ragkv was built without the CUDA backend (nvcc was not found)");
+#endif
+  }
+  // "auto" stays on the CPU until the CUDA backend has been checked against it on a GPU (every
+  // op is implemented, but none has run on a device yet); DESIGN.md §1 makes it pick cuda when a
+  // GPU is present from then on.
+  if (device == "auto") return make_cpu_backend(thread_count());
+  fail("unknown device '{}' (expected cpu, cuda or auto)", device);
+}
+
+}  // namespace ragkv::cli

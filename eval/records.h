@@ -1,0 +1,62 @@
+// The per-query record of `ragkv eval --answers` (one JSONL line: every mode's answer, metrics
+// and first-token KL against the baseline) and reading those records back, so an interrupted or
+// sharded evaluation resumes without answering a query twice (`--resume`).
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rag/answer.h"
+
+namespace ragkv {
+
+// What a record depends on beyond the query: resuming under other settings is refused.
+struct EvalSettings {
+  std::string model_fingerprint, baseline;
+  std::vector<std::string> modes;  // baseline first
+  double recompute_ratio = 0;
+  int check_layers = 0, max_tokens = 0;
+  size_t top_k = 0;
+  nlohmann::json to_json() const;
+};
+
+// One mode's result as eval_summary needs it.
+struct EvalAnswer {
+  std::string answer;
+  std::vector<int32_t> output_ids;
+  double kl_first_token = 0;  // KL(baseline ‖ this mode) of the first decoding step
+  double recompute_fraction = 0, ttft_ms = 0, prefill_ms = 0, load_ms = 0, load_hidden_ms = 0;
+  int cache_bad = 0, cache_misses = 0;
+};
+
+struct EvalItem {
+  std::string id;
+  std::vector<std::string> golds;             // may be empty
+  std::map<std::string, EvalAnswer> by_mode;  // baseline and every mode
+};
+
+// The JSONL record of one query: {"id","answers","chunks","settings","modes":{mode:{"answer",
+// "output_ids","metrics","kl_first_token_vs_baseline"}}}. by_mode holds the baseline too.
+nlohmann::json eval_record(const std::string& id, const std::vector<std::string>& golds,
+                           const std::vector<std::string>& chunk_ids,
+                           const std::map<std::string, AnswerRecord>& by_mode, const EvalSettings& settings);
+
+// The item of a record; Error naming the missing field when it lacks one of settings.modes.
+EvalItem eval_item_of(const nlohmann::json& record, const EvalSettings& settings);
+
+struct ResumedEval {
+  std::vector<std::string> lines;  // the records kept, as read
+  std::vector<EvalItem> items;
+  std::set<std::string> ids;
+  bool dropped_partial_line = false;  // an unfinished last line (the run was killed mid-write)
+};
+
+// Reads the records of path. A last line cut short is dropped; any other line that is not a
+// record made under `settings` for a query in query_ids is an Error naming path:line.
+ResumedEval read_eval_records(const std::string& path, const EvalSettings& settings,
+                              const std::set<std::string>& query_ids);
+
+}  // namespace ragkv

@@ -1,0 +1,251 @@
+// Chunk-KV files: header + per-layer checksummed K/V (see the header for the layout), written
+// atomically, read and verified layer by layer.
+#include "kv/chunk-kv-file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <string_view>
+#include <vector>
+
+#include "format/checked-file.h"
+#include "util/file-io.h"
+
+namespace ragkv {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kMagic{"RKVCHKV\0", 8};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kMaxHeader = 1 << 20;      // a header is a few hundred bytes; refuse absurd lengths
+constexpr size_t kPreamble = 8 + 4 + 4;       // magic, version, header_len
+
+std::string errno_text() { return std::strerror(errno); }
+
+void append_str(std::string& out, const std::string& s) {
+  append_pod(out, uint32_t(s.size()));
+  out += s;
+}
+
+std::string encode_header(const ChunkKvMeta& m) {
+  std::string h;
+  append_str(h, m.model_fingerprint);
+  append_str(h, m.chunk_id);
+  append_str(h, m.prefix);
+  for (uint32_t x : {m.n_layer, m.n_kv_head, m.head_dim, m.n_tokens}) append_pod(h, x);
+  append_pod(h, m.token_hash);
+  append_pod(h, m.first_pos);
+  return h;
+}
+
+ChunkKvMeta decode_header(const std::string& name, std::string_view bytes) {
+  ByteReader r(name, bytes);
+  auto str = [&](const char* what) { return std::string(r.bytes(r.pod<uint32_t>(what), what)); };
+  ChunkKvMeta m;
+  m.model_fingerprint = str("model_fingerprint");
+  m.chunk_id = str("chunk_id");
+  m.prefix = str("prefix");
+  m.n_layer = r.pod<uint32_t>("n_layer");
+  m.n_kv_head = r.pod<uint32_t>("n_kv_head");
+  m.head_dim = r.pod<uint32_t>("head_dim");
+  m.n_tokens = r.pod<uint32_t>("n_tokens");
+  m.token_hash = r.pod<uint64_t>("token_hash");
+  m.first_pos = r.pod<int32_t>("first_pos");
+  r.expect_end();
+  return m;
+}
+
+// Bytes of one layer's K+V, or nullopt when the shape overflows 64 bits.
+std::optional<uint64_t> layer_size(const ChunkKvMeta& m) {
+  uint64_t n;
+  if (__builtin_mul_overflow(uint64_t(m.n_kv_head), uint64_t(m.head_dim), &n) || n > UINT32_MAX ||
+      __builtin_mul_overflow(n, uint64_t(m.n_tokens) * 4, &n))  // K and V, 2 bytes each
+    return std::nullopt;
+  return n;
+}
+
+// Whole file size implied by header_len and the shape (each layer adds its 8-byte checksum).
+std::optional<uint64_t> implied_size(const ChunkKvMeta& m, uint32_t header_len) {
+  const auto lb = layer_size(m);
+  uint64_t data;
+  if (!lb || __builtin_mul_overflow(*lb + 8, uint64_t(m.n_layer), &data) || data > UINT64_MAX / 2)
+    return std::nullopt;
+  return kPreamble + header_len + 8 + data;
+}
+
+// Reads up to n bytes at off; returns the count (short only at end of file).
+size_t pread_full(int fd, void* buf, size_t n, uint64_t off, const fs::path& path) {
+  auto* p = static_cast<char*>(buf);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, p + got, n - got, off_t(off + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw CacheFileError(fmt::format("{}: read failed at offset {}: {}", path.string(), off + got, errno_text()));
+    }
+    if (r == 0) break;
+    got += size_t(r);
+  }
+  return got;
+}
+
+// What differs between a file's header and the expected one, "" when nothing does.
+std::string header_diff(const ChunkKvMeta& got, const ChunkKvMeta& want) {
+  std::string d;
+  auto add = [&d](const std::string& s) { d += (d.empty() ? "" : "; ") + s; };
+  if (got.model_fingerprint != want.model_fingerprint)
+    add(fmt::format("written by model {}, expected {}", got.model_fingerprint, want.model_fingerprint));
+  if (got.n_layer != want.n_layer || got.n_kv_head != want.n_kv_head || got.head_dim != want.head_dim)
+    add(fmt::format("shape {}x{}x{} (n_layer x n_kv_head x head_dim), expected {}x{}x{}", got.n_layer,
+                            got.n_kv_head, got.head_dim, want.n_layer, want.n_kv_head, want.head_dim));
+  if (got.chunk_id != want.chunk_id) add(fmt::format("holds chunk '{}', expected '{}'", got.chunk_id, want.chunk_id));
+  if (got.prefix != want.prefix) add(fmt::format("prefix '{}', expected '{}'", got.prefix, want.prefix));
+  if (got.n_tokens != want.n_tokens || got.token_hash != want.token_hash)
+    add(fmt::format("holds {} tokens (hash {}), expected {} tokens (hash {})", got.n_tokens,
+                            checksum_hex(got.token_hash), want.n_tokens, checksum_hex(want.token_hash)));
+  return d;
+}
+
+}  // namespace
+
+uint64_t token_ids_hash(std::span<const int32_t> ids) { return checksum64(ids.data(), ids.size_bytes()); }
+
+// ---- chunk files ----
+
+void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<const uint16_t* const> k,
+                    std::span<const uint16_t* const> v) {
+  if (k.size() != meta.n_layer || v.size() != meta.n_layer)
+    fail("{}: {} K and {} V layers given, the chunk has {}", path.string(), k.size(), v.size(), meta.n_layer);
+  const auto lb = layer_size(meta);
+  if (!lb || !implied_size(meta, 0)) fail("{}: chunk shape too large", path.string());
+  const std::string header = encode_header(meta);
+  if (header.size() > kMaxHeader) fail("{}: header of {} bytes exceeds {}", path.string(), header.size(), kMaxHeader);
+
+  std::string head(kMagic);
+  append_pod(head, kVersion);
+  append_pod(head, uint32_t(header.size()));
+  head += header;
+  append_pod(head, checksum64(head.data(), head.size()));
+
+  const size_t half = size_t(*lb / 2);  // bytes of K (= bytes of V) per layer
+  std::vector<uint64_t> sums(meta.n_layer);
+  std::vector<std::string_view> parts{head};
+  for (size_t l = 0; l < meta.n_layer; ++l) {
+    const std::string_view ks(reinterpret_cast<const char*>(k[l]), half), vs(reinterpret_cast<const char*>(v[l]), half);
+    Checksum64 c;
+    c.update(ks);
+    c.update(vs);
+    sums[l] = c.digest();
+    parts.insert(parts.end(), {ks, vs, std::string_view(reinterpret_cast<const char*>(&sums[l]), 8)});
+  }
+  write_file_atomic(path, parts);
+}
+
+ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected) : path_(path) {
+  const std::string name = path.string();
+  auto bad = [&](const std::string& why) { throw CacheFileError(name + ": " + why); };
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) bad(fmt::format("cannot open: {}", errno_text()));
+  try {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) bad(fmt::format("cannot stat: {}", errno_text()));
+    file_bytes_ = uint64_t(st.st_size);
+
+    char pre[kPreamble];
+    if (file_bytes_ < kPreamble + 8 || pread_full(fd_, pre, kPreamble, 0, path) != kPreamble)
+      bad(fmt::format("truncated: {} bytes, too short for a chunk-KV file", file_bytes_));
+    if (std::string_view(pre, 8) != kMagic) bad("not a chunk-KV file (bad magic)");
+    uint32_t version, header_len;
+    std::memcpy(&version, pre + 8, 4);
+    std::memcpy(&header_len, pre + 12, 4);
+    if (version != kVersion) bad(fmt::format("format version {}, this build reads version {}", version, kVersion));
+    if (header_len > kMaxHeader) bad(fmt::format("corrupt: header length {} exceeds {}", header_len, kMaxHeader));
+    const uint64_t header_end = kPreamble + header_len + 8;
+    if (file_bytes_ < header_end)
+      bad(fmt::format("truncated: {} bytes, the header alone needs {}", file_bytes_, header_end));
+
+    std::string head(pre, kPreamble);
+    head.resize(header_end);
+    if (pread_full(fd_, head.data() + kPreamble, header_len + 8, kPreamble, path) != header_len + 8)
+      bad("truncated while reading the header");
+    uint64_t stored;
+    std::memcpy(&stored, head.data() + kPreamble + header_len, 8);
+    const uint64_t computed = checksum64(head.data(), kPreamble + header_len);
+    if (stored != computed)
+      bad(fmt::format("header checksum mismatch (stored {}, computed {}): the file is corrupt",
+                      checksum_hex(stored), checksum_hex(computed)));
+    try {
+      meta_ = decode_header(name, std::string_view(head).substr(kPreamble, header_len));
+    } catch (const Error& e) {  // ByteReader's errors: a header that passed its checksum yet is malformed
+      throw CacheFileError(e.what());
+    }
+
+    const auto want_size = implied_size(meta_, header_len);
+    if (!want_size) bad("corrupt: the header's shape overflows");
+    if (file_bytes_ != *want_size)
+      bad(fmt::format("{}: {} bytes, the header implies {} ({} layers x {} tokens x kv_dim {})",
+                      file_bytes_ < *want_size ? "truncated" : "corrupt", file_bytes_, *want_size, meta_.n_layer,
+                      meta_.n_tokens, meta_.kv_dim()));
+    if (const std::string diff = header_diff(meta_, expected); !diff.empty()) bad(diff);
+    data_offset_ = header_end;
+    layer_bytes_ = size_t(*layer_size(meta_));
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+ChunkKvReader::~ChunkKvReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ChunkKvReader::ChunkKvReader(ChunkKvReader&& o) noexcept
+    : path_(std::move(o.path_)), meta_(std::move(o.meta_)), fd_(std::exchange(o.fd_, -1)),
+      data_offset_(o.data_offset_), layer_bytes_(o.layer_bytes_), file_bytes_(o.file_bytes_) {}
+
+ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(o.path_);
+    meta_ = std::move(o.meta_);
+    fd_ = std::exchange(o.fd_, -1);
+    data_offset_ = o.data_offset_;
+    layer_bytes_ = o.layer_bytes_;
+    file_bytes_ = o.file_bytes_;
+  }
+  return *this;
+}
+
+void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
+  if (fd_ < 0) fail("{}: read_layer on a closed reader", path_.string());
+  if (l < 0 || uint32_t(l) >= meta_.n_layer)
+    fail("{}: layer {} out of range, the chunk has {}", path_.string(), l, meta_.n_layer);
+  const size_t half = layer_bytes_ / 2;
+  const uint64_t off = data_offset_ + uint64_t(l) * (layer_bytes_ + 8);
+  uint64_t stored = 0;
+  if (pread_full(fd_, k_out, half, off, path_) != half || pread_full(fd_, v_out, half, off + half, path_) != half ||
+      pread_full(fd_, &stored, 8, off + layer_bytes_, path_) != 8)
+    throw CacheFileError(fmt::format("{}: truncated in layer {}", path_.string(), l));
+  Checksum64 c;
+  c.update(k_out, half);
+  c.update(v_out, half);
+  if (c.digest() != stored)
+    throw CacheFileError(fmt::format("{}: layer {} checksum mismatch (stored {}, computed {}): the file is corrupt",
+                                     path_.string(), l, checksum_hex(stored), checksum_hex(c.digest())));
+}
+
+void ChunkKvReader::evict_page_cache() const {
+  if (fd_ < 0) return;
+  ::fdatasync(fd_);  // dirty pages are not dropped
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+}  // namespace ragkv

@@ -1,0 +1,81 @@
+// A chunk-KV cache file (DESIGN.md §1 "Files", §4 "Chunk caches", §7): one chunk variant's K and
+// V per layer in f16 under a header naming the model, chunk, prefix, shape and token ids. K is
+// stored rotated for the positions it was computed at (first_pos onwards), not with RoPE removed
+// (rag/precompute.h says why). Layout (little-endian):
+//   "RKVCHKV\0" | u32 version=1 | u32 header_len | header | u64 XXH64 of every byte before
+//   header: str model_fingerprint, str chunk_id, str prefix (str = u32 length + bytes),
+//           u32 n_layer, n_kv_head, head_dim, n_tokens, u64 token_hash, i32 first_pos
+//   then per layer l: K f16 [n_tokens][kv_dim] | V f16 [n_tokens][kv_dim] | u64 XXH64 of K and V
+// so layer l can be read and verified alone (pipelined loading reads layer l+1 while layer l
+// computes). Files are written to a unique temporary name and renamed into place.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "util/error.h"
+
+namespace ragkv {
+
+// Thrown for a cache file that must not be used: truncated, corrupt (checksum), foreign model,
+// wrong shape, or holding other tokens. Callers recompute the chunk and count the event.
+class CacheFileError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct ChunkKvMeta {
+  std::string model_fingerprint;  // identifies the model weights (opaque string, <= 256 bytes)
+  std::string chunk_id;           // e.g. "Super_Bowl_50#0"
+  std::string prefix;             // prefix description, e.g. "canonical:0123456789abcdef"
+  uint32_t n_layer = 0, n_kv_head = 0, head_dim = 0;
+  uint32_t n_tokens = 0;
+  uint64_t token_hash = 0;  // token_ids_hash() of the chunk's token ids
+  int32_t first_pos = 0;    // absolute position of the chunk's first token when computed
+  uint32_t kv_dim() const { return n_kv_head * head_dim; }
+  bool operator==(const ChunkKvMeta&) const = default;
+};
+uint64_t token_ids_hash(std::span<const int32_t> ids);  // checksum64 over the int32 bytes
+
+// k[l], v[l]: f16 [n_tokens][kv_dim] for each of the meta.n_layer layers. Atomic; Error on failure
+// (no temporary file is left behind).
+void write_chunk_kv(const std::filesystem::path& path, const ChunkKvMeta& meta,
+                    std::span<const uint16_t* const> k, std::span<const uint16_t* const> v);
+
+class ChunkKvReader {
+ public:
+  // Checks, before any layer is read: size, magic, version, header checksum, size implied by the
+  // header, and that the header equals `expected` (all fields but first_pos, which is
+  // informational). CacheFileError naming the file and what differs; also for a missing file.
+  ChunkKvReader(const std::filesystem::path& path, const ChunkKvMeta& expected);
+  ~ChunkKvReader();
+  ChunkKvReader(ChunkKvReader&& o) noexcept;
+  ChunkKvReader& operator=(ChunkKvReader&& o) noexcept;
+  ChunkKvReader(const ChunkKvReader&) = delete;
+  ChunkKvReader& operator=(const ChunkKvReader&) = delete;
+
+  const ChunkKvMeta& meta() const { return meta_; }  // as stored (first_pos included)
+  const std::filesystem::path& path() const { return path_; }
+  // Reads layer l's K and V (n_tokens * kv_dim f16 each) with pread and verifies its checksum;
+  // CacheFileError on a short read or mismatch. Thread-safe for concurrent calls.
+  void read_layer(int l, uint16_t* k_out, uint16_t* v_out) const;
+  size_t layer_bytes() const { return layer_bytes_; }  // bytes of one layer's K+V
+  uint64_t file_bytes() const { return file_bytes_; }
+
+  // Writes back and drops the file's pages from the OS page cache, so the next read_layer goes to
+  // the disk (the cold-disk tier). Best effort: a no-op where the OS ignores the advice.
+  void evict_page_cache() const;
+
+ private:
+  std::filesystem::path path_;
+  ChunkKvMeta meta_;
+  int fd_ = -1;
+  uint64_t data_offset_ = 0;  // where layer 0 starts
+  size_t layer_bytes_ = 0;
+  uint64_t file_bytes_ = 0;
+};
+
+}  // namespace ragkv

@@ -1,0 +1,171 @@
+// KvStore: STORE_DIR's store.json and the content-addressed chunk files under kv/.
+#include "kv/kv-store.h"
+
+#include <nlohmann/json.hpp>
+
+#include "format/checksum.h"
+#include "util/error.h"
+#include "util/file-io.h"
+#include "util/json-files.h"
+
+namespace ragkv {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kStoreJson = "store.json";
+
+json store_json(const KvStoreInfo& i) {
+  return json{{"format", "ragkv-store"},   {"format_version", i.format_version},
+              {"model_fingerprint", i.model_fingerprint}, {"model_name", i.model_name},
+              {"n_layer", i.n_layer},      {"n_kv_head", i.n_kv_head},
+              {"head_dim", i.head_dim},    {"dtype", i.dtype},
+              {"prefix", i.prefix}};
+}
+
+KvStoreInfo read_store_json(const fs::path& path) {
+  KvStoreInfo i;
+  const json j = read_json_file(path);
+  try {
+    if (j.value("format", "") != "ragkv-store") fail("{}: not a ragkv store file", path.string());
+    i.format_version = j.at("format_version").get<int>();
+    if (i.format_version != 1)
+      fail("{}: store format version {}, this build reads version 1", path.string(), i.format_version);
+    i.model_fingerprint = j.at("model_fingerprint").get<std::string>();
+    i.model_name = j.at("model_name").get<std::string>();
+    i.n_layer = j.at("n_layer").get<uint32_t>();
+    i.n_kv_head = j.at("n_kv_head").get<uint32_t>();
+    i.head_dim = j.at("head_dim").get<uint32_t>();
+    i.dtype = j.at("dtype").get<std::string>();
+    i.prefix = j.at("prefix").get<std::string>();
+  } catch (const json::exception& e) {
+    fail("{}: malformed store file: {}", path.string(), e.what());
+  }
+  return i;
+}
+
+void write_store_json(const fs::path& path, const KvStoreInfo& info) {
+  std::string text;
+  try {
+    text = store_json(info).dump(2) + "\n";
+  } catch (const json::exception& e) {
+    fail("{}: cannot encode: {}", path.string(), e.what());
+  }
+  write_file_atomic(path, {text});
+}
+
+}  // namespace
+
+KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& info) {
+  std::error_code ec;
+  fs::create_directories(dir / "kv", ec);
+  if (ec) fail("{}: cannot create the store directory: {}", dir.string(), ec.message());
+  KvStore s;
+  s.dir_ = dir;
+  s.info_ = info;
+  const fs::path sj = dir / kStoreJson;
+  if (fs::exists(sj)) {
+    const KvStoreInfo old = read_store_json(sj);
+    if (old.model_fingerprint != info.model_fingerprint)
+      fail("{}: built for model {} ({}), not for this model ({}); use another --store", dir.string(), old.model_name,
+           old.model_fingerprint, info.model_fingerprint);
+    if (old.n_layer != info.n_layer || old.n_kv_head != info.n_kv_head || old.head_dim != info.head_dim ||
+        old.dtype != info.dtype)
+      fail("{}: holds {} {}x{}x{} (n_layer x n_kv_head x head_dim), expected {} {}x{}x{}", sj.string(), old.dtype,
+           old.n_layer, old.n_kv_head, old.head_dim, info.dtype, info.n_layer, info.n_kv_head, info.head_dim);
+    if (old == info) {
+      s.remove_stale_temporaries();
+      return s;
+    }
+  }
+  write_store_json(sj, info);
+  s.remove_stale_temporaries();
+  return s;
+}
+
+size_t KvStore::remove_stale_temporaries() const {
+  // A writer killed mid-write (kill -9) leaves "<name>.rkv.tmp.<pid>.<hex>"; a live writer's
+  // (another process sharing the store) is left alone.
+  size_t removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_ / "kv", ec)) {
+    if (e.path().filename().string().find(".rkv.tmp.") == std::string::npos || !is_stale_temporary(e.path())) continue;
+    std::error_code rm;
+    if (fs::remove(e.path(), rm)) ++removed;
+  }
+  return removed;
+}
+
+KvStore KvStore::open_for_read(const fs::path& dir, const std::string& model_fingerprint) {
+  if (!fs::is_directory(dir)) fail("{}: no such store directory", dir.string());
+  const fs::path sj = dir / kStoreJson;
+  if (!fs::exists(sj)) fail("{}: not a store ({} is missing): run precompute first", dir.string(), kStoreJson);
+  KvStore s;
+  s.dir_ = dir;
+  s.info_ = read_store_json(sj);
+  s.foreign_ = s.info_.model_fingerprint != model_fingerprint;
+  return s;
+}
+
+fs::path KvStore::chunk_path(const ChunkKvMeta& m) const {
+  Checksum64 c;
+  for (const std::string* s : {&m.model_fingerprint, &m.prefix, &m.chunk_id}) {
+    const uint64_t n = s->size();  // length-prefixed: no two field lists hash the same bytes
+    c.update(&n, 8);
+    c.update(*s);
+  }
+  c.update(&m.token_hash, 8);
+  return dir_ / "kv" / (checksum_hex(c.digest()) + ".rkv");
+}
+
+bool KvStore::has_valid(const ChunkKvMeta& m) const {
+  if (foreign_) return false;
+  try {
+    ChunkKvReader r(chunk_path(m), m);
+    return true;
+  } catch (const CacheFileError&) {
+    return false;
+  }
+}
+
+void KvStore::put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v) const {
+  if (foreign_)
+    fail("{}: belongs to model {} ({}), cannot store chunk '{}' of model {}", dir_.string(), info_.model_name,
+         info_.model_fingerprint, m.chunk_id, m.model_fingerprint);
+  if (m.model_fingerprint != info_.model_fingerprint || m.n_layer != info_.n_layer ||
+      m.n_kv_head != info_.n_kv_head || m.head_dim != info_.head_dim)
+    fail("{}: chunk '{}' ({} {}x{}x{}) does not match the store ({} {}x{}x{})", dir_.string(), m.chunk_id,
+         m.model_fingerprint, m.n_layer, m.n_kv_head, m.head_dim, info_.model_fingerprint, info_.n_layer,
+         info_.n_kv_head, info_.head_dim);
+  const fs::path p = chunk_path(m);
+  std::error_code ec;
+  fs::create_directories(p.parent_path(), ec);
+  write_chunk_kv(p, m, k, v);
+}
+
+std::optional<ChunkKvReader> KvStore::open_chunk(const ChunkKvMeta& m) const {
+  if (foreign_) return std::nullopt;
+  const fs::path p = chunk_path(m);
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return std::nullopt;
+  return ChunkKvReader(p, m);
+}
+
+std::pair<size_t, uint64_t> KvStore::usage() const {
+  size_t n = 0;
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_ / "kv", ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".rkv") continue;
+    std::error_code fec;
+    const auto size = it->file_size(fec);
+    if (fec) continue;  // removed meanwhile
+    ++n;
+    bytes += size;
+  }
+  return {n, bytes};
+}
+
+}  // namespace ragkv

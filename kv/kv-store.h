@@ -1,0 +1,59 @@
+// STORE_DIR (DESIGN.md §1 "Files"): chunk-KV files (kv/chunk-kv-file.h) under kv/, named by
+// content address, and store.json naming the model, shape and canonical prefix they belong to.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "kv/chunk-kv-file.h"
+
+namespace ragkv {
+
+// store.json
+struct KvStoreInfo {
+  int format_version = 1;
+  std::string model_fingerprint, model_name;  // model_name: e.g. the GGUF file name, for people
+  uint32_t n_layer = 0, n_kv_head = 0, head_dim = 0;
+  std::string dtype = "f16";
+  std::string prefix;  // the canonical prefix description precompute used
+  bool operator==(const KvStoreInfo&) const = default;
+};
+
+// STORE_DIR: chunk-cache files under kv/, named by content address, plus store.json.
+class KvStore {
+ public:
+  // Creates dir and dir/kv if needed. Error when store.json belongs to another model (or has
+  // another shape/dtype). store.json is written atomically when missing, and rewritten when its
+  // prefix or model_name differ from info.
+  static KvStore open_for_write(const std::filesystem::path& dir, const KvStoreInfo& info);
+  // Error when dir or store.json is missing or malformed. Another model's store opens as
+  // foreign(): every chunk then reads as missing.
+  static KvStore open_for_read(const std::filesystem::path& dir, const std::string& model_fingerprint);
+
+  const KvStoreInfo& info() const { return info_; }
+  bool foreign() const { return foreign_; }
+  const std::filesystem::path& dir() const { return dir_; }
+
+  // kv/<16 hex>.rkv, the hex being XXH64 over model_fingerprint, prefix, chunk_id, token_hash.
+  std::filesystem::path chunk_path(const ChunkKvMeta& m) const;
+  // The file exists and its header verifies against m (header only; for resuming precompute).
+  bool has_valid(const ChunkKvMeta& m) const;
+  // Error when the store is foreign or m's model/shape differ from the store's.
+  void put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v) const;
+  // nullopt when no file exists for m (or the store is foreign); CacheFileError when it is bad.
+  std::optional<ChunkKvReader> open_chunk(const ChunkKvMeta& m) const;
+  // Count and total bytes of kv/*.rkv files.
+  std::pair<size_t, uint64_t> usage() const;
+  // Removes temporaries of writers that no longer run (killed mid-write); open_for_write calls it.
+  size_t remove_stale_temporaries() const;
+
+ private:
+  std::filesystem::path dir_;
+  KvStoreInfo info_;
+  bool foreign_ = false;
+};
+
+}  // namespace ragkv

@@ -1,0 +1,38 @@
+// The chunks a question is answered over (DESIGN.md §1 `answer`): the query's own "passages"
+// (document ids; every chunk of each document, in order — this pins the context as in the
+// papers' evaluations), or the top-k chunks of an HNSW search on the question's embedding.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rag/queries.h"
+#include "retrieval/index-dir.h"
+
+namespace ragkv {
+
+class Embedder;
+
+struct RagContext {
+  std::vector<const Chunk*> chunks;  // in prompt order
+  double retrieval_ms = 0;           // embedding + search (0 for pinned passages)
+  bool pinned = false;
+};
+
+class ContextRetriever {
+ public:
+  // embedder may be null when every query pins its passages; it must match the index.
+  ContextRetriever(const IndexDir& index, Embedder* embedder, size_t top_k);
+  // Error "FILE:LINE: passage 'X' is not in the index INDEX" for an unknown passage id, and
+  // "FILE:LINE: …needs --embedder" when a query must be searched but no embedder was given.
+  RagContext context_for(const Query& q) const;
+
+ private:
+  const IndexDir& index_;
+  Embedder* embedder_;
+  size_t top_k_;
+  std::map<std::string, std::vector<const Chunk*>> chunks_of_doc_;
+};
+
+}  // namespace ragkv

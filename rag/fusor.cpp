@@ -1,0 +1,203 @@
+// Executes a prefill plan: dense groups through Model::forward, or the layer loop over the active
+// rows with cached KV installed layer by layer and the HKVD selection on the check layers.
+#include "rag/fusor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "kv/layer-loader.h"
+#include "util/error.h"
+
+namespace ragkv {
+
+using Clock = std::chrono::steady_clock;
+
+double PrefillStats::recompute_fraction() const {
+  const double total = double(prompt_tokens) * n_layer;
+  return total > 0 ? double(computed_token_layers) / total : 0.0;
+}
+
+namespace {
+
+// Installs layer l of a set of cached segments into the prompt's KV rows at their positions, one
+// layer at a time and in order. Device-tier KV is copied on the backend's queue; disk- and
+// host-tier KV comes through a LayerKvLoader and is uploaded with upload_async (on CUDA a copy
+// queue beside compute) one layer ahead: layer l + 1 is queued while the caller computes layer l
+// (CacheBlend §5), and rotated once the compute queue has waited for it. K is rotated from the
+// position it was computed at to its new one: R(p_new)·k = R(Δ)·R(p_old)·k (Cache-Craft §4,
+// CacheBlend §3.2).
+class CachedKvInstaller {
+ public:
+  CachedKvInstaller(const Model& model, const PrefillPlan& plan, const std::vector<size_t>& segments)
+      : model_(model), plan_(plan) {
+    std::vector<const SegmentKv*> jobs;
+    for (size_t s : segments) {
+      if (plan.segments[s].kv->tier() == KvTier::device) {
+        device_.push_back(s);
+      } else {
+        jobs.push_back(plan.segments[s].kv.get());
+        host_side_.push_back(s);
+      }
+    }
+    if (!jobs.empty()) loader_.emplace(std::move(jobs), model.config().n_layer, plan.blend.preload_depth);
+  }
+
+  void install_layer(int l, KvCache& kv) {
+    Backend& b = model_.backend();
+    for (size_t s : device_) {
+      const int64_t begin = plan_.segments[s].begin, n = plan_.segments[s].n_tokens;
+      b.copy(*plan_.segments[s].kv->device_k(l), kv.k[l].slice_rows(begin, n));
+      b.copy(*plan_.segments[s].kv->device_v(l), kv.v[l].slice_rows(begin, n));
+      rotate(l, s, kv);
+    }
+    if (!loader_) return;
+    if (l == 0) upload(0, kv);
+    b.wait_uploads();
+    for (size_t s : host_side_) rotate(l, s, kv);
+    if (l + 1 < model_.config().n_layer) upload(l + 1, kv);
+  }
+
+  double load_ms() const { return loader_ ? loader_->load_ms() : 0.0; }
+  double wait_ms() const { return loader_ ? loader_->wait_ms() : 0.0; }
+
+ private:
+  void upload(int l, KvCache& kv) {
+    try {
+      loader_->wait_layer(l);
+    } catch (ChunkLoadFailed& e) {
+      throw ChunkLoadFailed(host_side_[e.job], e.what());
+    }
+    Backend& b = model_.backend();
+    for (size_t j = 0; j < host_side_.size(); ++j) {
+      const SegmentPlan& seg = plan_.segments[host_side_[j]];
+      const HostKvLayer layer = loader_->layer(j, l);
+      b.upload_async(kv.k[l].slice_rows(seg.begin, seg.n_tokens), layer.k);
+      b.upload_async(kv.v[l].slice_rows(seg.begin, seg.n_tokens), layer.v);
+    }
+    loader_->release_layer(l);  // upload_async copies or stages the host data before returning
+  }
+
+  void rotate(int l, size_t s, KvCache& kv) {
+    const SegmentPlan& seg = plan_.segments[s];
+    const int32_t delta = int32_t(seg.begin - seg.kv->meta().first_pos);
+    if (delta == 0) return;
+    const ModelConfig& c = model_.config();
+    const std::vector<int32_t> d(static_cast<size_t>(seg.n_tokens), delta);
+    model_.backend().rope(kv.k[l].slice_rows(seg.begin, seg.n_tokens), d, c.n_head_kv, c.head_dim, c.rope(l),
+                          /*inverse=*/false);
+  }
+
+  const Model& model_;
+  const PrefillPlan& plan_;
+  std::vector<size_t> device_, host_side_;
+  std::optional<LayerKvLoader> loader_;
+};
+
+PrefillResult prefill_dense(const Model& model, const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv,
+                            Workspace& ws) {
+  const ModelConfig& c = model.config();
+  PrefillResult r;
+  kv.n_used = 0;
+  const auto& groups = plan.dense_groups;
+  if (plan.loaded_groups > 0) {
+    const size_t last = groups[plan.loaded_groups - 1].second;
+    const auto t0 = Clock::now();
+    CachedKvInstaller installer(model, plan, plan.cached_segments(0, last));
+    for (int l = 0; l < c.n_layer; ++l) installer.install_layer(l, kv);
+    const int64_t end = plan.segments[last - 1].end();
+    for (int64_t i = 0; i < end; ++i) kv.pos[i] = int32_t(i);
+    kv.n_used = end;
+    r.stats.reused_tokens = end;
+    model.backend().synchronize();
+    r.stats.load_ms = r.stats.load_wait_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+  for (size_t g = plan.loaded_groups; g < groups.size(); ++g) {
+    const int64_t first = prompt.segments[groups[g].first].begin;
+    const int64_t last = prompt.segments[groups[g].second - 1].end();
+    r.logits = model.forward(std::span(prompt.ids).subspan(first, last - first), kv, ws);
+    r.stats.computed_token_layers += (last - first) * c.n_layer;
+  }
+  return r;
+}
+
+// Replaces the first rows of t by rows idx of it (idx ascending), through scratch of t's shape.
+void compact_rows(Backend& b, Tensor& t, Tensor& scratch, int64_t n, const std::vector<int32_t>& idx) {
+  b.gather_rows(t.slice_rows(0, n), scratch.slice_rows(0, int64_t(idx.size())), idx);
+  std::swap(t, scratch);
+}
+
+PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv,
+                             Workspace& ws) {
+  const ModelConfig& c = model.config();
+  Backend& b = model.backend();
+  const int64_t n = plan.n_tokens;
+  PrefillResult r;
+  r.stats.reused_tokens = plan.reused_tokens();
+  for (int64_t i = 0; i < n; ++i) kv.pos[i] = int32_t(i);
+  CachedKvInstaller installer(model, plan, plan.cached_segments());
+
+  std::vector<int32_t> active = plan.active;
+  std::vector<int32_t> ids(active.size());
+  for (size_t i = 0; i < active.size(); ++i) ids[i] = prompt.ids[active[i]];
+  model.embed(ids, ws);
+  Tensor scratch_x = b.alloc(DType::f32, ws.rows, c.n_embd), scratch_q = b.alloc(DType::f32, ws.rows, c.q_dim());
+  Tensor dev_k = b.alloc(DType::f32, ws.rows, 1), dev_v = b.alloc(DType::f32, ws.rows, 1);
+
+  size_t next_check = 0;
+  for (int l = 0; l < c.n_layer; ++l) {
+    installer.install_layer(l, kv);  // before any recomputed row is scattered over the cached ones
+    const int64_t na = int64_t(active.size());
+    model.layer_qkv(l, na, active, ws);
+    r.stats.computed_token_layers += na;
+
+    std::vector<int32_t> keep;  // indices into `active` that stay active from this layer's attention on
+    if (next_check < plan.checks.size() && plan.checks[next_check].layer == l) {
+      // KV deviation of every recomputed token against its cached K/V (CacheBlend §4.1), then
+      // the HKVD tokens among the candidates (§4.3, gradual filtering).
+      b.row_sq_dist(ws.k.slice_rows(0, na), kv.k[l], active, dev_k.slice_rows(0, na));
+      b.row_sq_dist(ws.v.slice_rows(0, na), kv.v[l], active, dev_v.slice_rows(0, na));
+      std::vector<float> dk(static_cast<size_t>(na)), dv(static_cast<size_t>(na));
+      b.download(dev_k.slice_rows(0, na), dk.data());
+      b.download(dev_v.slice_rows(0, na), dv.data());
+      for (size_t i = 0; i < dk.size(); ++i) dk[i] += dv[i];
+      keep = select_hkvd_rows(active, plan.candidate, dk, plan.checks[next_check].keep);
+      ++next_check;
+    }
+    b.scatter_rows(ws.k.slice_rows(0, na), kv.k[l], active);
+    b.scatter_rows(ws.v.slice_rows(0, na), kv.v[l], active);
+    if (!keep.empty() && int64_t(keep.size()) < na) {
+      compact_rows(b, ws.x, scratch_x, na, keep);
+      compact_rows(b, ws.q, scratch_q, na, keep);
+      std::vector<int32_t> next(keep.size());
+      for (size_t i = 0; i < keep.size(); ++i) next[i] = active[keep[i]];
+      active = std::move(next);
+    }
+    model.layer_attend_ffn(l, int64_t(active.size()), active, kv, n, ws);
+  }
+  kv.n_used = n;
+  r.logits = model.logits(int64_t(active.size()) - 1, 1, ws);  // the last prompt token is always active
+  r.stats.load_ms = installer.load_ms();
+  r.stats.load_wait_ms = installer.wait_ms();
+  return r;
+}
+
+}  // namespace
+
+PrefillResult prefill_prompt(const Model& model, const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv,
+                             Workspace& ws) {
+  if (plan.segments.size() != prompt.segments.size() || plan.n_tokens != prompt.n_tokens())
+    fail("internal: a plan of {} segments / {} tokens for a prompt of {} / {}", plan.segments.size(), plan.n_tokens,
+         prompt.segments.size(), prompt.n_tokens());
+  if (kv.n_ctx < prompt.n_tokens()) fail("internal: KV capacity {} < prompt {}", kv.n_ctx, prompt.n_tokens());
+  const auto t0 = Clock::now();
+  PrefillResult r = plan.sparse() ? prefill_sparse(model, prompt, plan, kv, ws) : prefill_dense(model, prompt, plan, kv, ws);
+  model.backend().synchronize();
+  r.stats.prompt_tokens = prompt.n_tokens();
+  r.stats.n_layer = model.config().n_layer;
+  r.stats.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace ragkv

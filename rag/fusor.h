@@ -1,0 +1,42 @@
+// The prefill of a RAG prompt from chunk caches (DESIGN.md §4 "The fusor"): executes a
+// PrefillPlan (rag/plan.h). Cached segments' KV comes through the one KV feed (kv/segment-kv.h),
+// from whichever tier holds it, layer by layer.
+//   dense  (full, prefix): Model::forward over the plan's segment groups; leading groups with
+//          exact caches are loaded instead of computed, so their output is bit-identical.
+//   sparse (reuse, blend): the layer loop stepped over the active rows only; cached segments are
+//          installed at their new positions (K rotated by the position difference) while the
+//          previous layer computes, and on blend's check layers the HKVD rows are selected.
+// KV rows are positions: row i of the prompt's KvCache holds token i.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+#include "rag/plan.h"
+#include "rag/prompt.h"
+
+namespace ragkv {
+
+struct PrefillStats {
+  double prefill_ms = 0;       // wall time of the whole prefill, loading included
+  double load_ms = 0;          // loader busy time: reading + verifying cached layers
+  double load_wait_ms = 0;     // compute time lost waiting for the loader
+  int64_t prompt_tokens = 0;
+  int64_t computed_token_layers = 0;  // Σ over layers of the tokens whose K/V were computed
+  int64_t reused_tokens = 0;          // tokens whose K/V came from a cache on at least one layer
+  double recompute_fraction() const;  // computed token-layers / (prompt tokens × layers)
+  int n_layer = 0;
+};
+
+struct PrefillResult {
+  std::vector<float> logits;  // of the last prompt token (the first decoding step)
+  PrefillStats stats;
+};
+
+// Prefills prompt into kv (capacity ≥ prompt tokens; n_used becomes the prompt length) as plan
+// says. Throws ChunkLoadFailed (kv/layer-loader.h) with the segment's index as `job` when a cache
+// fails while loading: the caller calls plan.drop_cache(job) and prefills again.
+PrefillResult prefill_prompt(const Model& model, const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv,
+                             Workspace& ws);
+
+}  // namespace ragkv

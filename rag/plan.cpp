@@ -1,0 +1,161 @@
+// plan_prefill: cache lookup per segment, then the rows and schedule of the mode.
+#include "rag/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "util/error.h"
+
+namespace ragkv {
+
+void CacheCounts::add_hit(KvTier t, int n) {
+  switch (t) {
+    case KvTier::device: device_hits += n; break;
+    case KvTier::host: host_hits += n; break;
+    case KvTier::disk: disk_hits += n; break;
+  }
+}
+
+int64_t PrefillPlan::reused_tokens() const {
+  int64_t n = 0;
+  for (const SegmentPlan& s : segments)
+    if (s.kv) n += s.n_tokens;
+  return n;
+}
+
+std::vector<size_t> PrefillPlan::cached_segments(size_t first, size_t last) const {
+  std::vector<size_t> out;
+  for (size_t s = first; s < std::min(last, segments.size()); ++s)
+    if (segments[s].kv) out.push_back(s);
+  return out;
+}
+
+// CacheBlend §4.3: "pick r_1 % … with r_1 slightly higher than r … r_2 slightly less than r_1".
+// The i-th of c check layers keeps r·(1 + (c − 1 − i)/c): for c = 3, 1.67r, 1.33r, r.
+std::vector<double> gradual_filter_fractions(double r, int checks) {
+  std::vector<double> f;
+  for (int i = 0; i < checks; ++i) f.push_back(std::min(1.0, r * (1.0 + double(checks - 1 - i) / checks)));
+  return f;
+}
+
+std::vector<int32_t> top_k_indices(const std::vector<float>& values, size_t keep) {
+  std::vector<int32_t> idx(values.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  keep = std::min(keep, idx.size());
+  std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), [&](int32_t a, int32_t b) {
+    return values[a] > values[b] || (values[a] == values[b] && a < b);
+  });
+  idx.resize(keep);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+std::vector<int32_t> select_hkvd_rows(const std::vector<int32_t>& active, const std::vector<uint8_t>& candidate,
+                                      const std::vector<float>& deviation, size_t keep) {
+  std::vector<float> dev;
+  std::vector<int32_t> cand_idx, out;
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (candidate[size_t(active[i])]) {
+      cand_idx.push_back(int32_t(i));
+      dev.push_back(deviation[i]);
+    } else {
+      out.push_back(int32_t(i));
+    }
+  }
+  for (int32_t t : top_k_indices(dev, keep)) out.push_back(cand_idx[size_t(t)]);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+// Rows and schedule from the segments' sources (see PrefillPlan).
+void derive_rows(PrefillPlan& p) {
+  const size_t n_seg = p.segments.size();
+  p.dense_groups.clear();
+  p.dense_groups.push_back({0, 1});
+  if (n_seg > 2) p.dense_groups.push_back({1, 2});
+  p.dense_groups.push_back({p.dense_groups.back().second, n_seg});
+  p.loaded_groups = 0;
+  if (p.mode == ReuseMode::prefix) {
+    // Leading groups whose segments all have exact caches are loaded; the question is always computed.
+    for (const auto& [first, last] : p.dense_groups) {
+      bool all = last < n_seg;
+      for (size_t s = first; s < last && all; ++s) all = p.segments[s].exact();
+      if (!all) break;
+      ++p.loaded_groups;
+    }
+  }
+
+  p.active.clear();
+  p.candidate.assign(size_t(p.n_tokens), 0);
+  p.n_candidates = 0;
+  p.checks.clear();
+  if (!p.sparse()) return;
+  const bool recompute = p.mode == ReuseMode::blend;
+  for (const SegmentPlan& seg : p.segments) {
+    for (int64_t i = seg.begin; i < seg.end(); ++i) {
+      if (seg.kv && !seg.exact()) {
+        p.candidate[size_t(i)] = 1;
+        ++p.n_candidates;
+        if (recompute) p.active.push_back(int32_t(i));
+      } else if (!seg.kv) {
+        p.active.push_back(int32_t(i));
+      }
+    }
+  }
+  if (!recompute) return;
+  const int checks = std::clamp(p.blend.check_layers, 1, std::max(1, p.n_layer - 1));
+  const std::vector<double> keep = gradual_filter_fractions(p.blend.recompute_ratio, checks);
+  for (int c = 0; c < checks; ++c)
+    p.checks.push_back({c + 1, size_t(std::llround(keep[size_t(c)] * double(p.n_candidates)))});
+}
+
+}  // namespace
+
+void PrefillPlan::drop_cache(size_t segment) {
+  SegmentPlan& s = segments.at(segment);
+  if (!s.kv) return;
+  if (s.exact()) --counts.exact_hits;
+  counts.add_hit(s.kv->tier(), -1);
+  ++counts.bad;
+  s.kv.reset();
+  derive_rows(*this);
+}
+
+PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
+                         const CacheKeys& keys, const KvTiers* tiers) {
+  if (prompt.segments.empty() || prompt.segments.back().kind != PromptSegment::Kind::suffix ||
+      prompt.segments.back().ids.empty())
+    fail("internal: a RAG prompt must end with a non-empty question segment");
+  PrefillPlan p;
+  p.mode = mode;
+  p.blend = blend;
+  p.n_layer = n_layer;
+  p.n_tokens = prompt.n_tokens();
+  for (const PromptSegment& seg : prompt.segments) p.segments.push_back({nullptr, seg.begin, int64_t(seg.ids.size())});
+  if (tiers && mode != ReuseMode::full) {
+    // `prefix` needs only the segments an exact prefix can cover; the question is never cached.
+    const size_t last = mode == ReuseMode::prefix ? std::min<size_t>(2, prompt.segments.size() - 1)
+                                                  : prompt.segments.size() - 1;
+    for (size_t s = 0; s < last; ++s) {
+      try {
+        p.segments[s].kv = tiers->find(keys.segment(prompt.segments[s]));
+      } catch (const CacheFileError&) {
+        ++p.counts.bad;
+        continue;
+      }
+      if (!p.segments[s].kv) {
+        ++p.counts.misses;
+        continue;
+      }
+      p.counts.add_hit(p.segments[s].kv->tier());
+      if (p.segments[s].exact()) ++p.counts.exact_hits;
+    }
+  }
+  derive_rows(p);
+  return p;
+}
+
+}  // namespace ragkv

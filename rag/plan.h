@@ -1,0 +1,104 @@
+// The plan of one prompt's prefill (DESIGN.md §2 "plan"), made before any layer runs: for each
+// segment where its KV comes from (a cache in some tier, or computed), whether that cache is an
+// exact prefix, which rows are computed on each layer, and the gradual-filtering schedule of the
+// HKVD selection. The fusor (rag/fusor.h) executes a plan; new reuse policies (craft, auto) are
+// new planners.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "kv/kv-tiers.h"
+#include "kv/segment-kv.h"
+#include "rag/cache-keys.h"
+#include "rag/prompt.h"
+#include "rag/reuse-mode.h"
+
+namespace ragkv {
+
+struct BlendParams {
+  double recompute_ratio = 0.15;  // r: fraction of the reused, repositioned tokens recomputed per layer
+  int check_layers = 3;           // HKVD selection on layers 1..check_layers (gradual filtering);
+                                  // 1 is the authors' single-check-layer variant
+  int preload_depth = 2;          // layers the loader may read ahead of compute
+};
+
+// Where one prompt segment's KV comes from.
+struct SegmentPlan {
+  std::shared_ptr<const SegmentKv> kv;  // null: the segment is computed
+  int64_t begin = 0;                    // the segment's position in this prompt
+  int64_t n_tokens = 0;
+  int64_t end() const { return begin + n_tokens; }
+  // Cached at the position it was computed at: an exact prefix hit, reused bit for bit.
+  bool exact() const { return kv && kv->meta().first_pos == begin; }
+};
+
+// Cache lookups of one prompt, per tier where the KV was found.
+struct CacheCounts {
+  int device_hits = 0, host_hits = 0, disk_hits = 0;
+  int exact_hits = 0;  // hits at their canonical position (exact prefix hits)
+  int misses = 0;      // no cache for the segment (or a store of another model): computed
+  int bad = 0;         // a cache that failed its checks (header, checksum, truncation): computed
+  int hits() const { return device_hits + host_hits + disk_hits; }
+  void add_hit(KvTier t, int n = 1);
+};
+
+// One check layer of the HKVD selection (CacheBlend §4.3): after layer `layer`'s KV deviation is
+// measured, `keep` of the candidate rows stay active.
+struct CheckLayer {
+  int layer = 0;
+  size_t keep = 0;
+};
+
+struct PrefillPlan {
+  ReuseMode mode = ReuseMode::full;
+  std::vector<SegmentPlan> segments;  // one per prompt segment, in prompt order
+  CacheCounts counts;
+  int64_t n_tokens = 0;
+
+  // full, prefix: groups of segments computed by one Model::forward call each —
+  // [prefix], [chunk 1], [chunks 2.. + question] — the calls precompute makes, so a reused exact
+  // prefix is bit-identical to a recomputed one; the first `loaded_groups` are loaded instead.
+  std::vector<std::pair<size_t, size_t>> dense_groups;
+  size_t loaded_groups = 0;
+
+  // reuse, blend: rows computed from layer 0 on (ascending), rows the HKVD selection chooses
+  // from (reused at a new position; exact-prefix rows are never recomputed), and the selection
+  // schedule (empty for reuse).
+  std::vector<int32_t> active;
+  std::vector<uint8_t> candidate;  // [n_tokens]
+  int64_t n_candidates = 0;
+  std::vector<CheckLayer> checks;
+
+  bool sparse() const { return mode == ReuseMode::reuse || mode == ReuseMode::blend; }
+  int64_t reused_tokens() const;           // tokens whose KV comes from a cache
+  std::vector<size_t> cached_segments(size_t first = 0, size_t last = size_t(-1)) const;
+  // A cache that failed while loading: the segment is computed instead and counted as bad;
+  // the rows and the schedule are derived again.
+  void drop_cache(size_t segment);
+
+  // Filled by the planner; kept for drop_cache.
+  BlendParams blend;
+  int n_layer = 0;
+};
+
+// Looks every cacheable segment of prompt up in tiers (null: nothing is cached) and plans the
+// prefill of `mode`. `full` looks nothing up; `prefix` only the segments an exact prefix can
+// cover; the question is never cached. Files that fail their header checks count as bad.
+PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
+                         const CacheKeys& keys, const KvTiers* tiers);
+
+// Gradual filtering schedule (CacheBlend §4.3): the fraction of the candidate tokens kept after
+// each of `checks` check layers, from a little above r down to r.
+std::vector<double> gradual_filter_fractions(double r, int checks);
+// Indices of the `keep` largest values (ties: lower index first), ascending.
+std::vector<int32_t> top_k_indices(const std::vector<float>& values, size_t keep);
+// HKVD selection on a check layer (CacheBlend §4.1, §4.3): of the active rows (indices into
+// `active`), those that are not candidates stay, and of the candidates the `keep` with the
+// largest KV deviation. deviation[i] belongs to active[i]. Ascending indices into `active`.
+std::vector<int32_t> select_hkvd_rows(const std::vector<int32_t>& active, const std::vector<uint8_t>& candidate,
+                                      const std::vector<float>& deviation, size_t keep);
+
+}  // namespace ragkv

@@ -1,0 +1,38 @@
+// `ragkv precompute` (DESIGN.md §4 "Chunk caches"): every selected chunk computed in the canonical
+// context [BOS][instruction prefix][chunk] and its per-layer K and V stored f16 in the store. The
+// prefix itself is stored too (chunk id "@prefix"), so serving never recomputes it. Resumable:
+// chunks whose file already verifies are skipped.
+//
+// K is stored as computed — rotated for the positions the chunk had in its canonical context
+// (first_pos in the header) — and rotated by the position difference when reused elsewhere.
+// DESIGN.md §4 asks for K with RoPE removed; that loses bits in f16 (remove, round, re-apply
+// differs from the original rounding), and an exact prefix hit must be bit-identical to a
+// recomputed one. Rotating by Δ = p_new − p_old is the same operation (RoPE rotations compose).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kv/kv-store.h"
+#include "model/model.h"
+#include "rag/prompt.h"
+
+namespace ragkv {
+
+struct Chunk;
+
+struct PrecomputeStats {
+  size_t computed = 0, skipped = 0;  // skipped: already in the store and intact
+  int64_t tokens = 0;                // chunk tokens computed
+  uint64_t bytes_written = 0;
+  double seconds = 0;
+};
+
+// Stores the prefix and every chunk of `chunks` missing from store. progress(done, total) counts
+// the missing chunks only: (0, total) once they are known, then after each one computed.
+PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format, const KvStore& store,
+                                  const std::vector<const Chunk*>& chunks,
+                                  const std::function<void(size_t, size_t)>& progress = {});
+
+}  // namespace ragkv

@@ -1,0 +1,22 @@
+// Names of the reuse modes, for flags, reports and eval records.
+#include "rag/reuse-mode.h"
+
+#include "util/enum-names.h"
+
+namespace ragkv {
+
+namespace {
+constexpr EnumNames<ReuseMode, 4> kModeNames{{{
+    {ReuseMode::full, "full"},
+    {ReuseMode::prefix, "prefix"},
+    {ReuseMode::reuse, "reuse"},
+    {ReuseMode::blend, "blend"},
+}}};
+}  // namespace
+
+const char* reuse_mode_name(ReuseMode m) { return kModeNames.name(m); }
+ReuseMode parse_reuse_mode(const std::string& s) { return kModeNames.parse(s, "mode"); }
+bool is_reuse_mode(const std::string& s) { return kModeNames.contains(s); }
+std::string reuse_mode_list() { return kModeNames.list(); }
+
+}  // namespace ragkv
