@@ -132,7 +132,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
         }
         if (start == KvStart::device) tiers.place(key, KvTier::device, &backend);  // once, at the warm-up
       }
-      PrefillPlan plan = plan_prefill(prompt, mode, opt.blend, L, keys, &tiers);
+      PrefillPlan plan = plan_prefill(prompt, mode, opt.blend, L, tier_lookup(keys, &tiers));
       if (plan.counts.misses + plan.counts.bad > 0)
         fail("bench reuse: {} chunk caches missing or bad in {}", plan.counts.misses + plan.counts.bad, scratch.path.string());
       t.kv_bytes = 0;

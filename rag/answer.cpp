@@ -44,7 +44,7 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
   rec.mode = reuse_mode_name(opt.mode);
   for (const Chunk* c : chunks) rec.chunk_ids.push_back(c->id);
 
-  PrefillPlan plan = plan_prefill(prompt, opt.mode, opt.blend, model_.config().n_layer, keys_, tiers_);
+  PrefillPlan plan = plan_prefill(prompt, opt.mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_));
   KvCache kv = model_.new_kv_cache(n_ctx);
   PrefillResult pre;
   for (;;) {

@@ -124,8 +124,13 @@ void PrefillPlan::drop_cache(size_t segment) {
   derive_rows(*this);
 }
 
+SegmentLookup tier_lookup(const CacheKeys& keys, const KvTiers* tiers) {
+  if (!tiers) return {};
+  return [&keys, tiers](const PromptSegment& seg) { return tiers->find(keys.segment(seg)); };
+}
+
 PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
-                         const CacheKeys& keys, const KvTiers* tiers) {
+                         const SegmentLookup& lookup) {
   if (prompt.segments.empty() || prompt.segments.back().kind != PromptSegment::Kind::suffix ||
       prompt.segments.back().ids.empty())
     fail("internal: a RAG prompt must end with a non-empty question segment");
@@ -135,13 +140,13 @@ PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendPar
   p.n_layer = n_layer;
   p.n_tokens = prompt.n_tokens();
   for (const PromptSegment& seg : prompt.segments) p.segments.push_back({nullptr, seg.begin, int64_t(seg.ids.size())});
-  if (tiers && mode != ReuseMode::full) {
+  if (lookup && mode != ReuseMode::full) {
     // `prefix` needs only the segments an exact prefix can cover; the question is never cached.
     const size_t last = mode == ReuseMode::prefix ? std::min<size_t>(2, prompt.segments.size() - 1)
                                                   : prompt.segments.size() - 1;
     for (size_t s = 0; s < last; ++s) {
       try {
-        p.segments[s].kv = tiers->find(keys.segment(prompt.segments[s]));
+        p.segments[s].kv = lookup(prompt.segments[s]);
       } catch (const CacheFileError&) {
         ++p.counts.bad;
         continue;

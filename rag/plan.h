@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -84,11 +85,17 @@ struct PrefillPlan {
   int n_layer = 0;
 };
 
-// Looks every cacheable segment of prompt up in tiers (null: nothing is cached) and plans the
+// A segment's cache from wherever caches are kept: nullptr when there is none; throws
+// CacheFileError for one that fails its header checks.
+using SegmentLookup = std::function<std::shared_ptr<const SegmentKv>(const PromptSegment&)>;
+// The lookup of a segment's key (keys) in the tiers; an empty lookup when tiers is null.
+SegmentLookup tier_lookup(const CacheKeys& keys, const KvTiers* tiers);
+
+// Looks every cacheable segment of prompt up (an empty lookup: nothing is cached) and plans the
 // prefill of `mode`. `full` looks nothing up; `prefix` only the segments an exact prefix can
-// cover; the question is never cached. Files that fail their header checks count as bad.
+// cover; the question is never cached. Caches that fail their header checks count as bad.
 PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
-                         const CacheKeys& keys, const KvTiers* tiers);
+                         const SegmentLookup& lookup);
 
 // Gradual filtering schedule (CacheBlend §4.3): the fraction of the candidate tokens kept after
 // each of `checks` check layers, from a little above r down to r.

@@ -118,18 +118,6 @@ fs::path chunk_file(const KvStore& store, const Chunk& c) {
 
 }  // namespace
 
-TEST_CASE("rag: gradual filtering keeps a little more than r on early check layers, r on the last") {
-  const auto f = gradual_filter_fractions(0.15, 3);
-  REQUIRE(f.size() == 3);
-  CHECK(f[0] == doctest::Approx(0.25));
-  CHECK(f[1] == doctest::Approx(0.20));
-  CHECK(f[2] == doctest::Approx(0.15));
-  CHECK(gradual_filter_fractions(0.15, 1) == std::vector<double>{0.15});
-  CHECK(gradual_filter_fractions(0.8, 2)[0] == 1.0);  // capped
-  CHECK(top_k_indices({0.5f, 3.f, 1.f, 3.f, -1.f}, 3) == std::vector<int32_t>{1, 2, 3});
-  CHECK(top_k_indices({1.f, 2.f}, 5) == std::vector<int32_t>{0, 1});
-}
-
 TEST_CASE("rag: the prompt lays out prefix, chunks and question, each tokenized alone") {
   Fixture& f = fixture();
   const RagPrompt p = f.format->build(f.pick({1, 0}), "Who?");
@@ -193,6 +181,35 @@ TEST_CASE("rag: reuse without recompute deviates from full more than blend") {
   }
   MESSAGE("sum KL(full || reuse) = " << kl_reuse << ", KL(full || blend) = " << kl_blend);
   CHECK(kl_reuse > 1.3 * kl_blend);  // measured 0.55 vs 0.31 on these short passages
+}
+
+TEST_CASE("rag: KV from the host and device tiers gives the disk tier's answer, counted per tier") {
+  Fixture& f = fixture();
+  const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
+  const CacheKeys keys(*f.model, *f.format);
+  const auto ctx = f.pick({3, 1, 4});
+  KvTiers tiers(store);
+  RagAnswerer ans(*f.model, *f.format, &tiers);
+  for (ReuseMode m : {ReuseMode::prefix, ReuseMode::blend}) {
+    const AnswerRecord disk = ans.answer(f.questions[5], ctx, opts(m));
+    const int cached = m == ReuseMode::prefix ? 2 : 4;  // prefix: [prefix][chunk 1]; blend: all but the question
+    CHECK(disk.cache.disk_hits == cached);
+    const RagPrompt prompt = f.format->build(ctx, f.questions[5]);
+    for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) tiers.place(keys.segment(prompt.segments[s]), KvTier::host);
+    const AnswerRecord host = ans.answer(f.questions[5], ctx, opts(m));
+    CHECK(host.cache.host_hits == cached);
+    CHECK(host.cache.disk_hits == 0);
+    for (size_t s = 0; s + 1 < prompt.segments.size(); ++s)
+      tiers.place(keys.segment(prompt.segments[s]), KvTier::device, f.backend.get());
+    const AnswerRecord dev = ans.answer(f.questions[5], ctx, opts(m));
+    CHECK(dev.cache.device_hits == cached);
+    CHECK(dev.metrics()["cache_hits"]["device"] == cached);
+    // The same KV whichever tier it came from: the same logits, bit for bit.
+    CHECK(host.first_logits == disk.first_logits);
+    CHECK(dev.first_logits == disk.first_logits);
+    CHECK(dev.output_ids == disk.output_ids);
+    for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) tiers.drop(keys.segment(prompt.segments[s]));
+  }
 }
 
 TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, never used") {
