@@ -8,7 +8,7 @@
 #include "bench/stats.h"
 #include "rag/queries.h"
 #include "util/error.h"
-#include "retrieval/embedder.h"
+#include "model/embedder.h"
 #include "retrieval/index-dir.h"
 #include "retrieval/staged-metrics.h"
 

@@ -9,7 +9,7 @@
 #include "bench/reuse-bench.h"
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
-#include "retrieval/embedder.h"
+#include "model/embedder.h"
 #include "retrieval/index-dir.h"
 #include "util/paths.h"
 

@@ -14,7 +14,7 @@
 #include "format/gguf.h"
 #include "model/tokenizer.h"
 #include "retrieval/corpus.h"
-#include "retrieval/embedder.h"
+#include "model/embedder.h"
 #include "retrieval/index-dir.h"
 #include "util/paths.h"
 #include "util/progress.h"

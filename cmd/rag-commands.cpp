@@ -26,7 +26,7 @@
 #include "rag/context.h"
 #include "rag/precompute.h"
 #include "rag/queries.h"
-#include "retrieval/embedder.h"
+#include "model/embedder.h"
 #include "retrieval/index-dir.h"
 #include "util/error.h"
 #include "util/file-io.h"

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "util/error.h"
-#include "retrieval/embedder.h"
+#include "model/embedder.h"
 
 namespace ragkv {
 

@@ -15,8 +15,8 @@
 #include "backend/cpu-backend.h"
 #include "util/error.h"
 #include "format/safetensors.h"
-#include "retrieval/embedder.h"
-#include "retrieval/wordpiece.h"
+#include "model/embedder.h"
+#include "model/wordpiece.h"
 #include "tests/test-paths.h"
 
 using namespace ragkv;

@@ -1,6 +1,6 @@
 // BERT WordPiece tokenizer: special-token split, basic tokenizer over Unicode tables measured on
 // the reference, greedy longest-match WordPiece, [CLS]/[SEP] and truncation. See wordpiece.h.
-#include "retrieval/wordpiece.h"
+#include "model/wordpiece.h"
 
 #include <algorithm>
 #include <array>
@@ -25,7 +25,7 @@ struct Mapping {
   char32_t out[4];
 };
 
-#include "retrieval/wordpiece-unicode.inc"
+#include "model/wordpiece-unicode.inc"
 
 bool in_ranges(std::span<const Range> rs, char32_t c) {
   // First range whose hi ≥ c; c is inside when that range starts at or before c.

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "retrieval/wordpiece.h"
+#include "model/wordpiece.h"
 
 namespace ragkv {
 

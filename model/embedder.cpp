@@ -1,6 +1,6 @@
 // BERT sentence embedder: config and weights from a Hugging Face folder, the encoder layer loop
 // on a Backend, mean pooling and L2 normalisation on the host. See embedder.h.
-#include "retrieval/embedder.h"
+#include "model/embedder.h"
 
 #include <algorithm>
 #include <cmath>
