@@ -38,6 +38,7 @@ constexpr EnumNames<KvStart, 4> kStartNames{{{
 
 const char* kv_start_name(KvStart t) { return kStartNames.name(t); }
 KvStart parse_kv_start(const std::string& s) { return kStartNames.parse(s, "KV tier"); }
+std::vector<std::string> kv_start_names() { return kStartNames.names(); }
 
 namespace {
 

@@ -23,6 +23,7 @@ enum class KvStart : uint8_t {
 };
 const char* kv_start_name(KvStart t);
 KvStart parse_kv_start(const std::string& s);  // Error listing them
+std::vector<std::string> kv_start_names();
 
 struct ReuseBenchOptions {
   std::string model_path;

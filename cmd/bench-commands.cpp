@@ -35,9 +35,9 @@ class BenchCommands : public CommandFamily {
     reuse_cmd_->add_option("--chunks", reuse_.chunks, "Chunks in the prompt")->check(CLI::Range(1, 1024))->capture_default_str();
     reuse_cmd_->add_option("--chunk-tokens", reuse_.chunk_tokens, "Tokens per chunk")->check(CLI::Range(1, 1 << 20))->capture_default_str();
     reuse_cmd_->add_option("--modes", reuse_modes_, "Modes, comma-separated (full is always timed: ratios are taken against it)")
-        ->delimiter(',')->check(CLI::IsMember({"full", "prefix", "reuse", "blend"}))->capture_default_str();
+        ->delimiter(',')->check(CLI::IsMember(reuse_mode_names()))->capture_default_str();
     reuse_cmd_->add_option("--tiers", reuse_tiers_, "Where chunk KV starts: disk (page cache dropped), page-cache, host (in memory), device (in the backend's memory)")
-        ->delimiter(',')->check(CLI::IsMember({"disk", "page-cache", "host", "device"}))->capture_default_str();
+        ->delimiter(',')->check(CLI::IsMember(kv_start_names()))->capture_default_str();
     reuse_cmd_->add_option("--recompute-ratio", reuse_.blend.recompute_ratio, "blend: fraction of reused tokens recomputed per layer")->check(CLI::Range(0.0, 1.0))->capture_default_str();
     reuse_cmd_->add_option("--check-layers", reuse_.blend.check_layers, "blend: HKVD selection layers (gradual filtering)")->check(CLI::Range(1, 1024))->capture_default_str();
     reuse_cmd_->add_option("--repetitions", reuse_.repetitions, "Timed prefills per mode and tier, after a warm-up")->check(CLI::Range(1, 1000))->capture_default_str();
@@ -101,8 +101,8 @@ class BenchCommands : public CommandFamily {
   PrefillBenchOptions prefill_;
   DeviceFlags prefill_dev_;
   ReuseBenchOptions reuse_;
-  std::vector<std::string> reuse_modes_ = {"full", "prefix", "reuse", "blend"};
-  std::vector<std::string> reuse_tiers_ = {"disk", "page-cache", "host", "device"};
+  std::vector<std::string> reuse_modes_ = reuse_mode_names();
+  std::vector<std::string> reuse_tiers_ = kv_start_names();
   DeviceFlags reuse_dev_;
   RetrievalBenchOptions retrieval_;
   std::string retrieval_index_, retrieval_embedder_;

@@ -48,7 +48,7 @@ class IndexCommands : public CommandFamily {
     build_->add_option("--chunk-overlap", opt_.chunking.chunk_overlap, "Tokens shared by consecutive chunks")->check(CLI::NonNegativeNumber)->capture_default_str();
     build_->add_option("--model", model_, "LLM whose tokenizer counts chunk tokens")->capture_default_str();
     build_->add_option("--embedder", embedder_, "Sentence-embedder directory (BERT safetensors + vocab)")->capture_default_str();
-    build_->add_option("--on-error", on_error_, "Bad corpus input: fail, or skip and count")->check(CLI::IsMember({"fail", "skip"}))->capture_default_str();
+    build_->add_option("--on-error", on_error_, "Bad corpus input: fail, or skip and count")->check(CLI::IsMember(on_error_names()))->capture_default_str();
     build_->add_option("--hnsw-m", opt_.hnsw.M, "HNSW links per node")->check(CLI::Range(2, 256))->capture_default_str();
     build_->add_option("--ef-construction", opt_.hnsw.ef_construction, "HNSW build candidate list")->check(CLI::Range(8, 4096))->capture_default_str();
     build_->add_option("--ef-search", opt_.hnsw.ef_search, "HNSW search candidate list")->check(CLI::Range(1, 4096))->capture_default_str();
@@ -77,7 +77,7 @@ class IndexCommands : public CommandFamily {
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     const std::vector<std::filesystem::path> inputs(corpus_.begin(), corpus_.end());
-    const Corpus corpus = load_corpus(inputs, on_error_ == "skip" ? OnError::skip : OnError::fail);
+    const Corpus corpus = load_corpus(inputs, parse_on_error(on_error_));
     for (const auto& p : corpus.skipped) std::fprintf(stderr, "ragkv: skipped %s\n", p.message.c_str());
 
     GgufFile gguf(model_);

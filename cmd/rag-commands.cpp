@@ -96,8 +96,6 @@ CLI::Validator modes_validator() {
       "MODE[,MODE...]");
 }
 
-OnError on_error_of(const std::string& s) { return s == "skip" ? OnError::skip : OnError::fail; }
-
 // Everything answer and eval need: queries, index, model, store, retriever.
 struct Pipeline {
   QueryFile queries;
@@ -112,7 +110,7 @@ struct Pipeline {
   std::unique_ptr<RagAnswerer> answerer;
 
   Pipeline(const RagFlags& f, bool need_store) {
-    queries = load_queries(f.queries, on_error_of(f.on_error));
+    queries = load_queries(f.queries, parse_on_error(f.on_error));
     for (const auto& p : queries.skipped) std::fprintf(stderr, "ragkv: skipped %s\n", p.message.c_str());
     if (f.limit > 0 && queries.queries.size() > f.limit) queries.queries.resize(f.limit);
     backend = f.dev.make_backend();
@@ -161,7 +159,7 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
   c->add_option("--check-layers", f.check_layers, "blend: layers 1..N select HKVD tokens by gradual filtering (1: one check layer)")->check(CLI::Range(1, 1024))->capture_default_str();
   c->add_option("--max-tokens", f.max_tokens, "Maximum answer tokens")->check(CLI::Range(1, 4096))->capture_default_str();
   c->add_option("--limit", f.limit, "Answer only the first N queries (0: all)")->check(CLI::NonNegativeNumber);
-  c->add_option("--on-error", f.on_error, "Bad query lines and unanswerable queries: fail, or skip and count")->check(CLI::IsMember({"fail", "skip"}))->capture_default_str();
+  c->add_option("--on-error", f.on_error, "Bad query lines and unanswerable queries: fail, or skip and count")->check(CLI::IsMember(on_error_names()))->capture_default_str();
   f.dev.add_to(c);
 }
 
@@ -198,17 +196,17 @@ void RagCommands::add_to(CLI::App& app) {
   add_rag_flags(answer_, an);
   answer_->add_option("--store", an.store, "Chunk-cache store (precompute); without it every mode computes in full");
   answer_->add_option("--mode", an_mode, "full, prefix, reuse or blend (default: blend with --store, else full)")
-      ->check(CLI::IsMember({"full", "prefix", "reuse", "blend"}));
+      ->check(CLI::IsMember(reuse_mode_names()));
   answer_->add_option("--out", an_out, "ANSWERS.jsonl to write (default: stdout)");
   answer_->add_option("--compare", an_compare, "Also answer in this mode and score against it (e.g. full)")
-      ->check(CLI::IsMember({"full", "prefix", "reuse", "blend"}));
+      ->check(CLI::IsMember(reuse_mode_names()));
   answer_->add_option("--summary", an_summary, "Write the per-mode summary JSON here too");
 
   eval_ = app.add_subcommand("eval", "Quality gate: each mode against a baseline on the same chunks");
   add_rag_flags(eval_, ev);
   eval_->add_option("--store", ev.store, "Chunk-cache store (precompute)")->required();
   eval_->add_option("--modes", ev_modes, "Modes to evaluate, comma-separated")->check(modes_validator())->capture_default_str();
-  eval_->add_option("--baseline", ev_baseline, "Baseline mode")->check(CLI::IsMember({"full", "prefix", "reuse", "blend"}))->capture_default_str();
+  eval_->add_option("--baseline", ev_baseline, "Baseline mode")->check(CLI::IsMember(reuse_mode_names()))->capture_default_str();
   eval_->add_option("--min-quality-ratio", ev_min_quality, "Exit 1 when a mode's gold-F1 ratio to the baseline is below this")->check(CLI::Range(0.0, 10.0))->capture_default_str();
   eval_->add_option("--report", ev_report, "Report file: Markdown when it ends in .md, else JSON");
   eval_->add_option("--answers", ev_answers, "Write every mode's answers per query here (JSONL)");

@@ -57,7 +57,7 @@ class Tokenizer {
     std::string_view text;
     TokenId special = -1;  // >= 0: the whole fragment is this token
   };
-  struct SpecialMatcher;  // core/tokenizer.cpp
+  struct SpecialMatcher;  // model/tokenizer.cpp
   std::shared_ptr<const SpecialMatcher> special_;
   std::unordered_map<std::string, TokenId> token_ids_;  // vocabulary text -> id (first wins)
   bool decode_strip_space_ = false;  // decode() drops the space a SentencePiece prefix added

@@ -5,9 +5,9 @@
 //
 // K is stored as computed — rotated for the positions the chunk had in its canonical context
 // (first_pos in the header) — and rotated by the position difference when reused elsewhere.
-// DESIGN.md §4 asks for K with RoPE removed; that loses bits in f16 (remove, round, re-apply
-// differs from the original rounding), and an exact prefix hit must be bit-identical to a
-// recomputed one. Rotating by Δ = p_new − p_old is the same operation (RoPE rotations compose).
+// Removing RoPE before storing would lose bits in f16 (remove, round, re-apply differs from the
+// original rounding), and an exact prefix hit must be bit-identical to a recomputed one; rotating
+// by Δ = p_new − p_old is the same operation (RoPE rotations compose; DESIGN.md §4).
 #pragma once
 #include <cstdint>
 #include <functional>

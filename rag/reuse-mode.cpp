@@ -18,5 +18,6 @@ const char* reuse_mode_name(ReuseMode m) { return kModeNames.name(m); }
 ReuseMode parse_reuse_mode(const std::string& s) { return kModeNames.parse(s, "mode"); }
 bool is_reuse_mode(const std::string& s) { return kModeNames.contains(s); }
 std::string reuse_mode_list() { return kModeNames.list(); }
+std::vector<std::string> reuse_mode_names() { return kModeNames.names(); }
 
 }  // namespace ragkv

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ragkv {
 
@@ -18,5 +19,6 @@ const char* reuse_mode_name(ReuseMode m);
 ReuseMode parse_reuse_mode(const std::string& s);  // Error listing the modes
 bool is_reuse_mode(const std::string& s);
 std::string reuse_mode_list();                     // "full, prefix, reuse or blend"
+std::vector<std::string> reuse_mode_names();       // for flag validators
 
 }  // namespace ragkv

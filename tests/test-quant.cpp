@@ -1,5 +1,5 @@
-// Tests of core/quant (type geometry, dequantisation against gguf-py golden values) and of the
-// fp16/bf16 conversions in core/fp16.h.
+// Tests of format/quant (type geometry, dequantisation against gguf-py golden values) and of the
+// fp16/bf16 conversions in format/fp16.h.
 #include <doctest/doctest.h>
 
 #include <algorithm>

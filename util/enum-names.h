@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "util/error.h"
 
@@ -30,6 +31,11 @@ struct EnumNames {
     for (const auto& [v, n] : entries)
       if (s == n) return true;
     return false;
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [v, n] : entries) out.push_back(n);
+    return out;
   }
   // "a, b or c"
   std::string list() const {

@@ -15,7 +15,11 @@ constexpr EnumNames<InputProblemKind, 7> kNames{{{
     {InputProblemKind::duplicate_id, "duplicate-id"},
     {InputProblemKind::unreadable, "unreadable"},
 }}};
+constexpr EnumNames<OnError, 2> kOnErrorNames{{{{OnError::fail, "fail"}, {OnError::skip, "skip"}}}};
 }  // namespace
+
+OnError parse_on_error(const std::string& s) { return kOnErrorNames.parse(s, "--on-error policy"); }
+std::vector<std::string> on_error_names() { return kOnErrorNames.names(); }
 
 const char* input_problem_name(InputProblemKind k) { return kNames.name(k); }
 

@@ -9,6 +9,8 @@
 namespace ragkv {
 
 enum class OnError { fail, skip };
+OnError parse_on_error(const std::string& s);  // "fail" or "skip"; Error otherwise
+std::vector<std::string> on_error_names();      // for flag validators
 
 enum class InputProblemKind {
   empty,          // empty file, blank text, or a JSONL file without documents
