@@ -7,7 +7,9 @@
 #include <memory>
 #include <optional>
 
+#include "format/checksum.h"
 #include "kv/layer-loader.h"
+#include "rag/selection.h"
 #include "util/error.h"
 
 namespace ragkv {
@@ -17,6 +19,11 @@ using Clock = std::chrono::steady_clock;
 double PrefillStats::recompute_fraction() const {
   const double total = double(prompt_tokens) * n_layer;
   return total > 0 ? double(computed_token_layers) / total : 0.0;
+}
+
+double PrefillStats::reused_recompute_fraction() const {
+  const double total = double(reused_tokens) * n_layer;
+  return total > 0 ? double(recomputed_reused_token_layers) / total : 0.0;
 }
 
 namespace {
@@ -143,36 +150,39 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
   for (size_t i = 0; i < active.size(); ++i) ids[i] = prompt.ids[active[i]];
   model.embed(ids, ws);
   Tensor scratch_x = b.alloc(DType::f32, ws.rows, c.n_embd), scratch_q = b.alloc(DType::f32, ws.rows, c.q_dim());
-  Tensor dev_k = b.alloc(DType::f32, ws.rows, 1), dev_v = b.alloc(DType::f32, ws.rows, 1);
 
+  const int64_t question_begin = prompt.segments.back().begin;
+  const uint64_t seed = plan.blend.seed ^ checksum64(prompt.ids.data(), prompt.ids.size() * sizeof(int32_t));
+  const Selection sel = plan.blend.selection;
   size_t next_check = 0;
   for (int l = 0; l < c.n_layer; ++l) {
     installer.install_layer(l, kv);  // before any recomputed row is scattered over the cached ones
     const int64_t na = int64_t(active.size());
     model.layer_qkv(l, na, active, ws);
     r.stats.computed_token_layers += na;
+    for (int32_t row : active) r.stats.recomputed_reused_token_layers += plan.reused[size_t(row)];
 
-    std::vector<int32_t> keep;  // indices into `active` that stay active from this layer's attention on
-    if (next_check < plan.checks.size() && plan.checks[next_check].layer == l) {
-      // KV deviation of every recomputed token against its cached K/V (CacheBlend §4.1), then
-      // the HKVD tokens among the candidates (§4.3, gradual filtering).
-      b.row_sq_dist(ws.k.slice_rows(0, na), kv.k[l], active, dev_k.slice_rows(0, na));
-      b.row_sq_dist(ws.v.slice_rows(0, na), kv.v[l], active, dev_v.slice_rows(0, na));
-      std::vector<float> dk(static_cast<size_t>(na)), dv(static_cast<size_t>(na));
-      b.download(dev_k.slice_rows(0, na), dk.data());
-      b.download(dev_v.slice_rows(0, na), dv.data());
-      for (size_t i = 0; i < dk.size(); ++i) dk[i] += dv[i];
-      keep = select_hkvd_rows(active, plan.candidate, dk, plan.checks[next_check].keep);
-      ++next_check;
-    }
+    // On a check layer, score the active rows (deviation against the cache must be read before
+    // the scatter, the question's attention after it) and keep the best candidates
+    // (CacheBlend §4.3 gradual filtering; the methods are in rag/selection.h).
+    const bool check = next_check < plan.checks.size() && plan.checks[next_check].layer == l;
+    const CheckLayerState st{model, l, active, ws, kv, n, question_begin};
+    std::vector<float> deviation;
+    if (check) deviation = deviation_scores(sel, st, plan.candidate);
     b.scatter_rows(ws.k.slice_rows(0, na), kv.k[l], active);
     b.scatter_rows(ws.v.slice_rows(0, na), kv.v[l], active);
-    if (!keep.empty() && int64_t(keep.size()) < na) {
-      compact_rows(b, ws.x, scratch_x, na, keep);
-      compact_rows(b, ws.q, scratch_q, na, keep);
-      std::vector<int32_t> next(keep.size());
-      for (size_t i = 0; i < keep.size(); ++i) next[i] = active[keep[i]];
-      active = std::move(next);
+    if (check) {
+      std::vector<float> question = question_scores(sel, st);
+      const std::vector<float> score = selection_scores(sel, st, plan.candidate, std::move(deviation), std::move(question), seed);
+      const std::vector<int32_t> keep = select_hkvd_rows(active, plan.candidate, score, plan.checks[next_check].keep);
+      ++next_check;
+      if (int64_t(keep.size()) < na) {
+        compact_rows(b, ws.x, scratch_x, na, keep);
+        compact_rows(b, ws.q, scratch_q, na, keep);
+        std::vector<int32_t> next(keep.size());
+        for (size_t i = 0; i < keep.size(); ++i) next[i] = active[keep[i]];
+        active = std::move(next);
+      }
     }
     model.layer_attend_ffn(l, int64_t(active.size()), active, kv, n, ws);
   }

@@ -5,9 +5,29 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/ranges.h>
+
+#include "util/enum-names.h"
 #include "util/error.h"
 
 namespace ragkv {
+
+namespace {
+constexpr EnumNames<Selection, 8> kSelectionNames{{{
+    {Selection::kv, "kv"},
+    {Selection::v, "v"},
+    {Selection::head_v, "head-v"},
+    {Selection::random, "random"},
+    {Selection::question, "question"},
+    {Selection::sink, "sink"},
+    {Selection::sink_v, "sink+v"},
+    {Selection::question_v, "question+v"},
+}}};
+}  // namespace
+
+const char* selection_name(Selection s) { return kSelectionNames.name(s); }
+Selection parse_selection(const std::string& s) { return kSelectionNames.parse(s, "selection method"); }
+std::vector<std::string> selection_names() { return kSelectionNames.names(); }
 
 void CacheCounts::add_hit(KvTier t, int n) {
   switch (t) {
@@ -88,28 +108,63 @@ void derive_rows(PrefillPlan& p) {
     }
   }
 
+  const size_t n = size_t(p.n_tokens);
   p.active.clear();
-  p.candidate.assign(size_t(p.n_tokens), 0);
-  p.n_candidates = 0;
+  p.candidate.assign(n, 0);
+  p.reused.assign(n, 0);
+  p.n_candidates = p.n_forced = 0;
   p.checks.clear();
+  for (const SegmentPlan& seg : p.segments)
+    if (seg.kv) std::fill(p.reused.begin() + seg.begin, p.reused.begin() + seg.end(), uint8_t(1));
   if (!p.sparse()) return;
   const bool recompute = p.mode == ReuseMode::blend;
+  const Selection sel = p.blend.selection;
+  const bool with_sinks = recompute && (sel == Selection::sink || sel == Selection::sink_v);
+  const bool scored = recompute && sel != Selection::sink;
+  int64_t n_repositioned = 0;
   for (const SegmentPlan& seg : p.segments) {
+    const bool repositioned = seg.kv && !seg.exact();
+    int64_t sinks = 0;  // EPIC (LegoLink): the first tokens of a chunk computed alone grow its own
+                        // attention sink; recomputing them in place removes it
+    if (repositioned && with_sinks) {
+      const int64_t k = p.blend.sink_tokens > 0 ? p.blend.sink_tokens
+                        : sel == Selection::sink
+                            ? int64_t(std::ceil(p.blend.recompute_ratio * double(seg.n_tokens)))
+                            : 4;
+      sinks = std::min(seg.n_tokens, k);
+    }
     for (int64_t i = seg.begin; i < seg.end(); ++i) {
-      if (seg.kv && !seg.exact()) {
-        p.candidate[size_t(i)] = 1;
-        ++p.n_candidates;
-        if (recompute) p.active.push_back(int32_t(i));
+      if (repositioned) {
+        ++n_repositioned;
+        if (i - seg.begin < sinks) {
+          ++p.n_forced;
+          p.active.push_back(int32_t(i));
+        } else {
+          p.candidate[size_t(i)] = 1;
+          ++p.n_candidates;
+          if (scored) p.active.push_back(int32_t(i));
+        }
       } else if (!seg.kv) {
         p.active.push_back(int32_t(i));
       }
     }
   }
-  if (!recompute) return;
-  const int checks = std::clamp(p.blend.check_layers, 1, std::max(1, p.n_layer - 1));
-  const std::vector<double> keep = gradual_filter_fractions(p.blend.recompute_ratio, checks);
-  for (int c = 0; c < checks; ++c)
-    p.checks.push_back({c + 1, size_t(std::llround(keep[size_t(c)] * double(p.n_candidates)))});
+  if (!scored) return;
+  std::vector<int> layers = p.blend.check_at;
+  if (layers.empty()) {
+    const int checks = std::clamp(p.blend.check_layers, 1, std::max(1, p.n_layer - 1));
+    for (int c = 1; c <= checks; ++c) layers.push_back(c);
+  }
+  for (size_t c = 0; c < layers.size(); ++c)
+    if (layers[c] < 1 || layers[c] >= p.n_layer || (c > 0 && layers[c] <= layers[c - 1]))
+      fail("check layers must ascend within 1..{} (layer 0's KV does not depend on the context), got {}",
+           p.n_layer - 1, fmt::join(layers, ","));
+  // The budget of each check layer covers every repositioned token; sink rows are part of it.
+  const std::vector<double> keep = gradual_filter_fractions(p.blend.recompute_ratio, int(layers.size()));
+  for (size_t c = 0; c < layers.size(); ++c) {
+    const int64_t want = std::llround(keep[c] * double(n_repositioned)) - p.n_forced;
+    p.checks.push_back({layers[c], size_t(std::clamp<int64_t>(want, 0, p.n_candidates))});
+  }
 }
 
 }  // namespace

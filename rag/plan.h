@@ -19,10 +19,32 @@
 
 namespace ragkv {
 
+// How blend chooses the reused tokens it recomputes. The deviation and attention methods score
+// every candidate on each check layer and keep the best (gradual filtering, CacheBlend §4.3);
+// `sink` recomputes a fixed set decided before any layer runs; combinations share the budget.
+enum class Selection : uint8_t {
+  kv,          // ‖ΔK‖² + ‖ΔV‖² of each token against its cache (CacheBlend §4.1, as the paper writes it)
+  v,           // ‖ΔV‖² only (what the CacheBlend authors' code ranks by)
+  head_v,      // ‖ΔV‖² per KV head, each head's divided by its mean over the candidates, summed
+  random,      // uniformly random candidates: the control every method must beat
+  question,    // attention mass the question's queries put on each token (ProphetKV, A³)
+  sink,        // the first tokens of every repositioned chunk, on every layer (EPIC's LegoLink)
+  sink_v,      // sink tokens, then ‖ΔV‖² for the rest of the budget
+  question_v,  // question attention and ‖ΔV‖², each normalised by its mean, summed
+};
+const char* selection_name(Selection s);
+Selection parse_selection(const std::string& s);  // Error listing the methods
+std::vector<std::string> selection_names();
+
 struct BlendParams {
   double recompute_ratio = 0.15;  // r: fraction of the reused, repositioned tokens recomputed per layer
   int check_layers = 3;           // HKVD selection on layers 1..check_layers (gradual filtering);
                                   // 1 is the authors' single-check-layer variant
+  std::vector<int> check_at;      // explicit check layers (ascending); overrides check_layers
+  Selection selection = Selection::kv;
+  int sink_tokens = 0;            // sink methods: first tokens per chunk; 0: ⌈r·|chunk|⌉ for sink
+                                  // alone, 4 in combinations
+  uint64_t seed = 1;              // random: the selection is a function of (seed, prompt, layer)
   int preload_depth = 2;          // layers the loader may read ahead of compute
 };
 
@@ -65,12 +87,14 @@ struct PrefillPlan {
   std::vector<std::pair<size_t, size_t>> dense_groups;
   size_t loaded_groups = 0;
 
-  // reuse, blend: rows computed from layer 0 on (ascending), rows the HKVD selection chooses
-  // from (reused at a new position; exact-prefix rows are never recomputed), and the selection
-  // schedule (empty for reuse).
+  // reuse, blend: rows computed from layer 0 on (ascending), rows the selection chooses from
+  // (reused at a new position; exact-prefix rows are never recomputed), rows recomputed on every
+  // layer whatever the selection (sink tokens), and the selection schedule (empty for reuse).
   std::vector<int32_t> active;
   std::vector<uint8_t> candidate;  // [n_tokens]
+  std::vector<uint8_t> reused;     // [n_tokens]: the row's KV comes from a cache
   int64_t n_candidates = 0;
+  int64_t n_forced = 0;            // sink rows (reused rows recomputed on every layer)
   std::vector<CheckLayer> checks;
 
   bool sparse() const { return mode == ReuseMode::reuse || mode == ReuseMode::blend; }

@@ -1,0 +1,44 @@
+// Token selection for blend (DESIGN.md §4 "The fusor"): on a check layer, a score for every
+// active row — higher means recompute first — by the plan's Selection method. The fusor keeps
+// the best-scoring candidates (select_hkvd_rows, rag/plan.h); this file only scores.
+//
+// Deviation scores compare the rows' freshly computed K/V (ws.k, ws.v) with what the prompt's KV
+// holds for them — the cache, rotated to the new position — so they must be taken before the
+// recomputed rows are scattered over the cache. Question scores read the attention of the
+// question's queries over the whole KV, so they are taken after the scatter.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+#include "rag/plan.h"
+
+namespace ragkv {
+
+// What the scorers read on check layer `layer`.
+struct CheckLayerState {
+  const Model& model;
+  int layer = 0;
+  std::span<const int32_t> active;  // prompt rows of ws's first active.size() rows, ascending
+  const Workspace& ws;              // ws.q, ws.k, ws.v of the active rows at this layer
+  const KvCache& kv;                // the prompt's KV (rows [0, n_kv))
+  int64_t n_kv = 0;
+  int64_t question_begin = 0;       // first prompt row of the question (always active, last)
+};
+
+bool needs_deviation(Selection s);  // scores that read the cache before the scatter
+bool needs_question(Selection s);   // scores that read the question's attention after it
+
+// Per active row, before the scatter: ‖ΔK‖² + ‖ΔV‖², ‖ΔV‖², or per-head normalised ‖ΔV‖²
+// (CacheBlend §4.1). Empty when s needs no deviation.
+std::vector<float> deviation_scores(Selection s, const CheckLayerState& st, const std::vector<uint8_t>& candidate);
+// Per active row, after the scatter: the attention mass the question's queries put on it,
+// summed over query rows and heads (ProphetKV §3, A³). Empty when s needs none.
+std::vector<float> question_scores(Selection s, const CheckLayerState& st);
+// The score the selection ranks by, from the parts above (random: a uniform draw per row,
+// reproducible from seed, prompt hash and layer).
+std::vector<float> selection_scores(Selection s, const CheckLayerState& st, const std::vector<uint8_t>& candidate,
+                                    std::vector<float> deviation, std::vector<float> question, uint64_t seed);
+
+}  // namespace ragkv
