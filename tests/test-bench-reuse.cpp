@@ -3,8 +3,17 @@
 // recompute fractions and prefix mode's identity with full are.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <set>
+#include <string>
 
 #include "backend/cpu-backend.h"
 #include "bench/reuse-bench.h"
@@ -30,6 +39,53 @@ ReuseBenchOptions small_bench(const test::TempDir& dir, int chunks, int chunk_to
   o.repetitions = 1;
   return o;
 }
+
+// TMPDIR (so fs::temp_directory_path()) points at dir for the scope: a temporary store the bench
+// makes lands in the test's own directory, not in the shared system temp dir.
+struct TmpdirIn {
+  std::optional<std::string> old;
+  explicit TmpdirIn(const fs::path& dir) {
+    if (const char* v = std::getenv("TMPDIR")) old = v;
+    ::setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~TmpdirIn() {
+    if (old) ::setenv("TMPDIR", old->c_str(), 1);
+    else ::unsetenv("TMPDIR");
+  }
+  TmpdirIn(const TmpdirIn&) = delete;
+  TmpdirIn& operator=(const TmpdirIn&) = delete;
+};
+
+// Sends this process's stderr (fd 2) to file until text() is called, which restores it and returns
+// what was written.
+struct StderrToFile {
+  fs::path file;
+  int saved = -1;
+  explicit StderrToFile(fs::path f) : file(std::move(f)) {
+    std::fflush(stderr);
+    saved = ::dup(2);
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(saved >= 0);
+    REQUIRE(fd >= 0);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  std::string text() {
+    restore();
+    std::ifstream in(file);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  void restore() {
+    if (saved < 0) return;
+    std::fflush(stderr);
+    ::dup2(saved, 2);
+    ::close(saved);
+    saved = -1;
+  }
+  ~StderrToFile() { restore(); }
+  StderrToFile(const StderrToFile&) = delete;
+  StderrToFile& operator=(const StderrToFile&) = delete;
+};
 }  // namespace
 
 TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and prefix identity") {
@@ -87,11 +143,26 @@ TEST_CASE("bench reuse: a temporary store is removed; a prompt past the context 
   ReuseBenchOptions o = small_bench(dir, 2, 16);
   o.modes = {ReuseMode::reuse};
   o.tiers = {KvStart::disk};
-  const nlohmann::json j = bench_reuse(*make_cpu_backend(1), o);
-  REQUIRE(j["results"].size() == 1);  // full is timed for the ratio but not listed
-  CHECK(j["results"][0]["mode"] == "reuse");
-  CHECK(j["results"][0]["kv_tier"] == "disk");
-  CHECK_FALSE(fs::exists(fs::temp_directory_path() / ("ragkv-bench-reuse-" + std::to_string(::getpid()))));
+  // The bench makes its temporary store under the temp dir, pointed here at a directory of the
+  // test's own (bench/) so that only this run's store can be there; it names the store on stderr.
+  const fs::path tmp = dir.path / "bench";
+  fs::create_directory(tmp);
+  nlohmann::json j;
+  std::string err;
+  {
+    const TmpdirIn in(tmp);
+    StderrToFile capture(dir.path / "stderr.txt");
+    j = bench_reuse(*make_cpu_backend(1), o);
+    err = capture.text();
+    REQUIRE(j["results"].size() == 1);  // full is timed for the ratio but not listed
+    CHECK(j["results"][0]["mode"] == "reuse");
+    CHECK(j["results"][0]["kv_tier"] == "disk");
+    CHECK_FALSE(fs::exists(fs::temp_directory_path() / ("ragkv-bench-reuse-" + std::to_string(::getpid()))));
+  }
+  const fs::path store = tmp / ("ragkv-bench-reuse-" + std::to_string(::getpid()));
+  CAPTURE(err);
+  CHECK(err.find("precomputing the chunk caches into " + store.string() + "\n") != std::string::npos);  // it was used
+  CHECK(fs::is_empty(tmp));  // and removed, with everything in it
 
   o.chunks = 20;
   o.chunk_tokens = 100;

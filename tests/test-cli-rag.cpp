@@ -190,12 +190,12 @@ TEST_CASE("cli rag: bad query lines and unknown passages fail naming file and li
 
 TEST_CASE("cli rag: a precompute killed mid-way resumes without redoing finished chunks") {
   MiniIndex m;
-  const std::string cmd = ragkv::test::ragkv_binary() + " precompute --threads 1 --index " + q(m.index) + " --store " +
-                          q(m.store) + " >/dev/null 2>&1";
+  const std::string cmd = ragkv::test::ragkv_in(m.dir.path) + " precompute --threads 1 --index " + q(m.index) +
+                          " --store " + q(m.store) + " >/dev/null 2>&1";
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   // Kill it (SIGKILL: no cleanup) once the prefix and two chunks are stored.

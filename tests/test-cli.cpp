@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
 #include "tests/test-util.h"
 
 namespace fs = std::filesystem;
@@ -39,7 +40,8 @@ TEST_CASE("cli: tokenize prints ids on one line") {
 }
 
 TEST_CASE("cli: bad input gives a one-line error and a non-zero exit") {
-  const fs::path dir = fs::temp_directory_path() / "ragkv-tests";
+  const ragkv::test::TempDir tmp("cli-bad-input");
+  const fs::path& dir = tmp.path;
   const std::string trunc = (dir / "cli-truncated.gguf").string();
   {
     std::vector<char> head(1 << 20);
@@ -73,9 +75,8 @@ TEST_CASE("cli: bad input gives a one-line error and a non-zero exit") {
 }
 
 TEST_CASE("cli: build-index and search on a small corpus, bad corpus lines named by file and line") {
-  const fs::path dir = fs::temp_directory_path() / "ragkv-tests" / "cli-index";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const ragkv::test::TempDir tmp("cli-index");
+  const fs::path& dir = tmp.path;
   const std::string corpus = (dir / "corpus.jsonl").string();
   {
     std::ofstream c(corpus);

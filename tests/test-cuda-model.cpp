@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "model/random-model.h"
 #include "cuda/cuda-backend.h"
+#include "tests/test-tempdir.h"
 
 namespace {
 
@@ -38,10 +39,9 @@ bool gpu_missing() {
   return true;
 }
 
-std::string default_shaped_model(const std::string& arch) {
-  const fs::path dir = fs::temp_directory_path() / "ragkv-tests";
-  fs::create_directories(dir);
-  const std::string path = (dir / ("cuda-e2e-" + arch + ".gguf")).string();
+// Written into the test's own directory.
+std::string default_shaped_model(const test::TempDir& dir, const std::string& arch) {
+  const std::string path = (dir.path / ("cuda-e2e-" + arch + ".gguf")).string();
   RandomModelSpec s;
   s.arch = arch;
   s.weight_type = GgmlType::F16;
@@ -69,11 +69,12 @@ double relative_l2(const std::vector<float>& got, const std::vector<float>& ref)
 
 TEST_CASE("cuda e2e: prefill logits and greedy tokens match the CPU on default-shaped models") {
   if (gpu_missing()) return;
+  const test::TempDir tmp("cuda-e2e");
   auto cpu = make_cpu_backend(2);
   auto gpu = make_cuda_backend(0);
   for (const char* arch : {"llama", "gemma3"}) {
     CAPTURE(arch);
-    const std::string path = default_shaped_model(arch);
+    const std::string path = default_shaped_model(tmp, arch);
     Model mc(path, *cpu), mg(path, *gpu);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 300; ++i) prompt.push_back((i * 37 + 11) % 256);

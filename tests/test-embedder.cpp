@@ -3,8 +3,6 @@
 // safetensors reader's errors on damaged files.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +16,7 @@
 #include "model/embedder.h"
 #include "model/wordpiece.h"
 #include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
 
 using namespace ragkv;
 namespace fs = std::filesystem;
@@ -58,17 +57,6 @@ double cosine(const float* a, const std::vector<float>& b) {
   for (size_t i = 0; i < b.size(); ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
   return ab / std::sqrt(aa * bb);
 }
-
-// A scratch directory removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("ragkv-test-embedder-" + std::to_string(getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 void write_bytes(const fs::path& p, const std::string& bytes) {
   std::ofstream f(p, std::ios::binary);
@@ -189,7 +177,7 @@ TEST_CASE("embedder: fingerprint names the model and is stable") {
 }
 
 TEST_CASE("embedder: a folder without its files fails naming the file") {
-  TempDir tmp;
+  const test::TempDir tmp("embedder");
   auto backend = make_cpu_backend(1);
   Embedder e;
   try {
@@ -203,7 +191,7 @@ TEST_CASE("embedder: a folder without its files fails naming the file") {
 }
 
 TEST_CASE("embedder: safetensors reader reads tensors; truncated files and bad headers fail naming the file") {
-  TempDir tmp;
+  const test::TempDir tmp("embedder");
   std::string data(24 + 4, '\0');
   const float vals[6] = {1, 2, 3, 4, 5, 6};
   std::memcpy(data.data(), vals, 24);

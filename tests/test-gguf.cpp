@@ -14,17 +14,15 @@
 #include "format/gguf.h"
 #include "model/model-config.h"
 #include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
 
 namespace fs = std::filesystem;
 using namespace ragkv;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "ragkv-tests";
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
+// name in the test's own directory.
+std::string temp_path(const test::TempDir& dir, const std::string& name) { return (dir.path / name).string(); }
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -42,6 +40,7 @@ void write_bytes(const std::string& path, const std::vector<char>& bytes) {
 }  // namespace
 
 TEST_CASE("gguf: writer and reader round trip metadata and tensors") {
+  const test::TempDir tmp("gguf");
   GgufWriter w;
   w.set("general.architecture", "llama");
   w.set_u32("llama.block_count", 7);
@@ -54,7 +53,7 @@ TEST_CASE("gguf: writer and reader round trip metadata and tensors") {
   for (size_t i = 0; i < vals.size(); ++i) vals[i] = float(i) * 0.5f;
   w.add_tensor_f32("m", {5, 3}, vals);
   w.add_tensor_f32("v", {7}, std::vector<float>(7, 1.f));
-  const std::string path = temp_path("roundtrip.gguf");
+  const std::string path = temp_path(tmp, "roundtrip.gguf");
   w.write(path);
 
   GgufFile g(path);
@@ -78,9 +77,10 @@ TEST_CASE("gguf: writer and reader round trip metadata and tensors") {
 }
 
 TEST_CASE("gguf: wrong types and missing keys name the key") {
+  const test::TempDir tmp("gguf");
   GgufWriter w;
   w.set("s", "text");
-  const std::string path = temp_path("types.gguf");
+  const std::string path = temp_path(tmp, "types.gguf");
   w.write(path);
   GgufFile g(path);
   CHECK(error_of([&] { g.get_int("s"); }).find("'s' is string") != std::string::npos);
@@ -89,13 +89,14 @@ TEST_CASE("gguf: wrong types and missing keys name the key") {
 }
 
 TEST_CASE("gguf: a missing, empty, foreign or truncated file is refused with a clear error") {
+  const test::TempDir tmp("gguf");
   CHECK(error_of([] { GgufFile g("/nonexistent/model.gguf"); }).find("cannot open") != std::string::npos);
 
-  const std::string empty = temp_path("empty.gguf");
+  const std::string empty = temp_path(tmp, "empty.gguf");
   write_bytes(empty, {});
   CHECK(error_of([&] { GgufFile g(empty); }).find("not a GGUF file") != std::string::npos);
 
-  const std::string foreign = temp_path("foreign.gguf");
+  const std::string foreign = temp_path(tmp, "foreign.gguf");
   write_bytes(foreign, std::vector<char>(4096, 'x'));
   CHECK(error_of([&] { GgufFile g(foreign); }).find("bad magic") != std::string::npos);
 
@@ -104,7 +105,7 @@ TEST_CASE("gguf: a missing, empty, foreign or truncated file is refused with a c
   REQUIRE_MESSAGE(fs::exists(model), "run `make setup` first: " << model);
   std::vector<char> head(4 << 20);
   std::ifstream(model, std::ios::binary).read(head.data(), std::streamsize(head.size()));
-  const std::string cut = temp_path("truncated.gguf");
+  const std::string cut = temp_path(tmp, "truncated.gguf");
   write_bytes(cut, head);
   const std::string msg = error_of([&] { GgufFile g(cut); });
   CHECK(msg.find("not within the file bounds") != std::string::npos);
@@ -127,10 +128,11 @@ TEST_CASE("gguf: a missing, empty, foreign or truncated file is refused with a c
 }
 
 TEST_CASE("gguf: an unsupported architecture or tensor type is refused by name") {
+  const test::TempDir tmp("gguf");
   GgufWriter w;
   w.set("general.architecture", "mamba");
   w.add_tensor("blk.0.attn_q.weight", GgmlType::IQ2_XS, {256, 1}, std::vector<uint8_t>(ggml_block_bytes(GgmlType::IQ2_XS)));
-  const std::string path = temp_path("unsupported.gguf");
+  const std::string path = temp_path(tmp, "unsupported.gguf");
   w.write(path);
   GgufFile g(path);
   CHECK(error_of([&] { ModelConfig::from_gguf(g); }).find("architecture 'mamba' is not supported") != std::string::npos);

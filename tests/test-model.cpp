@@ -17,16 +17,16 @@
 #include "model/model.h"
 #include "model/random-model.h"
 #include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
 
 namespace fs = std::filesystem;
 using namespace ragkv;
 
 namespace {
 
-std::string random_model(const std::string& arch, GgmlType wtype = GgmlType::F32) {
-  const fs::path dir = fs::temp_directory_path() / "ragkv-tests";
-  fs::create_directories(dir);
-  const std::string path = (dir / ("random-" + arch + "-" + ggml_type_name(wtype) + ".gguf")).string();
+// A small random model of arch written into the test's own directory.
+std::string random_model(const test::TempDir& dir, const std::string& arch, GgmlType wtype = GgmlType::F32) {
+  const std::string path = (dir.path / ("random-" + arch + "-" + ggml_type_name(wtype) + ".gguf")).string();
   RandomModelSpec s;
   s.arch = arch;
   s.n_layer = 3;
@@ -51,10 +51,11 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_CASE("model: batched prefill equals token-by-token decoding (llama, qwen2, gemma3)") {
+  const test::TempDir tmp("model");
   auto backend = make_cpu_backend(2);
   for (const char* arch : {"llama", "qwen2", "gemma3"}) {
     CAPTURE(arch);
-    Model m(random_model(arch), *backend);
+    Model m(random_model(tmp, arch), *backend);
     std::vector<int32_t> ids;
     for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 11) % 256);  // longer than gemma's window of 8
 
@@ -75,11 +76,12 @@ TEST_CASE("model: batched prefill equals token-by-token decoding (llama, qwen2, 
 }
 
 TEST_CASE("model: f16, bf16 and Q8_0 weights load and give close logits to f32") {
+  const test::TempDir tmp("model");
   auto backend = make_cpu_backend(2);
   std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8};
   std::vector<float> ref;
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
-    Model m(random_model("llama", t), *backend);
+    Model m(random_model(tmp, "llama", t), *backend);
     KvCache kv = m.new_kv_cache(16);
     Workspace ws;
     auto logits = m.forward(ids, kv, ws);
@@ -90,8 +92,9 @@ TEST_CASE("model: f16, bf16 and Q8_0 weights load and give close logits to f32")
 }
 
 TEST_CASE("model: a prompt longer than the context is refused") {
+  const test::TempDir tmp("model");
   auto backend = make_cpu_backend(1);
-  Model m(random_model("llama"), *backend);
+  Model m(random_model(tmp, "llama"), *backend);
   std::vector<int32_t> ids(200, 5);  // the random model's context is 128
   GenerateOptions opt;
   opt.max_tokens = 4;

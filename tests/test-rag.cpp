@@ -82,12 +82,11 @@ struct StoreDir {
     const PrecomputeStats st = precompute_chunks(*f.model, *f.format, store, f.all());
     REQUIRE(st.computed == f.chunks.size());
   }
-  // A private copy the test may damage.
-  fs::path copy(const std::string& name) const {
-    const fs::path p = fs::temp_directory_path() / fmt::format("ragkv-{}-{}", name, ::getpid());
-    fs::remove_all(p);
-    fs::copy(dir.path, p, fs::copy_options::recursive);
-    return p;
+  // A private copy the test may damage, in a TempDir of its own (removed when it goes out of scope).
+  test::TempDir copy(const std::string& name) const {
+    test::TempDir c(name);
+    fs::copy(dir.path, c.path, fs::copy_options::recursive);
+    return c;
   }
 };
 
@@ -217,7 +216,8 @@ TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, neve
   const std::string fp = CacheKeys(*f.model, *f.format).model_fingerprint();
   const auto ctx = f.pick({0, 1, 2, 3});
   // Reference: chunks 2 and 3 have no cache at all.
-  const fs::path missing = store_dir().copy("rag-missing");
+  const test::TempDir missing_copy = store_dir().copy("rag-missing");
+  const fs::path& missing = missing_copy.path;
   {
     const KvStore s = KvStore::open_for_read(missing, fp);
     fs::remove(chunk_file(s, f.chunks[2]));
@@ -232,7 +232,8 @@ TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, neve
 
   // Chunk 2 has a flipped byte in a middle layer (found while loading), chunk 3 is cut short
   // (found at open).
-  const fs::path bad = store_dir().copy("rag-bad");
+  const test::TempDir bad_copy = store_dir().copy("rag-bad");
+  const fs::path& bad = bad_copy.path;
   {
     const KvStore s = KvStore::open_for_read(bad, fp);
     const fs::path p2 = chunk_file(s, f.chunks[2]), p3 = chunk_file(s, f.chunks[3]);
@@ -260,14 +261,13 @@ TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, neve
       CHECK(r.output_ids == ref.output_ids);
     }
   }
-  fs::remove_all(missing);
-  fs::remove_all(bad);
 }
 
 TEST_CASE("rag: a store of another model is never used") {
   Fixture& f = fixture();
   const std::string fp = CacheKeys(*f.model, *f.format).model_fingerprint();
-  const fs::path other = store_dir().copy("rag-foreign");
+  const test::TempDir other_copy = store_dir().copy("rag-foreign");
+  const fs::path& other = other_copy.path;
   {
     auto j = nlohmann::json::parse(std::ifstream(other / "store.json"));
     j["model_fingerprint"] = "llama-0000000000000000";
@@ -283,7 +283,6 @@ TEST_CASE("rag: a store of another model is never used") {
   CHECK(a.cache.hits() == 0);
   CHECK(a.cache.misses == 3);
   CHECK(a.first_logits == b.first_logits);
-  fs::remove_all(other);
 }
 
 TEST_CASE("rag: precompute resumes without redoing stored chunks") {

@@ -7,13 +7,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include <unistd.h>
-
 #include "util/error.h"
 #include "format/gguf-writer.h"
 #include "format/gguf.h"
 #include "model/tokenizer.h"
 #include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
 
 namespace {
 
@@ -67,9 +66,9 @@ void check_golden(const Tokenizer& tok, const nlohmann::json& g) {
   CHECK(n_roundtrip >= 30);
 }
 
-std::filesystem::path temp_gguf(const std::string& stem) {
-  return std::filesystem::temp_directory_path() /
-         (stem + "-" + std::to_string(::getpid()) + ".gguf");
+// stem.gguf in the test's own directory.
+std::filesystem::path temp_gguf(const ragkv::test::TempDir& dir, const std::string& stem) {
+  return dir.path / (stem + ".gguf");
 }
 
 // A tiny byte-level vocabulary: the 256 byte symbols, merges t+h, th+e, Ġ+t, then specials.
@@ -182,7 +181,8 @@ TEST_CASE("tokenizer: concurrent encodes agree") {
 }
 
 TEST_CASE("tokenizer: tiny byte-level BPE merges, specials and pre-tokenizer names") {
-  const auto path = temp_gguf("ragkv-tiny-bpe");
+  const ragkv::test::TempDir tmp("tokenizer");
+  const auto path = temp_gguf(tmp, "tiny-bpe");
   tiny_bpe_writer("gpt2").write(path.string());
   {
     GgufFile gguf(path.string());
@@ -220,7 +220,8 @@ TEST_CASE("tokenizer: tiny byte-level BPE merges, specials and pre-tokenizer nam
 }
 
 TEST_CASE("tokenizer: an unknown tokenizer.ggml.model is refused, naming it") {
-  const auto path = temp_gguf("ragkv-unknown-tokenizer");
+  const ragkv::test::TempDir tmp("tokenizer");
+  const auto path = temp_gguf(tmp, "unknown-tokenizer");
   ragkv::GgufWriter w;
   w.set("general.architecture", "llama");
   w.set("tokenizer.ggml.model", "rwkv-world");

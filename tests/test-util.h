@@ -19,6 +19,7 @@
 #include "format/gguf.h"
 #include "model/tokenizer.h"
 #include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
 
 namespace ragkv::test {
 
@@ -50,12 +51,21 @@ struct Run {
   std::string out, err;
 };
 
-// Runs `ragkv ARGS` through the shell (ARGS is shell text); stderr goes through a file of its own.
+// Shell text that runs the ragkv binary inside dir, as the shell's own process (exec, so a signal
+// to the shell's pid reaches ragkv): the working directory is dir (so a relative path never lands
+// in the source tree, ctest's working directory) and TMPDIR points there; the default models are
+// still the source tree's (RAGKV_MODELS, unless already set). Append the arguments.
+inline std::string ragkv_in(const std::filesystem::path& dir) {
+  return fmt::format("cd '{0}' && export TMPDIR='{0}' RAGKV_MODELS=\"${{RAGKV_MODELS:-{1}}}\" && exec {2}", dir.string(),
+                     (source_dir() / "models").string(), ragkv_binary());
+}
+
+// Runs `ragkv ARGS` through the shell (ARGS is shell text) in a TempDir of its own (ragkv_in);
+// stderr goes through a file there.
 inline Run run_ragkv(const std::string& args) {
-  static int counter = 0;
-  const std::filesystem::path err_file =
-      std::filesystem::temp_directory_path() / fmt::format("ragkv-stderr-{}-{}.txt", ::getpid(), counter++);
-  const std::string cmd = ragkv_binary() + " " + args + " 2>" + err_file.string();
+  const TempDir scratch("run");
+  const std::filesystem::path err_file = scratch.path / "stderr.txt";
+  const std::string cmd = ragkv_in(scratch.path) + " " + args + " 2>'" + err_file.string() + "'";
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -66,8 +76,6 @@ inline Run run_ragkv(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   std::ifstream e(err_file);
   r.err.assign(std::istreambuf_iterator<char>(e), {});
-  std::error_code ec;
-  std::filesystem::remove(err_file, ec);
   return r;
 }
 
