@@ -15,15 +15,19 @@
 
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
+#include "eval/gate.h"
 #include "eval/metrics.h"
 #include "eval/records.h"
 #include "eval/report.h"
 #include "eval/scoring.h"
+#include "eval/tradeoff-plot.h"
 #include "kv/kv-tiers.h"
 #include "model/model.h"
 #include "rag/answer.h"
 #include "rag/cache-keys.h"
 #include "rag/context.h"
+#include "rag/mode-spec.h"
+#include "rag/selection.h"
 #include "rag/precompute.h"
 #include "rag/queries.h"
 #include "model/embedder.h"
@@ -46,6 +50,9 @@ struct RagFlags {  // shared by answer and eval
   size_t top_k = 5, limit = 0;
   double recompute_ratio = 0.15;
   int check_layers = 3;
+  std::vector<int> check_at;
+  std::string select = "auto";
+  int sink_tokens = 0;
   int max_tokens = 32;
   DeviceFlags dev;
 };
@@ -67,8 +74,9 @@ class RagCommands : public CommandFamily {
   std::string an_mode, an_out, an_compare, an_summary;
   // eval
   RagFlags ev;
-  std::string ev_modes = "blend", ev_baseline = "full", ev_report, ev_answers;
-  double ev_min_quality = 0.9;
+  std::string ev_modes = "blend", ev_baseline = "full", ev_report, ev_answers, ev_junit;
+  std::vector<double> ev_sweep;
+  GateThresholds ev_gate;
   bool ev_resume = false;
 
   int run_precompute();
@@ -89,11 +97,28 @@ CLI::Validator modes_validator() {
       [](std::string& s) -> std::string {
         const auto modes = split_modes(s);
         if (modes.empty()) return "no mode given";
-        for (const auto& m : modes)
-          if (!is_reuse_mode(m)) return "unknown mode '" + m + "' (expected " + reuse_mode_list() + ")";
+        for (const auto& m : modes) {
+          try {
+            parse_mode_spec(m);
+          } catch (const Error& e) {
+            return e.what();
+          }
+        }
         return "";
       },
-      "MODE[,MODE...]");
+      "MODE[/METHOD][@R][,...]");
+}
+CLI::Validator mode_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          parse_mode_spec(s);
+        } catch (const Error& e) {
+          return e.what();
+        }
+        return "";
+      },
+      "MODE[/METHOD][@R]");
 }
 
 // Everything answer and eval need: queries, index, model, store, retriever.
@@ -137,11 +162,22 @@ struct Pipeline {
     answerer = std::make_unique<RagAnswerer>(*model, *format, tiers.get());
   }
 
-  AnswerOptions options(const RagFlags& f, ReuseMode mode) const {
+  // The blend parameters the flags give a variant that names no method or ratio; --select auto
+  // is the default method of the model's architecture.
+  BlendParams blend_defaults(const RagFlags& f) const {
+    BlendParams b;
+    b.recompute_ratio = f.recompute_ratio;
+    b.check_layers = f.check_layers;
+    b.check_at = f.check_at;
+    b.selection = f.select == "auto" ? default_selection(model->config()) : parse_selection(f.select);
+    b.sink_tokens = f.sink_tokens;
+    return b;
+  }
+
+  AnswerOptions options(const RagFlags& f, const ModeSpec& spec) const {
     AnswerOptions o;
-    o.mode = mode;
-    o.blend.recompute_ratio = f.recompute_ratio;
-    o.blend.check_layers = f.check_layers;
+    o.mode = spec.mode;
+    o.blend = spec.blend(blend_defaults(f));
     o.gen.max_tokens = f.max_tokens;
     return o;
   }
@@ -157,6 +193,11 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
   c->add_option("--top-k", f.top_k, "Chunks retrieved per question (queries with \"passages\" use those)")->check(CLI::Range(1, 1000))->capture_default_str();
   c->add_option("--recompute-ratio", f.recompute_ratio, "blend: fraction of reused tokens recomputed per layer")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   c->add_option("--check-layers", f.check_layers, "blend: layers 1..N select HKVD tokens by gradual filtering (1: one check layer)")->check(CLI::Range(1, 1024))->capture_default_str();
+  c->add_option("--check-at", f.check_at, "blend: explicit check layers, ascending, comma-separated (instead of 1..N)")->delimiter(',')->check(CLI::Range(1, 1 << 16));
+  std::vector<std::string> methods = selection_names();
+  methods.insert(methods.begin(), "auto");
+  c->add_option("--select", f.select, "blend: how tokens to recompute are chosen (auto: the default of the model's architecture)")->check(CLI::IsMember(methods))->capture_default_str();
+  c->add_option("--sink-tokens", f.sink_tokens, "blend sink methods: first tokens per chunk recomputed (0: ceil(r x chunk) for sink, 4 with +v)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   c->add_option("--max-tokens", f.max_tokens, "Maximum answer tokens")->check(CLI::Range(1, 4096))->capture_default_str();
   c->add_option("--limit", f.limit, "Answer only the first N queries (0: all)")->check(CLI::NonNegativeNumber);
   c->add_option("--on-error", f.on_error, "Bad query lines and unanswerable queries: fail, or skip and count")->check(CLI::IsMember(on_error_names()))->capture_default_str();
@@ -195,19 +236,24 @@ void RagCommands::add_to(CLI::App& app) {
   answer_ = app.add_subcommand("answer", "Answer a query file with retrieval and chunk-KV reuse (ANSWERS.jsonl)");
   add_rag_flags(answer_, an);
   answer_->add_option("--store", an.store, "Chunk-cache store (precompute); without it every mode computes in full");
-  answer_->add_option("--mode", an_mode, "full, prefix, reuse or blend (default: blend with --store, else full)")
-      ->check(CLI::IsMember(reuse_mode_names()));
+  answer_->add_option("--mode", an_mode, "full, prefix, reuse or blend[/METHOD][@R] (default: blend with --store, else full)")
+      ->check(mode_validator());
   answer_->add_option("--out", an_out, "ANSWERS.jsonl to write (default: stdout)");
   answer_->add_option("--compare", an_compare, "Also answer in this mode and score against it (e.g. full)")
-      ->check(CLI::IsMember(reuse_mode_names()));
+      ->check(mode_validator());
   answer_->add_option("--summary", an_summary, "Write the per-mode summary JSON here too");
 
   eval_ = app.add_subcommand("eval", "Quality gate: each mode against a baseline on the same chunks");
   add_rag_flags(eval_, ev);
   eval_->add_option("--store", ev.store, "Chunk-cache store (precompute)")->required();
-  eval_->add_option("--modes", ev_modes, "Modes to evaluate, comma-separated")->check(modes_validator())->capture_default_str();
-  eval_->add_option("--baseline", ev_baseline, "Baseline mode")->check(CLI::IsMember(reuse_mode_names()))->capture_default_str();
-  eval_->add_option("--min-quality-ratio", ev_min_quality, "Exit 1 when a mode's gold-F1 ratio to the baseline is below this")->check(CLI::Range(0.0, 10.0))->capture_default_str();
+  eval_->add_option("--modes", ev_modes, "Modes to evaluate, comma-separated: full, prefix, reuse, blend[/METHOD][@R]; reuse is added as the reference of recovery")->check(modes_validator())->capture_default_str();
+  eval_->add_option("--baseline", ev_baseline, "Baseline mode")->check(mode_validator())->capture_default_str();
+  eval_->add_option("--sweep", ev_sweep, "Recompute ratios: every blend mode without @R is run at each (e.g. 0,0.05,0.1,0.15,0.2,0.3,0.5)")->delimiter(',')->check(CLI::Range(0.0, 1.0));
+  eval_->add_option("--min-agreement", ev_gate.min_agreement, "Gate: first-token agreement with the baseline, lower 95 % bound, at least this (0: off)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  eval_->add_option("--max-kl", ev_gate.max_kl, "Gate: first-token KL to the baseline, upper 95 % bound, at most this (negative: off)")->capture_default_str();
+  eval_->add_option("--min-recovery", ev_gate.min_recovery, "Gate: recovery of reuse's first-token KL and agreement damage, lower 95 % bound, at least this (negative: off)")->capture_default_str();
+  eval_->add_option("--min-quality-ratio", ev_gate.min_quality_ratio, "Gate: gold-F1 ratio to the baseline at least this (0: off; information otherwise)")->check(CLI::Range(0.0, 10.0))->capture_default_str();
+  eval_->add_option("--junit", ev_junit, "Write the gate's checks as JUnit XML here (one test case per mode and threshold)");
   eval_->add_option("--report", ev_report, "Report file: Markdown when it ends in .md, else JSON");
   eval_->add_option("--answers", ev_answers, "Write every mode's answers per query here (JSONL)");
   eval_->add_flag("--resume", ev_resume, "Keep the queries already answered in --answers (a finished or interrupted run) and answer the rest");
@@ -279,9 +325,9 @@ int RagCommands::run_precompute() {
 
 int RagCommands::run_answer() {
   Pipeline p(an, false);
-  const ReuseMode mode = !an_mode.empty() ? parse_reuse_mode(an_mode) : p.store ? ReuseMode::blend : ReuseMode::full;
+  const ModeSpec mode = !an_mode.empty() ? parse_mode_spec(an_mode) : ModeSpec(p.store ? ReuseMode::blend : ReuseMode::full);
   const bool compare = !an_compare.empty();
-  const ReuseMode compare_mode = compare ? parse_reuse_mode(an_compare) : ReuseMode::full;
+  const ModeSpec compare_mode = compare ? parse_mode_spec(an_compare) : ModeSpec(ReuseMode::full);
   LineWriter out(an_out);
   ModeTotals tot;
   size_t skipped = 0;
@@ -291,6 +337,7 @@ int RagCommands::run_answer() {
       const RagContext ctx = p.retriever->context_for(q);
       AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, p.options(an, mode));
       r.retrieval_ms = ctx.retrieval_ms;
+      r.mode = mode.name();
       json m = r.metrics();
       json line = {{"id", q.id}, {"answer", r.answer}, {"mode", r.mode}, {"chunks", r.chunk_ids}};
       ++tot.n;
@@ -312,7 +359,7 @@ int RagCommands::run_answer() {
       }
       if (compare) {
         const AnswerRecord b = p.answerer->answer(q.question, ctx.chunks, p.options(an, compare_mode));
-        const std::string key = reuse_mode_name(compare_mode);
+        const std::string key = compare_mode.name();
         const Agreement a = score_against_baseline(r.answer, r.output_ids, b.answer, b.output_ids);
         line[key + "_answer"] = b.answer;
         m["f1_vs_" + key] = a.f1;
@@ -334,9 +381,9 @@ int RagCommands::run_answer() {
   }
   bar.finish();
   out.close();
-  json summary = {{"mode", reuse_mode_name(mode)}, {"skipped_lines", p.queries.skipped.size()}, {"skipped_queries", skipped}};
+  json summary = {{"mode", mode.name()}, {"skipped_lines", p.queries.skipped.size()}, {"skipped_queries", skipped}};
   summary.update(tot.to_json());
-  if (compare) summary["compare"] = reuse_mode_name(compare_mode);
+  if (compare) summary["compare"] = compare_mode.name();
   std::fprintf(stderr, "ragkv: answer summary: %s\n", summary.dump().c_str());
   if (!an_summary.empty()) write_file_atomic(an_summary, {summary.dump(2) + "\n"});
   return 0;
@@ -345,11 +392,48 @@ int RagCommands::run_answer() {
 int RagCommands::run_eval() {
   if (ev_resume && ev_answers.empty()) fail("--resume needs --answers FILE (the records to resume from)");
   Pipeline p(ev, true);
-  const std::vector<std::string> modes = split_modes(ev_modes);
-  EvalSettings settings{CacheKeys(*p.model, *p.format).model_fingerprint(), ev_baseline, {ev_baseline},
-                        ev.recompute_ratio, ev.check_layers, ev.max_tokens, ev.top_k};
-  for (const auto& m : modes)
-    if (m != ev_baseline) settings.modes.push_back(m);
+  // The variants: --modes as given, each blend variant without a ratio once per --sweep ratio,
+  // and reuse — the reference recovery is measured against — when not given (not gated then).
+  const ModeSpec baseline = parse_mode_spec(ev_baseline);
+  std::vector<ModeSpec> specs;
+  auto add = [&](const ModeSpec& s) {
+    if (s.name() == baseline.name()) return;
+    for (const ModeSpec& o : specs)
+      if (o.name() == s.name()) return;
+    specs.push_back(s);
+  };
+  for (const std::string& m : split_modes(ev_modes)) {
+    const ModeSpec s = parse_mode_spec(m);
+    if (s.mode == ReuseMode::blend && !s.ratio && !ev_sweep.empty()) {
+      for (double r : ev_sweep) add(ModeSpec(s.mode, s.selection, r));
+    } else {
+      add(s);
+    }
+  }
+  std::vector<std::string> gated;
+  for (const ModeSpec& s : specs) gated.push_back(s.name());
+  const std::string reference = "reuse";
+  if (baseline.name() != reference) add(ModeSpec(ReuseMode::reuse));
+
+  const BlendParams defaults = p.blend_defaults(ev);
+  EvalSettings settings;
+  settings.model_fingerprint = CacheKeys(*p.model, *p.format).model_fingerprint();
+  settings.baseline = baseline.name();
+  settings.modes = {baseline.name()};
+  settings.recompute_ratio = ev.recompute_ratio;
+  settings.check_layers = ev.check_layers;
+  settings.max_tokens = ev.max_tokens;
+  settings.top_k = ev.top_k;
+  settings.selection = selection_name(defaults.selection);
+  settings.sink_tokens = ev.sink_tokens;
+  settings.check_at = ev.check_at;
+  std::map<std::string, ModeSpec> spec_of{{baseline.name(), baseline}};
+  std::map<std::string, double> nominal;
+  for (const ModeSpec& s : specs) {
+    settings.modes.push_back(s.name());
+    spec_of.emplace(s.name(), s);
+    if (s.mode == ReuseMode::blend) nominal[s.name()] = s.blend(defaults).recompute_ratio;
+  }
 
   // --resume: keep the records of the latest run, interrupted (FILE.partial) or finished (FILE).
   std::vector<EvalItem> items;
@@ -382,7 +466,7 @@ int RagCommands::run_eval() {
       for (const Chunk* c : ctx.chunks) chunk_ids.push_back(c->id);
       std::map<std::string, AnswerRecord> by_mode;
       for (const auto& m : settings.modes) {
-        AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, p.options(ev, parse_reuse_mode(m)));
+        AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, p.options(ev, spec_of.at(m)));
         r.retrieval_ms = ctx.retrieval_ms;
         by_mode.emplace(m, std::move(r));
         bar.add();
@@ -399,16 +483,30 @@ int RagCommands::run_eval() {
   bar.finish();
   if (answers) answers->close();
   if (items.empty()) fail("{}: no query could be answered", ev.queries);
-  json summary = eval_summary(items, ev_baseline, modes);
+  std::vector<std::string> order(settings.modes.begin() + 1, settings.modes.end());
+  json summary = eval_summary(items, baseline.name(), order, reference, nominal);
   summary["skipped_lines"] = p.queries.skipped.size();
   summary["skipped_queries"] = skipped;
-  summary["min_quality_ratio"] = ev_min_quality;
-  if (!ev_report.empty())
-    write_file_atomic(ev_report, {fs::path(ev_report).extension() == ".md" ? eval_markdown(summary) : summary.dump(2) + "\n"});
+  summary["selection"] = settings.selection;
+  const std::vector<GateCheck> checks = gate_checks(summary, ev_gate, gated);
+  summary["gate"] = gate_json(checks, ev_gate);
+  if (!ev_report.empty()) {
+    const fs::path report(ev_report);
+    std::string picture;
+    if (report.extension() == ".md" && has_sweep(summary)) {
+      const TradeoffPlot plot = write_tradeoff_plot(summary, report.parent_path() / report.stem());
+      if (plot.svg.empty())
+        std::fprintf(stderr, "ragkv: eval: no picture (%s); its data and gnuplot script are %s, %s\n", plot.note.c_str(),
+                     plot.data.c_str(), plot.script.c_str());
+      else
+        picture = plot.svg.filename().string();
+    }
+    write_file_atomic(report, {report.extension() == ".md" ? eval_markdown(summary, picture) : summary.dump(2) + "\n"});
+  }
+  if (!ev_junit.empty()) write_file_atomic(ev_junit, {gate_junit(checks, "ragkv-eval")});
   std::cout << summary.dump(2) << "\n";
-  const auto failures = eval_failures(summary, ev_min_quality);
-  for (const auto& f : failures) std::fprintf(stderr, "ragkv: eval: below the quality gate: %s\n", f.c_str());
-  return failures.empty() ? 0 : 1;
+  for (const std::string& line : gate_verdict_lines(checks)) std::fprintf(stderr, "ragkv: eval gate: %s\n", line.c_str());
+  return gate_passed(checks) ? 0 : 1;
 }
 
 }  // namespace

@@ -217,4 +217,34 @@ MeanInterval bootstrap_mean_difference(std::span<const double> a, std::span<cons
   return bootstrap_mean(d, resamples, seed);
 }
 
+RecoveryInterval bootstrap_recovery(std::span<const double> damage_ref, std::span<const double> damage_mode,
+                                    int resamples, uint64_t seed) {
+  if (damage_ref.size() != damage_mode.size())
+    fail("recovery: samples differ in size ({} vs {})", damage_ref.size(), damage_mode.size());
+  if (resamples < 1) fail("bootstrap: resamples must be at least 1, got {}", resamples);
+  RecoveryInterval r;
+  const size_t n = damage_ref.size();
+  const double ref = std::accumulate(damage_ref.begin(), damage_ref.end(), 0.0);
+  if (n == 0 || !(ref > 0)) return r;
+  r.defined = true;
+  r.mean = 1.0 - std::accumulate(damage_mode.begin(), damage_mode.end(), 0.0) / ref;
+  std::mt19937_64 rng(seed);
+  std::vector<double> stats;
+  stats.reserve(static_cast<size_t>(resamples));
+  for (int s = 0; s < resamples; ++s) {
+    double a = 0, b = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = rng() % n;
+      a += damage_ref[i];
+      b += damage_mode[i];
+    }
+    if (a > 0) stats.push_back(1.0 - b / a);
+  }
+  if (stats.empty()) return r;
+  std::sort(stats.begin(), stats.end());
+  r.lo = percentile(stats, 0.025);
+  r.hi = percentile(stats, 0.975);
+  return r;
+}
+
 }  // namespace ragkv

@@ -47,4 +47,16 @@ MeanInterval bootstrap_mean(std::span<const double> x, int resamples = 2000, uin
 MeanInterval bootstrap_mean_difference(std::span<const double> a, std::span<const double> b, int resamples = 2000,
                                        uint64_t seed = 1);
 
+// Recovery (FusionRAG's normalised score, ANCHORS.md): the share of a reference's damage that a
+// mode repairs, 1 − mean(damage_mode) / mean(damage_ref) — 0 no better than the reference (reuse),
+// 1 as good as the baseline (full). Paired percentile bootstrap over the queries, deterministic
+// for a seed; resamples whose reference damage is 0 have no recovery and are left out.
+// `defined` is false when the reference does no damage at all on the sample (mean 0).
+struct RecoveryInterval {
+  bool defined = false;
+  double mean = 0, lo = 0, hi = 0;
+};
+RecoveryInterval bootstrap_recovery(std::span<const double> damage_ref, std::span<const double> damage_mode,
+                                    int resamples = 2000, uint64_t seed = 1);
+
 }  // namespace ragkv

@@ -13,9 +13,13 @@ namespace ragkv {
 using nlohmann::json;
 
 json EvalSettings::to_json() const {
-  return {{"model", model_fingerprint}, {"baseline", baseline},         {"modes", modes},
-          {"recompute_ratio", recompute_ratio}, {"check_layers", check_layers}, {"max_tokens", max_tokens},
-          {"top_k", top_k}};
+  json j = {{"model", model_fingerprint}, {"baseline", baseline},         {"modes", modes},
+            {"recompute_ratio", recompute_ratio}, {"check_layers", check_layers}, {"max_tokens", max_tokens},
+            {"top_k", top_k}};
+  if (selection != "kv") j["selection"] = selection;
+  if (sink_tokens != 0) j["sink_tokens"] = sink_tokens;
+  if (!check_at.empty()) j["check_at"] = check_at;
+  return j;
 }
 
 json eval_record(const std::string& id, const std::vector<std::string>& golds,
@@ -51,6 +55,8 @@ EvalItem eval_item_of(const json& record, const EvalSettings& settings) {
     a.prefill_ms = mt.at("prefill_ms").get<double>();
     a.load_ms = mt.at("load_ms").get<double>();
     a.load_hidden_ms = mt.at("load_hidden_ms").get<double>();
+    const json real = mt.value("real_compute_fraction", json());
+    a.real_compute = real.is_number() ? real.get<double>() : -1.0;
     a.cache_bad = mt.at("cache_bad").get<int>();
     a.cache_misses = mt.at("cache_misses").get<int>();
     item.by_mode.emplace(m, std::move(a));

@@ -16,10 +16,16 @@ namespace ragkv {
 // What a record depends on beyond the query: resuming under other settings is refused.
 struct EvalSettings {
   std::string model_fingerprint, baseline;
-  std::vector<std::string> modes;  // baseline first
+  std::vector<std::string> modes;  // mode spec names (rag/mode-spec.h), baseline first
   double recompute_ratio = 0;
   int check_layers = 0, max_tokens = 0;
   size_t top_k = 0;
+  // Selection defaults of blend variants that name no method. Recorded only where they differ
+  // from the defaults of earlier versions (kv, no sinks, check layers 1..N), so their records
+  // still resume.
+  std::string selection = "kv";
+  int sink_tokens = 0;
+  std::vector<int> check_at;
   nlohmann::json to_json() const;
 };
 
@@ -29,6 +35,7 @@ struct EvalAnswer {
   std::vector<int32_t> output_ids;
   double kl_first_token = 0;  // KL(baseline ‖ this mode) of the first decoding step
   double recompute_fraction = 0, ttft_ms = 0, prefill_ms = 0, load_ms = 0, load_hidden_ms = 0;
+  double real_compute = -1;  // recomputed over reused token-layers; -1 in records made before it
   int cache_bad = 0, cache_misses = 0;
 };
 

@@ -22,14 +22,28 @@ double mean(const std::vector<double>& v) {
 nlohmann::json interval_json(const MeanInterval& m) { return {{"mean", m.mean}, {"lo", m.lo}, {"hi", m.hi}}; }
 
 struct ModeScores {
-  std::vector<double> f1, em, f1_vs_base, rouge_vs_base, first_tok, identical, kl, recompute, ttft, prefill, load, hidden;
+  std::vector<double> f1, em, f1_vs_base, rouge_vs_base, first_tok, identical, kl, recompute, real, ttft, prefill, load,
+      hidden;
+  bool real_known = true;  // every record has the real compute fraction
   double cache_bad = 0, cache_misses = 0;
 };
+
+nlohmann::json recovery_json(const RecoveryInterval& r) {
+  if (!r.defined) return nullptr;
+  return {{"mean", r.mean}, {"lo", r.lo}, {"hi", r.hi}};
+}
+
+std::vector<double> one_minus(const std::vector<double>& v) {
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = 1.0 - v[i];
+  return out;
+}
 
 }  // namespace
 
 nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::string& baseline,
-                            const std::vector<std::string>& modes) {
+                            const std::vector<std::string>& modes, const std::string& reference,
+                            const std::map<std::string, double>& nominal) {
   std::vector<std::string> all{baseline};
   for (const auto& m : modes)
     if (m != baseline) all.push_back(m);
@@ -53,6 +67,8 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
       s.identical.push_back(a.identical ? 1.0 : 0.0);
       s.kl.push_back(r.kl_first_token);
       s.recompute.push_back(r.recompute_fraction);
+      s.real.push_back(r.real_compute);
+      s.real_known = s.real_known && r.real_compute >= 0;
       s.ttft.push_back(r.ttft_ms);
       s.prefill.push_back(r.prefill_ms);
       s.load.push_back(r.load_ms);
@@ -63,6 +79,8 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
   }
 
   nlohmann::json out = {{"baseline", baseline}, {"queries", items.size()}, {"gold_answers", gold}};
+  const bool with_reference = !reference.empty() && sc.count(reference);
+  if (with_reference) out["reference"] = reference;
   nlohmann::json jm = nlohmann::json::object();
   const ModeScores& b = sc[baseline];
   const double base_f1 = mean(b.f1), base_ttft = mean(b.ttft);
@@ -77,6 +95,8 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
                         {"identical_output", mean(s.identical)},
                         {"kl_first_token", mean(s.kl)},
                         {"recompute_fraction", mean(s.recompute)},
+                        {"real_compute_fraction", s.real_known ? nlohmann::json(mean(s.real)) : nlohmann::json(nullptr)},
+                        {"nominal_ratio", nominal.count(m) ? nlohmann::json(nominal.at(m)) : nlohmann::json(nullptr)},
                         {"ttft_ms", mean(s.ttft)},
                         {"prefill_ms", mean(s.prefill)},
                         {"load_ms", mean(s.load)},
@@ -87,16 +107,33 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
                         {"cache_misses", s.cache_misses}};
     if (gold) j["ci"]["f1_minus_baseline"] = interval_json(bootstrap_mean_difference(s.f1, b.f1));
     j["ci"]["f1_vs_baseline"] = interval_json(bootstrap_mean(s.f1_vs_base));
+    j["ci"]["first_token_match"] = interval_json(bootstrap_mean(s.first_tok));
+    j["ci"]["kl_first_token"] = interval_json(bootstrap_mean(s.kl));
+    if (with_reference) {
+      // FusionRAG's recovery, per damage against the baseline's output (ANCHORS.md).
+      const ModeScores& ref = sc[reference];
+      j["recovery"] = {{"kl", recovery_json(bootstrap_recovery(ref.kl, s.kl))},
+                       {"first_token", recovery_json(bootstrap_recovery(one_minus(ref.first_tok), one_minus(s.first_tok)))},
+                       {"answer_f1", recovery_json(bootstrap_recovery(one_minus(ref.f1_vs_base), one_minus(s.f1_vs_base)))}};
+    }
     jm[m] = j;
   }
   out["modes"] = jm;
   out["mode_order"] = all;  // baseline first, then --modes as given (JSON objects sort their keys)
 
-  // Every pair of non-baseline modes: paired differences of agreement with the baseline and of
-  // gold F1 (e.g. blend − reuse: the damage recompute repairs).
+  // Paired differences of agreement with the baseline and of gold F1 (e.g. blend − reuse: the
+  // damage recompute repairs): every pair of non-baseline modes when there are a few; in a sweep,
+  // each mode against the reference and the pairs at the same nominal ratio (methods compared at
+  // equal compute).
+  const bool all_pairs = all.size() <= 5;
+  auto compared = [&](const std::string& a, const std::string& b) {
+    if (all_pairs || a == reference || b == reference) return true;
+    return nominal.count(a) && nominal.count(b) && nominal.at(a) == nominal.at(b);
+  };
   nlohmann::json cmp = nlohmann::json::array();
   for (size_t i = 1; i < all.size(); ++i)
     for (size_t k = i + 1; k < all.size(); ++k) {
+      if (!compared(all[i], all[k])) continue;
       const ModeScores &a = sc[all[i]], &c = sc[all[k]];
       nlohmann::json j = {{"a", all[i]}, {"b", all[k]},
                           {"f1_vs_baseline_diff", interval_json(bootstrap_mean_difference(a.f1_vs_base, c.f1_vs_base))}};
@@ -109,23 +146,43 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
   return out;
 }
 
-std::string eval_markdown(const nlohmann::json& s) {
+std::string eval_markdown(const nlohmann::json& s, const std::string& picture) {
   const bool gold = s.value("gold_answers", false);
-  std::string md = fmt::format("# ragkv eval\n\n{} queries; baseline `{}`.\n\n", s.at("queries").get<size_t>(),
-                               s.at("baseline").get<std::string>());
-  md += "| mode | F1 | EM | F1 vs baseline | ROUGE-L vs baseline | first token | identical | KL first token | recompute | TTFT ms | TTFT ratio | quality ratio |\n";
-  md += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  const bool with_ref = s.contains("reference");
+  std::string md = "# ragkv eval\n\n";
+  if (s.contains("gate")) {
+    const auto& g = s.at("gate");
+    md += fmt::format("**Gate: {}**\n\n", g.at("passed").get<bool>() ? "pass" : "FAIL");
+    for (const auto& line : g.at("verdicts")) md += "- " + line.get<std::string>() + "\n";
+    md += "\n";
+  }
+  md += fmt::format("{} queries; baseline `{}`{}.\n\n", s.at("queries").get<size_t>(), s.at("baseline").get<std::string>(),
+                    with_ref ? fmt::format("; recovery relative to `{}`", s.at("reference").get<std::string>()) : "");
   auto num = [](const nlohmann::json& v, int prec) { return v.is_null() ? std::string("–") : fmt::format("{:.{}f}", v.get<double>(), prec); };
+  auto rec = [&](const nlohmann::json& j, const char* key) {
+    if (!j.contains("recovery") || j["recovery"][key].is_null()) return std::string("–");
+    const auto& r = j["recovery"][key];
+    return fmt::format("{:.2f} [{:.2f}, {:.2f}]", r["mean"].get<double>(), r["lo"].get<double>(), r["hi"].get<double>());
+  };
+  md += "| mode | F1 | EM | F1 vs baseline | first token | identical | KL first token | recovery KL | recovery first token "
+        "| recovery answer F1 | real compute | recompute (prompt) | TTFT ms | TTFT ratio | quality ratio |\n";
+  md += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<std::string> order = s.value("mode_order", std::vector<std::string>{});
   if (order.empty())
     for (const auto& [m, j] : s.at("modes").items()) order.push_back(m);
   for (const auto& m : order) {
     const nlohmann::json& j = s.at("modes").at(m);
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", m, num(j["f1"], 3), num(j["em"], 3),
-                      num(j["f1_vs_baseline"], 3), num(j["rougeL_vs_baseline"], 3), num(j["first_token_match"], 3),
-                      num(j["identical_output"], 3), num(j["kl_first_token"], 4), num(j["recompute_fraction"], 3),
-                      num(j["ttft_ms"], 1), num(j["ttft_ratio"], 3), num(j["quality_ratio"], 3));
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", m, num(j["f1"], 3),
+                      num(j["em"], 3), num(j["f1_vs_baseline"], 3), num(j["first_token_match"], 3),
+                      num(j["identical_output"], 3), num(j["kl_first_token"], 4), rec(j, "kl"), rec(j, "first_token"),
+                      rec(j, "answer_f1"), num(j.value("real_compute_fraction", nlohmann::json()), 3),
+                      num(j["recompute_fraction"], 3), num(j["ttft_ms"], 1), num(j["ttft_ratio"], 3),
+                      num(j["quality_ratio"], 3));
   }
+  md += "\nReal compute: recomputed token-layers of the reused tokens over all their token-layers (layer 0 and "
+        "the check layers included); recompute (prompt): computed token-layers over the whole prompt's.\n";
+  if (!picture.empty())
+    md += fmt::format("\n![Recovery and first-token agreement against real compute and TTFT]({})\n", picture);
   md += "\nPaired differences, mean [95 % bootstrap interval]:\n\n";
   for (const auto& m : order) {
     const nlohmann::json& j = s.at("modes").at(m);
@@ -148,15 +205,6 @@ std::string eval_markdown(const nlohmann::json& s) {
     diff(c, "f1_diff", "gold F1", 3);
   }
   return md;
-}
-
-std::vector<std::string> eval_failures(const nlohmann::json& s, double min_ratio) {
-  std::vector<std::string> f;
-  for (const auto& [m, j] : s.at("modes").items()) {
-    const double q = j.at("quality_ratio").get<double>();
-    if (q < min_ratio) f.push_back(fmt::format("{}: quality ratio {:.3f} < {:.3f}", m, q, min_ratio));
-  }
-  return f;
 }
 
 }  // namespace ragkv

@@ -12,15 +12,21 @@
 
 namespace ragkv {
 
-// {"baseline","queries","modes":{mode:{f1,em,f1_vs_baseline,rougeL_vs_baseline,first_token_match,
-//  identical_output,kl_first_token,recompute_fraction,ttft_ms,prefill_ms,load_ms,load_hidden_ms,
-//  ttft_ratio,quality_ratio,
-//  cache_bad,cache_misses, "ci":{...}}}, "comparisons":[...]}. quality_ratio is the mode's gold F1
-// over the baseline's (without gold answers: the mode's mean F1 against the baseline's answers).
+// {"baseline","reference","queries","gold_answers","mode_order","modes":{mode:{f1,em,
+//  f1_vs_baseline,rougeL_vs_baseline,first_token_match,identical_output,kl_first_token,
+//  recompute_fraction,real_compute_fraction,nominal_ratio,ttft_ms,prefill_ms,load_ms,
+//  load_hidden_ms,ttft_ratio,quality_ratio,cache_bad,cache_misses,
+//  "recovery":{"kl","first_token","answer_f1"},"ci":{...}}},"comparisons":[...]}.
+// quality_ratio is the mode's gold F1 over the baseline's (without gold answers: the mode's mean
+// F1 against the baseline's answers). recovery (eval/metrics.h) is each damage — first-token KL,
+// 1 − first-token agreement, 1 − answer F1 against the baseline — repaired relative to
+// `reference` (reuse); absent without a reference. nominal[m] is mode m's --recompute-ratio
+// where it has one.
 nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::string& baseline,
-                            const std::vector<std::string>& modes);
-std::string eval_markdown(const nlohmann::json& summary);
-// Modes whose quality_ratio is below min_ratio, as "mode: quality ratio 0.81 < 0.90".
-std::vector<std::string> eval_failures(const nlohmann::json& summary, double min_ratio);
+                            const std::vector<std::string>& modes, const std::string& reference = "",
+                            const std::map<std::string, double>& nominal = {});
+// The Markdown report: the gate's verdict first (summary["gate"], when set), then the table, the
+// trade-off picture (`picture`, a file name beside the report, when not empty), the intervals.
+std::string eval_markdown(const nlohmann::json& summary, const std::string& picture = "");
 
 }  // namespace ragkv

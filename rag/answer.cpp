@@ -21,6 +21,7 @@ nlohmann::json AnswerRecord::metrics() const {
           {"computed_tokens", computed},
           {"reused_tokens", p.reused_tokens},
           {"recompute_ratio", p.recompute_fraction()},
+          {"real_compute_fraction", p.reused_tokens > 0 ? nlohmann::json(p.reused_recompute_fraction()) : nlohmann::json(nullptr)},
           {"decode_ms", decode_ms},
           {"output_tokens", output_ids.size()},
           {"cache_hits", {{"device", cache.device_hits}, {"host", cache.host_hits}, {"disk", cache.disk_hits}}},

@@ -9,6 +9,8 @@
 
 namespace ragkv {
 
+Selection default_selection(const ModelConfig&) { return Selection::kv; }
+
 bool needs_deviation(Selection s) {
   return s == Selection::kv || s == Selection::v || s == Selection::head_v || s == Selection::sink_v ||
          s == Selection::question_v;

@@ -27,6 +27,10 @@ struct CheckLayerState {
   int64_t question_begin = 0;       // first prompt row of the question (always active, last)
 };
 
+// The selection `--select auto` means for a model: the method that recovered most of reuse's
+// damage per unit of compute on that architecture family (bench/results, issue 12).
+Selection default_selection(const ModelConfig& c);
+
 bool needs_deviation(Selection s);  // scores that read the cache before the scatter
 bool needs_question(Selection s);   // scores that read the question's attention after it
 

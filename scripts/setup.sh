@@ -9,6 +9,7 @@ DEB_PACKAGES=(
   build-essential cmake pkg-config python3 unzip
   libsentencepiece-dev libhnswlib-dev libcli11-dev libfmt-dev doctest-dev
   libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev
+  gnuplot-nox
 )
 
 missing=()

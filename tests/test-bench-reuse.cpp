@@ -138,7 +138,7 @@ TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and pre
   CHECK(fs::exists(dir.path / "store" / "store.json"));  // a given store is kept
 }
 
-TEST_CASE("bench reuse: a temporary store is removed; a prompt past the context is an error") {
+TEST_CASE("bench reuse: a temporary store is removed, and a prompt past the context is an error") {
   test::TempDir dir("bench-reuse-tmp");
   ReuseBenchOptions o = small_bench(dir, 2, 16);
   o.modes = {ReuseMode::reuse};

@@ -97,10 +97,11 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   CHECK(json::parse(std::ifstream(summary))["queries"] == 4);
   CHECK(r.err.find("answer summary") != std::string::npos);
 
-  // eval: the report, and the gate — nothing reaches a quality ratio of 10, so exit 1.
+  // eval: the report (the gate switched off), then the gate's decisions.
   const fs::path md = m.dir.path / "report.md", js = m.dir.path / "report.json", records = m.dir.path / "records.jsonl";
+  const std::string gate_off = " --min-agreement 0 --max-kl -1";
   r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
-            " --modes prefix,reuse,blend --limit 3 --max-tokens 6 --top-k 3 --min-quality-ratio 0 --report " + q(js) +
+            " --modes prefix,reuse,blend --limit 3 --max-tokens 6 --top-k 3" + gate_off + " --report " + q(js) +
             " --answers " + q(records));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const json rep = json::parse(std::ifstream(js));
@@ -117,6 +118,16 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   CHECK(rep["modes"]["full"]["recompute_fraction"] == 1.0);
   CHECK(rep["modes"]["reuse"]["recompute_fraction"].get<double>() < rep["modes"]["blend"]["recompute_fraction"].get<double>());
   CHECK(json::parse(r.out)["modes"].size() == 4);
+  CHECK(rep["reference"] == "reuse");
+  CHECK(rep["modes"]["prefix"]["recovery"]["kl"]["mean"] == 1.0);  // reuse's damage all repaired
+  CHECK(rep["modes"]["reuse"]["recovery"]["kl"]["mean"] == 0.0);
+  CHECK(rep["modes"]["full"]["real_compute_fraction"].is_null());  // nothing reused
+  CHECK(rep["modes"]["prefix"]["real_compute_fraction"] == 0.0);   // reused exactly, never recomputed
+  const double real = rep["modes"]["blend"]["real_compute_fraction"];
+  CHECK(real > rep["modes"]["reuse"]["real_compute_fraction"].get<double>());
+  CHECK(real < 0.5);
+  CHECK(rep["gate"]["passed"] == true);
+  CHECK(rep["gate"]["checks"].empty());
 
   // --resume after a run killed while writing its second record: the first record is kept, the
   // cut line dropped, the rest answered; the report is the uninterrupted run's.
@@ -128,7 +139,7 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
     fs::remove(records);
   }
   const std::string resume_args = "eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " +
-                                  q(m.store) + " --modes prefix,reuse,blend --limit 3 --top-k 3 --min-quality-ratio 0" +
+                                  q(m.store) + " --modes prefix,reuse,blend --limit 3 --top-k 3" + gate_off +
                                   " --answers " + q(records) + " --resume";
   r = m.run(resume_args + " --max-tokens 6");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -153,17 +164,38 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("records.jsonl:1: made with other settings") != std::string::npos);
 
+  // The default gate (agreement and KL with full at the pessimistic end of the interval): prefix
+  // passes, reuse fails, one line per mode naming the failed threshold; JUnit has a test case per
+  // mode and threshold; the Markdown report gives the verdict first.
+  const fs::path junit = m.dir.path / "gate.xml";
   r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
-            " --modes blend --limit 1 --max-tokens 4 --min-quality-ratio 10 --report " + q(md));
+            " --modes prefix,reuse --limit 4 --max-tokens 4 --top-k 3 --report " + q(md) + " --junit " + q(junit));
   CHECK(r.exit_code == 1);
-  CHECK(r.err.find("below the quality gate") != std::string::npos);
+  CHECK(r.err.find("eval gate: prefix: pass") != std::string::npos);
+  CHECK(r.err.find("eval gate: reuse: FAIL first-token") != std::string::npos);
   std::ifstream mdf(md);
   const std::string mds((std::istreambuf_iterator<char>(mdf)), {});
-  CHECK(mds.find("| blend |") != std::string::npos);
+  CHECK(mds.find("# ragkv eval\n\n**Gate: FAIL**\n\n- prefix: pass\n- reuse: FAIL") == 0);
+  CHECK(mds.find("| reuse |") != std::string::npos);
+  std::ifstream jf(junit);
+  const std::string xml((std::istreambuf_iterator<char>(jf)), {});
+  CHECK(xml.find("tests=\"4\"") != std::string::npos);  // 2 modes x (min-agreement, max-kl)
+  CHECK(xml.find("<testcase classname=\"ragkv-eval.prefix\" name=\"min-agreement\"><system-out>") != std::string::npos);
+  CHECK(xml.find("<testcase classname=\"ragkv-eval.reuse\" name=\"max-kl\"><failure") != std::string::npos);
+
+  // The gold-F1 ratio is a gate only when asked for; nothing reaches a ratio of 10.
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes prefix --limit 1 --max-tokens 4 --top-k 3 --min-quality-ratio 10");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("prefix: FAIL gold-F1 ratio to the baseline 1.000 < 10.000") != std::string::npos);
 }
 
 TEST_CASE("cli rag: usage errors exit 2") {
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend,bogus").exit_code == 2);
+  CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend/nonsense").exit_code == 2);
+  CHECK(run_ragkv("eval q.jsonl --index i --store s --modes reuse/v").exit_code == 2);  // a method is blend's
+  CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend@2").exit_code == 2);
+  CHECK(run_ragkv("eval q.jsonl --index i --store s --select bogus").exit_code == 2);
   CHECK(run_ragkv("answer q.jsonl --index i --mode nonsense").exit_code == 2);
   CHECK(run_ragkv("eval q.jsonl --index i").exit_code == 2);  // --store is required
 }

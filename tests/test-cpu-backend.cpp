@@ -188,7 +188,7 @@ TEST_CASE("cpu backend: scatter and gather rows, f32 to f16") {
   CHECK(g[8] == x[0]);
 }
 
-TEST_CASE("cpu backend: copy is exact; mismatched shapes, dtypes and overlaps are refused") {
+TEST_CASE("cpu backend: copy is exact, and mismatched shapes, dtypes and overlaps are refused") {
   auto b = make_cpu_backend(1);
   auto x = random_vec(4 * 8, 13);
   Tensor X = upload(*b, x, 4, 8), D = b->alloc(DType::f32, 6, 8);

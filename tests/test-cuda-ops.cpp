@@ -391,7 +391,7 @@ void for_each_storage_shape(Check check) {
 
 }  // namespace
 
-TEST_CASE("cuda: device query never throws; the factory fails cleanly without a device") {
+TEST_CASE("cuda: device query never throws, and the factory fails cleanly without a device") {
   bool present = false;
   CHECK_NOTHROW(present = ragkv::cuda_device_present());
   if (!present) {
@@ -983,7 +983,7 @@ TEST_CASE("cuda: matmul matches the CPU backend (f16 weights of every type, f32 
   }
 }
 
-TEST_CASE("cuda: matmul rows beyond the f16 range are scaled, not overflowed; NaN propagates") {
+TEST_CASE("cuda: matmul rows beyond the f16 range are scaled, not overflowed, and NaN propagates") {
   if (gpu_missing()) return;
   Backends be;
   const int64_t n = 6, in = 1100, out = 40;

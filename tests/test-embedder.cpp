@@ -190,7 +190,7 @@ TEST_CASE("embedder: a folder without its files fails naming the file") {
   CHECK(!e.loaded());
 }
 
-TEST_CASE("embedder: safetensors reader reads tensors; truncated files and bad headers fail naming the file") {
+TEST_CASE("embedder: safetensors reader reads tensors, and truncated files and bad headers fail naming the file") {
   const test::TempDir tmp("embedder");
   std::string data(24 + 4, '\0');
   const float vals[6] = {1, 2, 3, 4, 5, 6};

@@ -158,7 +158,7 @@ static void check_feed_layer(const ragkv::SegmentKv& kv, ragkv::Backend& b, int 
   CHECK(v == d.v[size_t(l)]);
 }
 
-TEST_CASE("KV tiers: disk, host and device feeds give the same layers; copies are verified when placed") {
+TEST_CASE("KV tiers: disk, host and device feeds give the same layers, and copies are verified when placed") {
   TempDir tmp("kv-tiers");
   const ChunkKvMeta m = small_meta(3, 9);
   const ChunkData d(m, 5);

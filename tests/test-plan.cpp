@@ -110,7 +110,7 @@ TEST_CASE("plan: blend recomputes the repositioned chunks' rows and the question
   CHECK(plan.checks[2].keep == 1);  // round(0.15 · 9)
 }
 
-TEST_CASE("plan: reuse computes the question only; full looks nothing up") {
+TEST_CASE("plan: reuse computes the question only, and full looks nothing up") {
   const RagPrompt p = small_prompt();
   const Caches caches(p);
   const PrefillPlan reuse = plan_prefill(p, ReuseMode::reuse, BlendParams{}, 8, caches.lookup());
@@ -156,7 +156,7 @@ TEST_CASE("plan: prefix loads the leading exact groups only, and looks up no fur
   CHECK(part.counts.misses == 1);
 }
 
-TEST_CASE("plan: missing and bad caches are computed; a cache dropped after a failed load too") {
+TEST_CASE("plan: missing and bad caches are computed, and so is a cache dropped after a failed load") {
   const RagPrompt p = small_prompt();
   Caches caches(p);
   caches.by_id.erase("c2");

@@ -1,0 +1,25 @@
+// The trade-off picture of an eval sweep (issue 12; CacheBlend's Figures 9–11 plot quality
+// against TTFT the same way): recovery of first-token KL and of first-token agreement against the
+// real compute fraction, and first-token agreement against the TTFT ratio, one line per
+// selection method through its ratios, reuse as the zero point. gnuplot renders it when it is
+// installed (`make setup` installs gnuplot-nox); the data and the script are written either way,
+// so the picture can be drawn elsewhere.
+#pragma once
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ragkv {
+
+struct TradeoffPlot {
+  std::filesystem::path data, script, svg;  // svg is empty when gnuplot was not found or failed
+  std::string note;                         // why there is no SVG, for the user
+};
+
+// True when the summary holds a sweep worth plotting (a method at two ratios or more).
+bool has_sweep(const nlohmann::json& summary);
+// Writes stem.dat and stem.gp beside the report and runs gnuplot for stem.svg.
+TradeoffPlot write_tradeoff_plot(const nlohmann::json& summary, const std::filesystem::path& stem);
+
+}  // namespace ragkv

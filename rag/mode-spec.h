@@ -1,0 +1,32 @@
+// One variant of a reuse mode, as `answer --mode` and `eval --modes` name it:
+//   MODE[/METHOD][@R]     e.g. blend, blend/v, blend@0.2, blend/question+v@0.1
+// METHOD (a Selection, rag/plan.h) and R (the recompute ratio) apply to blend only; parts left out
+// come from the flags (--select, --recompute-ratio). Eval reports each variant under its name,
+// so methods and ratios can be compared side by side on the same prompts.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "rag/plan.h"
+#include "rag/reuse-mode.h"
+
+namespace ragkv {
+
+struct ModeSpec {
+  ModeSpec() = default;
+  explicit ModeSpec(ReuseMode m, std::optional<Selection> s = std::nullopt, std::optional<double> r = std::nullopt)
+      : mode(m), selection(s), ratio(r) {}
+  ReuseMode mode = ReuseMode::full;
+  std::optional<Selection> selection;
+  std::optional<double> ratio;
+  std::string name() const;  // canonical: the mode, then "/method" and "@r" where set
+  // The blend parameters of this variant: defaults with the spec's method and ratio.
+  BlendParams blend(const BlendParams& defaults) const;
+  bool operator==(const ModeSpec&) const = default;
+};
+
+// Error naming the bad part ("unknown selection method 'x' (expected …)", "a method or ratio
+// applies to blend only", a ratio outside [0, 1]).
+ModeSpec parse_mode_spec(const std::string& s);
+
+}  // namespace ragkv

@@ -1,0 +1,172 @@
+// The eval gate on recorded answers (no model): recovery arithmetic and its bootstrap, the
+// gate's decisions (reuse fails, prefix passes, thresholds exactly at the boundary), the verdict
+// lines, JUnit XML, and the trade-off data a sweep writes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "eval/gate.h"
+#include "eval/metrics.h"
+#include "eval/report.h"
+#include "eval/tradeoff-plot.h"
+#include "tests/test-tempdir.h"
+#include "util/file-io.h"
+
+namespace {
+
+using namespace ragkv;
+
+// An answer whose first token is `first` and whose first-token KL to the baseline is kl.
+EvalAnswer answer(int32_t first, double kl, const std::string& text = "x", double real = -1) {
+  EvalAnswer a;
+  a.answer = text;
+  a.output_ids = {first, 7};
+  a.kl_first_token = kl;
+  a.ttft_ms = 10;
+  a.real_compute = real;
+  return a;
+}
+
+// n queries: full (the baseline), prefix (identical), reuse (first token wrong on every other
+// query, KL 0.4), blend (one wrong first token in ten, KL 0.05).
+std::vector<EvalItem> recorded(int n) {
+  std::vector<EvalItem> items;
+  for (int i = 0; i < n; ++i) {
+    EvalItem it;
+    it.id = std::to_string(i);
+    it.by_mode["full"] = answer(1, 0.0);
+    it.by_mode["prefix"] = answer(1, 0.0, "x", 0.0);
+    it.by_mode["reuse"] = answer(i % 2 ? 2 : 1, 0.4, i % 2 ? "y" : "x", 0.0);
+    it.by_mode["blend"] = answer(i % 10 == 3 ? 2 : 1, 0.05, i % 10 == 3 ? "y" : "x", 0.2);
+    items.push_back(it);
+  }
+  return items;
+}
+
+}  // namespace
+
+TEST_CASE("gate: recovery is 1 - mean(damage) / mean(reference damage), with a paired bootstrap") {
+  const std::vector<double> ref = {0.4, 0.2, 0.6, 0.0}, mode = {0.1, 0.1, 0.0, 0.0};
+  const RecoveryInterval r = bootstrap_recovery(ref, mode);
+  REQUIRE(r.defined);
+  CHECK(r.mean == doctest::Approx(1.0 - 0.2 / 1.2));
+  CHECK(r.lo <= r.mean);
+  CHECK(r.hi >= r.mean);
+  CHECK(r.hi <= 1.0);
+  // The mode doing the reference's damage recovers 0; no damage at all recovers 1; twice the
+  // damage recovers -1.
+  CHECK(bootstrap_recovery(ref, ref).mean == doctest::Approx(0.0));
+  CHECK(bootstrap_recovery(ref, std::vector<double>(4, 0.0)).mean == doctest::Approx(1.0));
+  CHECK(bootstrap_recovery(ref, std::vector<double>{0.8, 0.4, 1.2, 0.0}).mean == doctest::Approx(-1.0));
+  // Nothing to recover: undefined, not a division by zero.
+  CHECK_FALSE(bootstrap_recovery(std::vector<double>(3, 0.0), std::vector<double>(3, 0.1)).defined);
+  CHECK_THROWS_AS(bootstrap_recovery(ref, std::vector<double>{0.1}), Error);
+}
+
+TEST_CASE("gate: on a recorded eval, reuse fails, prefix and a good blend pass, one line per mode") {
+  const std::vector<EvalItem> items = recorded(40);
+  const nlohmann::json s = eval_summary(items, "full", {"prefix", "reuse", "blend"}, "reuse", {{"blend", 0.15}});
+  CHECK(s["reference"] == "reuse");
+  const auto& blend = s["modes"]["blend"];
+  CHECK(blend["first_token_match"] == doctest::Approx(0.9));
+  CHECK(blend["recovery"]["kl"]["mean"] == doctest::Approx(1.0 - 0.05 / 0.4));
+  CHECK(blend["recovery"]["first_token"]["mean"] == doctest::Approx(1.0 - 0.1 / 0.5));
+  CHECK(blend["real_compute_fraction"] == doctest::Approx(0.2));
+  CHECK(blend["nominal_ratio"] == 0.15);
+  CHECK(s["modes"]["full"]["real_compute_fraction"].is_null());
+
+  GateThresholds t;  // defaults: agreement ≥ 0.9 (lower bound), KL ≤ 0.1 (upper bound)
+  t.min_agreement = 0.7;
+  const auto checks = gate_checks(s, t, {"prefix", "reuse", "blend"});
+  REQUIRE(checks.size() == 6);
+  CHECK_FALSE(gate_passed(checks));
+  const auto lines = gate_verdict_lines(checks);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == "prefix: pass");
+  CHECK(lines[1].starts_with("reuse: FAIL first-token agreement 0.500 (lower bound 0."));
+  CHECK(lines[1].find("; first-token KL 0.4000 (upper bound 0.4000) > 0.1000") != std::string::npos);
+  CHECK(lines[2] == "blend: pass");  // 0.9 with lower bound ≥ 0.7, KL 0.05
+  CHECK(gate_passed(gate_checks(s, t, {"prefix", "blend"})));
+
+  // Recovery as a gate: reuse recovers nothing by definition, the blend above 0.8 of both damages.
+  GateThresholds r;
+  r.min_agreement = 0;
+  r.max_kl = -1;
+  r.min_recovery = 0.5;
+  const auto rc = gate_checks(s, r, {"reuse", "blend"});
+  REQUIRE(rc.size() == 4);
+  CHECK_FALSE(rc[0].pass);
+  CHECK(rc[2].pass);
+  CHECK(rc[3].pass);
+}
+
+TEST_CASE("gate: a threshold exactly at the interval's end passes, just past it fails") {
+  std::vector<EvalItem> items = recorded(10);
+  // Always the first token, KL exactly 0.125 (a binary fraction: every mean of the bootstrap is
+  // exactly 0.125 too).
+  for (auto& it : items) it.by_mode["blend"] = answer(1, 0.125);
+  const nlohmann::json s = eval_summary(items, "full", {"blend"});
+  GateThresholds t;
+  t.min_agreement = 1.0;
+  t.max_kl = 0.125;
+  CHECK(gate_passed(gate_checks(s, t, {"blend"})));
+  t.max_kl = std::nextafter(0.125, 0.0);
+  CHECK_FALSE(gate_passed(gate_checks(s, t, {"blend"})));
+  t.max_kl = 0.125;
+  t.min_agreement = std::nextafter(1.0, 2.0);
+  CHECK_FALSE(gate_passed(gate_checks(s, t, {"blend"})));
+  // Thresholds switched off: no checks.
+  GateThresholds off;
+  off.min_agreement = 0;
+  off.max_kl = -1;
+  CHECK(gate_checks(s, off, {"blend"}).empty());
+  // --min-recovery needs the reference in the run.
+  off.min_recovery = 0.5;
+  CHECK_THROWS_AS(gate_checks(s, off, {"blend"}), Error);
+}
+
+TEST_CASE("gate: JUnit XML has a test case per mode and threshold, failures with their reason") {
+  const nlohmann::json s = eval_summary(recorded(20), "full", {"prefix", "reuse"}, "reuse");
+  const auto checks = gate_checks(s, GateThresholds{}, {"prefix", "reuse"});
+  const std::string x = gate_junit(checks, "ragkv-eval");
+  CHECK(x.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n"));
+  CHECK(x.find("<testsuite name=\"ragkv-eval\" tests=\"4\" failures=\"2\" errors=\"0\">") != std::string::npos);
+  CHECK(x.find("<testcase classname=\"ragkv-eval.reuse\" name=\"min-agreement\"><failure message=\"first-token "
+               "agreement 0.500") != std::string::npos);
+  CHECK(x.find("<testcase classname=\"ragkv-eval.prefix\" name=\"max-kl\"><system-out>") != std::string::npos);
+  const auto j = gate_json(checks, GateThresholds{});
+  CHECK(j["passed"] == false);
+  CHECK(j["verdicts"].size() == 2);
+}
+
+TEST_CASE("gate: a sweep's trade-off data holds one block per method, points by real compute") {
+  std::vector<EvalItem> items = recorded(10);
+  for (auto& it : items) {
+    it.by_mode["blend@0.1"] = answer(1, 0.2, "x", 0.1);
+    it.by_mode["blend@0.3"] = answer(1, 0.1, "x", 0.3);
+    it.by_mode["blend/v@0.1"] = answer(1, 0.15, "x", 0.1);
+  }
+  const nlohmann::json s =
+      eval_summary(items, "full", {"reuse", "blend@0.1", "blend@0.3", "blend/v@0.1"}, "reuse",
+                   {{"blend@0.1", 0.1}, {"blend@0.3", 0.3}, {"blend/v@0.1", 0.1}});
+  CHECK(has_sweep(s));
+  CHECK_FALSE(has_sweep(eval_summary(recorded(10), "full", {"reuse", "blend"}, "reuse")));
+  test::TempDir dir("gate-plot");
+  const TradeoffPlot p = write_tradeoff_plot(s, dir.path / "report");
+  const std::string dat = read_file(p.data);
+  // Blocks in name order: blend, blend/v, reuse; blend's two points by real compute.
+  const size_t b = dat.find("# blend\n"), v = dat.find("# blend/v\n"), r = dat.find("# reuse\n");
+  REQUIRE(b != std::string::npos);
+  REQUIRE(v != std::string::npos);
+  REQUIRE(r != std::string::npos);
+  CHECK(b < v);
+  CHECK(v < r);
+  CHECK(dat.find("0.1 0.1 1 0.5 1 1\n0.3 0.3 1 0.75 1 1\n") != std::string::npos);
+  CHECK(read_file(p.script).find("plot 'report.dat' index 0 using 2:4") != std::string::npos);
+  // The SVG exists when gnuplot ran; otherwise the note says why.
+  if (p.svg.empty()) MESSAGE("no SVG: " << p.note);
+  else CHECK(read_file(p.svg).find("<svg") != std::string::npos);
+}
