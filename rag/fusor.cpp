@@ -183,6 +183,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
         for (size_t i = 0; i < keep.size(); ++i) next[i] = active[keep[i]];
         active = std::move(next);
       }
+      r.stats.kept_after_check.push_back(active);
     }
     model.layer_attend_ffn(l, int64_t(active.size()), active, kv, n, ws);
   }

@@ -29,6 +29,7 @@ struct PrefillStats {
   // The real compute fraction of the reuse (issue 12): recomputed reused token-layers over reused
   // token-layers, layer 0 and the check layers included — what r is nominally.
   double reused_recompute_fraction() const;
+  std::vector<std::vector<int32_t>> kept_after_check;  // blend: the active rows after each check layer
   int n_layer = 0;
 };
 
