@@ -144,48 +144,83 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
   r.stats.reused_tokens = plan.reused_tokens();
   for (int64_t i = 0; i < n; ++i) kv.pos[i] = int32_t(i);
   CachedKvInstaller installer(model, plan, plan.cached_segments());
-
-  std::vector<int32_t> active = plan.active;
-  std::vector<int32_t> ids(active.size());
-  for (size_t i = 0; i < active.size(); ++i) ids[i] = prompt.ids[active[i]];
-  model.embed(ids, ws);
-  Tensor scratch_x = b.alloc(DType::f32, ws.rows, c.n_embd), scratch_q = b.alloc(DType::f32, ws.rows, c.q_dim());
+  Tensor scratch_x, scratch_q;
 
   const int64_t question_begin = prompt.segments.back().begin;
   const uint64_t seed = plan.blend.seed ^ checksum64(prompt.ids.data(), prompt.ids.size() * sizeof(int32_t));
   const Selection sel = plan.blend.selection;
-  size_t next_check = 0;
-  for (int l = 0; l < c.n_layer; ++l) {
-    installer.install_layer(l, kv);  // before any recomputed row is scattered over the cached ones
-    const int64_t na = int64_t(active.size());
-    model.layer_qkv(l, na, active, ws);
-    r.stats.computed_token_layers += na;
-    for (int32_t row : active) r.stats.recomputed_reused_token_layers += plan.reused[size_t(row)];
 
-    // On a check layer, score the active rows (deviation against the cache must be read before
-    // the scatter, the question's attention after it) and keep the best candidates
-    // (CacheBlend §4.3 gradual filtering; the methods are in rag/selection.h).
-    const bool check = next_check < plan.checks.size() && plan.checks[next_check].layer == l;
-    const CheckLayerState st{model, l, active, ws, kv, n, question_begin};
-    std::vector<float> deviation;
-    if (check) deviation = deviation_scores(sel, st, plan.candidate);
-    b.scatter_rows(ws.k.slice_rows(0, na), kv.k[l], active);
-    b.scatter_rows(ws.v.slice_rows(0, na), kv.v[l], active);
-    if (check) {
-      std::vector<float> question = question_scores(sel, st);
-      const std::vector<float> score = selection_scores(sel, st, plan.candidate, std::move(deviation), std::move(question), seed);
-      const std::vector<int32_t> keep = select_hkvd_rows(active, plan.candidate, score, plan.checks[next_check].keep);
-      ++next_check;
-      if (int64_t(keep.size()) < na) {
-        compact_rows(b, ws.x, scratch_x, na, keep);
-        compact_rows(b, ws.q, scratch_q, na, keep);
-        std::vector<int32_t> next(keep.size());
-        for (size_t i = 0; i < keep.size(); ++i) next[i] = active[keep[i]];
-        active = std::move(next);
-      }
-      r.stats.kept_after_check.push_back(active);
+  // One pass of the layer loop over `active`: cached layers installed first when `install` (the
+  // first pass), blend's check layers when `checks`, and the question's attention over each
+  // layer's KV added to `relevance` when given. Returns the rows active at the end.
+  auto pass = [&](std::vector<int32_t> active, bool install, bool checks, std::vector<double>* relevance) {
+    std::vector<int32_t> ids(active.size());
+    for (size_t i = 0; i < active.size(); ++i) ids[i] = prompt.ids[active[i]];
+    model.embed(ids, ws);
+    if (scratch_x.rows < ws.rows) {
+      scratch_x = b.alloc(DType::f32, ws.rows, c.n_embd);
+      scratch_q = b.alloc(DType::f32, ws.rows, c.q_dim());
     }
-    model.layer_attend_ffn(l, int64_t(active.size()), active, kv, n, ws);
+    size_t next_check = 0;
+    for (int l = 0; l < c.n_layer; ++l) {
+      if (install) installer.install_layer(l, kv);  // before any recomputed row is scattered over the cached ones
+      const int64_t na = int64_t(active.size());
+      model.layer_qkv(l, na, active, ws);
+      r.stats.computed_token_layers += na;
+      for (int32_t row : active) r.stats.recomputed_reused_token_layers += plan.reused[size_t(row)];
+
+      // On a check layer, score the active rows (deviation against the cache must be read before
+      // the scatter, the question's attention after it) and keep the best candidates
+      // (CacheBlend §4.3 gradual filtering; the methods are in rag/selection.h).
+      const bool check = checks && next_check < plan.checks.size() && plan.checks[next_check].layer == l;
+      const CheckLayerState st{model, l, active, ws, kv, n, question_begin};
+      std::vector<float> deviation;
+      if (check) deviation = deviation_scores(sel, st, plan.candidate);
+      b.scatter_rows(ws.k.slice_rows(0, na), kv.k[l], active);
+      b.scatter_rows(ws.v.slice_rows(0, na), kv.v[l], active);
+      if (relevance) {
+        const std::vector<float> mass = question_attention(st);
+        for (int64_t j = 0; j < n; ++j) (*relevance)[size_t(j)] += mass[size_t(j)];
+      }
+      if (check) {
+        std::vector<float> question = question_scores(sel, st);
+        const std::vector<float> score =
+            selection_scores(sel, st, plan.candidate, std::move(deviation), std::move(question), seed);
+        const std::vector<int32_t> keep = select_hkvd_rows(active, plan.candidate, score, plan.checks[next_check].keep);
+        ++next_check;
+        if (int64_t(keep.size()) < na) {
+          compact_rows(b, ws.x, scratch_x, na, keep);
+          compact_rows(b, ws.q, scratch_q, na, keep);
+          std::vector<int32_t> next(keep.size());
+          for (size_t i = 0; i < keep.size(); ++i) next[i] = active[keep[i]];
+          active = std::move(next);
+        }
+        r.stats.kept_after_check.push_back(active);
+      }
+      model.layer_attend_ffn(l, int64_t(active.size()), active, kv, n, ws);
+    }
+    return active;
+  };
+
+  std::vector<int32_t> active;
+  if (plan.pre_select) {
+    // Two stages (ProphetKV's idea: choose by relevance to the question, measured first): a reuse
+    // pass computes only the rows without a cache, and the question's queries' attention over
+    // the stale KV, summed over every layer and head, ranks the candidates; then the best are
+    // recomputed from layer 0 over the KV the first pass installed.
+    std::vector<int32_t> base;
+    for (int32_t row : plan.active)
+      if (!plan.candidate[size_t(row)]) base.push_back(row);
+    std::vector<double> relevance(static_cast<size_t>(n), 0.0);
+    pass(base, true, false, &relevance);
+    std::vector<float> score(plan.active.size());
+    for (size_t i = 0; i < plan.active.size(); ++i) score[i] = float(relevance[size_t(plan.active[i])]);
+    std::vector<int32_t> second;
+    for (int32_t i : select_hkvd_rows(plan.active, plan.candidate, score, plan.pre_keep)) second.push_back(plan.active[size_t(i)]);
+    r.stats.kept_after_check.push_back(second);
+    active = pass(second, false, false, nullptr);
+  } else {
+    active = pass(plan.active, true, true, nullptr);
   }
   kv.n_used = n;
   r.logits = model.logits(int64_t(active.size()) - 1, 1, ws);  // the last prompt token is always active

@@ -13,7 +13,7 @@
 namespace ragkv {
 
 namespace {
-constexpr EnumNames<Selection, 8> kSelectionNames{{{
+constexpr EnumNames<Selection, 9> kSelectionNames{{{
     {Selection::kv, "kv"},
     {Selection::v, "v"},
     {Selection::head_v, "head-v"},
@@ -22,6 +22,7 @@ constexpr EnumNames<Selection, 8> kSelectionNames{{{
     {Selection::sink, "sink"},
     {Selection::sink_v, "sink+v"},
     {Selection::question_v, "question+v"},
+    {Selection::prophet, "prophet"},
 }}};
 }  // namespace
 
@@ -114,6 +115,8 @@ void derive_rows(PrefillPlan& p) {
   p.reused.assign(n, 0);
   p.n_candidates = p.n_forced = 0;
   p.checks.clear();
+  p.pre_select = false;
+  p.pre_keep = 0;
   for (const SegmentPlan& seg : p.segments)
     if (seg.kv) std::fill(p.reused.begin() + seg.begin, p.reused.begin() + seg.end(), uint8_t(1));
   if (!p.sparse()) return;
@@ -150,6 +153,11 @@ void derive_rows(PrefillPlan& p) {
     }
   }
   if (!scored) return;
+  if (sel == Selection::prophet) {
+    p.pre_select = true;
+    p.pre_keep = size_t(std::clamp<int64_t>(std::llround(p.blend.recompute_ratio * double(n_repositioned)), 0, p.n_candidates));
+    return;
+  }
   std::vector<int> layers = p.blend.check_at;
   if (layers.empty()) {
     const int checks = std::clamp(p.blend.check_layers, 1, std::max(1, p.n_layer - 1));

@@ -31,6 +31,8 @@ enum class Selection : uint8_t {
   sink,        // the first tokens of every repositioned chunk, on every layer (EPIC's LegoLink)
   sink_v,      // sink tokens, then ‖ΔV‖² for the rest of the budget
   question_v,  // question attention and ‖ΔV‖², each normalised by its mean, summed
+  prophet,     // two stages: the question's attention over the reused KV on every layer (a reuse
+               // pass) ranks the tokens, then the best are recomputed (ProphetKV's question relevance)
 };
 const char* selection_name(Selection s);
 Selection parse_selection(const std::string& s);  // Error listing the methods
@@ -96,6 +98,10 @@ struct PrefillPlan {
   int64_t n_candidates = 0;
   int64_t n_forced = 0;            // sink rows (reused rows recomputed on every layer)
   std::vector<CheckLayer> checks;
+  // prophet: the candidates are ranked before layer 0 by a first, reuse pass; pre_keep of them
+  // are recomputed (checks is empty).
+  bool pre_select = false;
+  size_t pre_keep = 0;
 
   bool sparse() const { return mode == ReuseMode::reuse || mode == ReuseMode::blend; }
   int64_t reused_tokens() const;           // tokens whose KV comes from a cache

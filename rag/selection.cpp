@@ -84,15 +84,14 @@ std::vector<float> deviation_scores(Selection s, const CheckLayerState& st, cons
   return dv;
 }
 
-std::vector<float> question_scores(Selection s, const CheckLayerState& st) {
-  if (!needs_question(s)) return {};
+std::vector<float> question_attention(const CheckLayerState& st) {
   const ModelConfig& c = st.model.config();
   Backend& b = st.model.backend();
   const int64_t na = int64_t(st.active.size());
   int64_t first_q = na;  // the question's rows are the last active rows
   while (first_q > 0 && st.active[size_t(first_q - 1)] >= st.question_begin) --first_q;
   const int64_t nq = na - first_q;
-  if (nq == 0) fail("internal: no question rows among the active rows of check layer {}", st.layer);
+  if (nq == 0) fail("internal: no question rows among the active rows of layer {}", st.layer);
   SegmentMass mass;  // one segment per key row
   std::vector<float> per_row;
   mass.seg_begin.resize(size_t(st.n_kv) + 1);
@@ -105,9 +104,15 @@ std::vector<float> question_scores(Selection s, const CheckLayerState& st) {
   std::vector<double> total(size_t(st.n_kv), 0.0);  // Σ over question rows and heads
   for (int64_t qh = 0; qh < nq * c.n_head; ++qh)
     for (int64_t j = 0; j < st.n_kv; ++j) total[size_t(j)] += per_row[size_t(qh * st.n_kv + j)];
-  std::vector<float> s_out(static_cast<size_t>(na));
-  for (int64_t i = 0; i < na; ++i) s_out[size_t(i)] = float(total[size_t(st.active[size_t(i)])]);
-  return s_out;
+  return std::vector<float>(total.begin(), total.end());
+}
+
+std::vector<float> question_scores(Selection s, const CheckLayerState& st) {
+  if (!needs_question(s)) return {};
+  const std::vector<float> mass = question_attention(st);
+  std::vector<float> out(st.active.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = mass[size_t(st.active[i])];
+  return out;
 }
 
 std::vector<float> selection_scores(Selection s, const CheckLayerState& st, const std::vector<uint8_t>& candidate,
@@ -133,6 +138,7 @@ std::vector<float> selection_scores(Selection s, const CheckLayerState& st, cons
       return r;
     }
     case Selection::sink:
+    case Selection::prophet:
       break;
   }
   fail("internal: selection {} scores nothing on check layers", selection_name(s));

@@ -40,6 +40,9 @@ std::vector<float> deviation_scores(Selection s, const CheckLayerState& st, cons
 // Per active row, after the scatter: the attention mass the question's queries put on it,
 // summed over query rows and heads (ProphetKV §3, A³). Empty when s needs none.
 std::vector<float> question_scores(Selection s, const CheckLayerState& st);
+// The attention mass the question's queries put on every key row [0, n_kv) at this layer, summed
+// over query rows and heads (question_scores is this, read at the active rows).
+std::vector<float> question_attention(const CheckLayerState& st);
 // The score the selection ranks by, from the parts above (random: a uniform draw per row,
 // reproducible from seed, prompt hash and layer).
 std::vector<float> selection_scores(Selection s, const CheckLayerState& st, const std::vector<uint8_t>& candidate,

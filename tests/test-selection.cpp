@@ -244,3 +244,33 @@ TEST_CASE("selection: random keeps as many candidates, reproducibly from the see
   other.blend.seed = 7;
   CHECK(kept(w, other) != a);
 }
+
+TEST_CASE("selection: prophet recomputes its pre-selected candidates over the first pass's KV") {
+  const World& w = world();
+  // Every candidate selected: the second pass recomputes all of them over the KV the first,
+  // reuse pass installed, which must give full recompute's logits.
+  const PrefillPlan all = w.plan(Selection::prophet, 1.0);
+  REQUIRE(all.pre_select);
+  CHECK(all.checks.empty());
+  CHECK(all.pre_keep == size_t(all.n_candidates));
+  KvCache kv = w.model->new_kv_cache(w.prompt.n_tokens()), kv_full = w.model->new_kv_cache(w.prompt.n_tokens());
+  Workspace ws;
+  const PrefillResult r = prefill_prompt(*w.model, w.prompt, all, kv, ws);
+  const CacheKeys keys(*w.model, *w.format);
+  const PrefillPlan full = plan_prefill(w.prompt, ReuseMode::full, BlendParams{}, w.model->config().n_layer, {});
+  const PrefillResult f = prefill_prompt(*w.model, w.prompt, full, kv_full, ws);
+  REQUIRE(r.logits.size() == f.logits.size());
+  float diff = 0;
+  for (size_t i = 0; i < f.logits.size(); ++i) diff = std::max(diff, std::fabs(r.logits[i] - f.logits[i]));
+  CHECK(diff < 1e-3f);
+  CHECK(r.stats.recomputed_reused_token_layers == all.n_candidates * w.model->config().n_layer);
+
+  // A part: exactly pre_keep candidates, every layer, and nothing else of the reused tokens.
+  const PrefillPlan part = w.plan(Selection::prophet, 0.3);
+  const PrefillResult pr = prefill_prompt(*w.model, w.prompt, part, kv, ws);
+  REQUIRE(pr.stats.kept_after_check.size() == 1);
+  size_t chosen = 0;
+  for (int32_t row : pr.stats.kept_after_check[0]) chosen += part.candidate[size_t(row)];
+  CHECK(chosen == part.pre_keep);
+  CHECK(pr.stats.recomputed_reused_token_layers == int64_t(part.pre_keep) * w.model->config().n_layer);
+}
