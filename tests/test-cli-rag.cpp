@@ -183,6 +183,26 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   CHECK(xml.find("<testcase classname=\"ragkv-eval.prefix\" name=\"min-agreement\"><system-out>") != std::string::npos);
   CHECK(xml.find("<testcase classname=\"ragkv-eval.reuse\" name=\"max-kl\"><failure") != std::string::npos);
 
+  // A sweep: each blend variant once per ratio, reuse added as the reference, the trade-off data,
+  // script and (with gnuplot installed) picture beside the report, linked from it.
+  const fs::path sweep_md = m.dir.path / "sweep.md";
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes blend/v,blend/prophet --sweep 0.1,0.3 --limit 2 --max-tokens 2 --top-k 3" + gate_off +
+            " --report " + q(sweep_md));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json sw = json::parse(r.out);
+  for (const char* mode : {"full", "reuse", "blend/v@0.1", "blend/v@0.3", "blend/prophet@0.1", "blend/prophet@0.3"})
+    CHECK_MESSAGE(sw["modes"].contains(mode), mode);
+  CHECK(sw["modes"]["blend/v@0.3"]["nominal_ratio"] == 0.3);
+  CHECK(sw["modes"]["blend/v@0.1"]["real_compute_fraction"].get<double>() <
+        sw["modes"]["blend/v@0.3"]["real_compute_fraction"].get<double>());
+  CHECK(fs::exists(m.dir.path / "sweep.dat"));
+  CHECK(fs::exists(m.dir.path / "sweep.gp"));
+  std::ifstream swf(sweep_md);
+  const std::string sws((std::istreambuf_iterator<char>(swf)), {});
+  if (fs::exists(m.dir.path / "sweep.svg")) CHECK(sws.find("](sweep.svg)") != std::string::npos);
+  else MESSAGE("no sweep.svg (gnuplot missing?): " << r.err);
+
   // The gold-F1 ratio is a gate only when asked for; nothing reaches a ratio of 10.
   r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
             " --modes prefix --limit 1 --max-tokens 4 --top-k 3 --min-quality-ratio 10");
