@@ -38,6 +38,7 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  const Backend* owner() const { return owner_; }
 
  private:
   Backend* owner_;
@@ -72,6 +73,11 @@ class Weight {
   virtual ~Weight() = default;
   int64_t out_features = 0, in_features = 0;
   std::string name;
+  const Backend* owner() const { return owner_; }  // the backend whose load_weight made it
+
+ private:
+  friend class Backend;
+  const Backend* owner_ = nullptr;
 };
 
 // Rotary position embedding of one layer (RoFormer; Llama-3 scaling via per-pair freq factors).
@@ -103,12 +109,45 @@ struct SegmentMass {
   std::vector<float>* out = nullptr;  // resized to [n_q][n_head][n_seg], summed probabilities
 };
 
+// The ops of Backend, for Backend::supports().
+enum class BackendOp : uint8_t {
+  embed,
+  matmul,
+  rms_norm,
+  rope,
+  layer_norm,
+  gelu_erf,
+  swiglu,
+  geglu,
+  add,
+  scatter_rows,
+  gather_rows,
+  row_sq_dist,
+  attention,
+};
+const char* backend_op_name(BackendOp op);  // "rope"
+// The storage dtypes the interface defines for an op (the dtype supports() is asked about, see
+// Backend::supports): f32 and f16 for rope, scatter_rows, row_sq_dist and attention; f32 only
+// for the others.
+bool backend_op_defined(BackendOp op, DType dtype);
+
+// The interface. The ops are non-virtual: each checks its arguments against the contract written
+// beside it (dtypes, shapes, row indices inside the tensors, positions and ids counts, outputs
+// that must not overlap their inputs, tensors and weights of this backend), asks supports(), and
+// only then calls the backend's protected *_impl (backend-ops.cpp), so a bad call fails with the
+// same ragkv::Error, naming the op and the shapes, on every backend.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;
   virtual void set_threads(int n) = 0;
+
+  // Whether this backend runs `op` with `dtype` as its storage dtype: the tensor's dtype for
+  // rope, the destination's for scatter_rows, b's for row_sq_dist, the K/V dtype for attention,
+  // f32 for the f32-only ops. Only dtypes the interface defines for the op (backend_op_defined)
+  // can be supported; an op called with an unsupported one fails loudly, naming the backend.
+  virtual bool supports(BackendOp op, DType dtype) const = 0;
 
   // ---- memory
   virtual void* raw_alloc(size_t bytes) = 0;
@@ -121,7 +160,7 @@ class Backend {
   virtual void fill_zero(const Tensor& t) = 0;
   // dst = src, both on this backend, same dtype and shape, not overlapping (queued in order with
   // the ops: a device-resident chunk KV copied into a prompt's rows).
-  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  void copy(const Tensor& src, const Tensor& dst);
   // Layer-wise KV loading (CacheBlend §5): upload_async starts copying host_src into dst on a
   // copy queue that runs beside compute and returns once host_src may be reused; the ops queued
   // after the next wait_uploads() see the data. Synchronous on backends without such a queue.
@@ -130,52 +169,93 @@ class Backend {
   virtual void synchronize() {}
 
   // ---- weights
-  virtual std::unique_ptr<Weight> load_weight(const GgufTensor& t) = 0;
+  // Error naming the tensor for a type ragkv does not dequantise, no values, or data shorter
+  // than the shape; the backend may refuse more (the CUDA backend: values f16 cannot hold).
+  std::unique_ptr<Weight> load_weight(const GgufTensor& t);
 
   // ---- ops (all write their output; inputs and outputs are f32 unless stated)
-  // out[i] = table row ids[i] (token embedding lookup), times scale.
-  virtual void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
-                     float scale) = 0;
-  // y[n][out] = x[n][in] · Wᵀ (+ bias[out] if given).
-  virtual void matmul(const Tensor& x, const Weight& w, const Tensor& y,
-                      const Weight* bias = nullptr) = 0;
+  // out[i] = table row ids[i] (token embedding lookup), times scale. out [ids.size()][table.in];
+  // every id in [0, table.out).
+  void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale);
+  // y[n][out] = x[n][in] · Wᵀ (+ bias[out] if given). y must not overlap x.
+  void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias = nullptr);
   // Row-wise RMSNorm over the last dimension: y = x / rms(x) · w. x and y may alias.
   // With x as [n·heads][head_dim] this is per-head QK-norm.
-  virtual void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y) = 0;
+  void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y);
   // Rotary embedding in place on x [n][n_heads·head_dim] (f32 or f16), row i at positions[i].
   // inverse = true removes it (rotation by −θ·p): stored chunk K is kept without RoPE.
-  virtual void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads,
-                    int head_dim, const RopeParams& p, bool inverse) = 0;
+  // p.n_rot even and ≤ head_dim; p.freq_factors empty or at least n_rot / 2 of them.
+  void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
+            const RopeParams& p, bool inverse);
   // Row-wise LayerNorm over the last dimension: y = (x − mean) / sqrt(var + eps) · w + b, with
   // the biased variance (BERT). x and y may alias.
-  virtual void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
-                          const Tensor& y) = 0;
+  void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y);
   // y = gelu(x) in the exact erf form x/2 · (1 + erf(x/√2)) (BERT's "gelu"; GeGLU uses the tanh
   // approximation). x and y may alias.
-  virtual void gelu_erf(const Tensor& x, const Tensor& y) = 0;
-  // out = silu(gate) ⊙ up (SwiGLU) or gelu_tanh(gate) ⊙ up (GeGLU).
-  virtual void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
-  virtual void geglu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
-  // a += b (residual add).
-  virtual void add(const Tensor& a, const Tensor& b) = 0;
-  // dst rows[rows[i]] = src row i, converting f32 → dst dtype (KV scatter).
-  virtual void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) = 0;
-  // out row i = src row rows[i] (f32 gather of active rows).
-  virtual void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) = 0;
+  void gelu_erf(const Tensor& x, const Tensor& y);
+  // out = silu(gate) ⊙ up (SwiGLU) or gelu_tanh(gate) ⊙ up (GeGLU). out may alias gate or up.
+  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
+  void geglu(const Tensor& gate, const Tensor& up, const Tensor& out);
+  // a += b (residual add). a and b may alias (a doubles).
+  void add(const Tensor& a, const Tensor& b);
+  // dst rows[rows[i]] = src row i, converting f32 → dst dtype (KV scatter). A row named twice
+  // keeps the last write. src and dst must not overlap.
+  void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows);
+  // out row i = src row rows[i] (f32 gather of active rows). src and out must not overlap.
+  void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows);
   // KV deviation (CacheBlend §4.1): out[i][0] = Σ_c (a[i][c] − b[rows[i]][c])² for a f32 [n][d]
-  // and b f16 or f32 [≥ rows][d]; out f32 [n][1]. Ranks tokens for HKVD selection (§4.3).
-  virtual void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
-                           const Tensor& out) = 0;
+  // and b f16 or f32 [≥ rows][d]; out f32 [n][1], overlapping neither. Ranks tokens for HKVD
+  // selection (§4.3).
+  void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows, const Tensor& out);
   // Attention of queries q [n_q][n_head·head_dim] at positions q_pos against KV rows [0, n_kv)
-  // of k, v (f16 [≥n_kv][n_kv_head·head_dim]; f32 too, e.g. the encoder's own K/V) whose absolute
-  // positions are k_pos[0..n_kv).
+  // of k, v (f16 [≥n_kv][n_kv_head·head_dim]; f32 too, e.g. the encoder's own K/V; k and v of
+  // one dtype) whose absolute positions are k_pos[0..n_kv).
   // Causal by position: a query at p sees keys at positions ≤ p (and inside the sliding window);
-  // with p.causal == false every query sees all n_kv keys.
+  // with p.causal == false every query sees all n_kv keys (positions unused, may be empty).
   // Grouped-query: query head h reads KV head h / (n_head / n_kv_head).
-  virtual void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
-                         const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
-                         const AttentionParams& p, const Tensor& out,
-                         SegmentMass* seg_mass = nullptr) = 0;
+  // out [n_q][n_head·head_dim] must not overlap q, k or v.
+  void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
+                 std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
+                 const Tensor& out, SegmentMass* seg_mass = nullptr);
+
+ protected:
+  // What each backend implements. Called by the public functions above only after their checks,
+  // with arguments that satisfy the contract written there (weights loaded by this backend,
+  // tensors on it, dtypes it supports()), so an implementation checks only what is its own
+  // (the CUDA backend: grid and cuBLAS int limits, weights stored as it needs them).
+  virtual void copy_impl(const Tensor& src, const Tensor& dst) = 0;
+  virtual std::unique_ptr<Weight> load_weight_impl(const GgufTensor& t) = 0;
+  virtual void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
+                          float scale) = 0;
+  virtual void matmul_impl(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) = 0;
+  virtual void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) = 0;
+  virtual void rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads,
+                         int head_dim, const RopeParams& p, bool inverse) = 0;
+  virtual void layer_norm_impl(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                               const Tensor& y) = 0;
+  virtual void gelu_erf_impl(const Tensor& x, const Tensor& y) = 0;
+  virtual void swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  virtual void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  virtual void add_impl(const Tensor& a, const Tensor& b) = 0;
+  virtual void scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) = 0;
+  virtual void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) = 0;
+  virtual void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
+                                const Tensor& out) = 0;
+  virtual void attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
+                              const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
+                              const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) = 0;
+
+ private:
+  // Error unless t is a view of this backend's memory (inside its storage).
+  void check_tensor(const Tensor& t, const char* op, const char* what) const;
+  // Error unless in and out are f32 tensors of this backend with one shape that are either the
+  // same view (in place) or disjoint (the element-wise and row-wise ops).
+  void check_f32_pair(const Tensor& in, const Tensor& out, const char* op, const char* in_name,
+                      const char* out_name) const;
+  // Error unless w was loaded by this backend.
+  void check_weight(const Weight& w, const char* op) const;
+  // Error naming this backend unless it supports (op, dtype).
+  void check_supported(BackendOp op, DType dtype) const;
 };
 
 }  // namespace ragkv

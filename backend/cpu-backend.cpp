@@ -30,15 +30,6 @@ class CpuWeight : public Weight {
 
 const CpuWeight& cpu(const Weight& w) { return static_cast<const CpuWeight&>(w); }
 
-void check_f32(const Tensor& t, const char* op) {
-  if (t.dtype != DType::f32) fail("internal: {} expects an f32 tensor, got {}", op, dtype_name(t.dtype));
-}
-
-void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
-  if (a.rows != b.rows || a.cols != b.cols)
-    fail("internal: {}: shapes [{}][{}] and [{}][{}] differ", op, a.rows, a.cols, b.rows, b.cols);
-}
-
 // C[m][n] = A[m][k] · B[n][k]ᵀ with leading dimensions; the one GEMM shape the engine needs.
 void gemm_nt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
              int64_t ldb, float* c, int64_t ldc, float alpha) {
@@ -197,14 +188,15 @@ class CpuBackend : public Backend {
   void download(const Tensor& src, void* dst) override { std::memcpy(dst, src.data(), src.bytes()); }
   void fill_zero(const Tensor& t) override { std::memset(t.data(), 0, t.bytes()); }
 
-  void copy(const Tensor& src, const Tensor& dst) override {
-    check_copy(src, dst);
+  // Every op of the interface, with every dtype it defines.
+  bool supports(BackendOp op, DType dtype) const override { return backend_op_defined(op, dtype); }
+
+ protected:
+  void copy_impl(const Tensor& src, const Tensor& dst) override {
     std::memcpy(dst.data(), src.data(), src.bytes());
   }
 
-  std::unique_ptr<Weight> load_weight(const GgufTensor& t) override {
-    if (!ggml_type_supported(t.type))
-      fail("tensor '{}' has type {}, which ragkv does not support", t.name, ggml_type_name(t.type));
+  std::unique_ptr<Weight> load_weight_impl(const GgufTensor& t) override {
     auto w = std::make_unique<CpuWeight>();
     w->name = t.name;
     w->in_features = t.ne[0];
@@ -218,24 +210,16 @@ class CpuBackend : public Backend {
     return w;
   }
 
-  void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale) override {
-    check_f32(out, "embed");
+  void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale) override {
     const CpuWeight& w = cpu(table);
     for (size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] < 0 || ids[i] >= w.out_features)
-        fail("token id {} is outside the vocabulary of {} tokens", ids[i], w.out_features);
       const float* src = w.data.data() + static_cast<int64_t>(ids[i]) * w.in_features;
       float* dst = out.as<float>() + i * out.cols;
       for (int64_t j = 0; j < w.in_features; ++j) dst[j] = src[j] * scale;
     }
   }
 
-  void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) override {
-    check_f32(x, "matmul");
-    check_f32(y, "matmul");
-    if (x.cols != w.in_features || y.cols != w.out_features || x.rows != y.rows)
-      fail("internal: matmul [{}][{}] x {}ᵀ [{}][{}] -> [{}][{}]", x.rows, x.cols, w.name,
-           w.out_features, w.in_features, y.rows, y.cols);
+  void matmul_impl(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) override {
     gemm_nt(x.rows, w.out_features, w.in_features, x.as<float>(), x.cols, cpu(w).data.data(),
             w.in_features, y.as<float>(), y.cols, 1.f);
     if (bias) {
@@ -247,12 +231,7 @@ class CpuBackend : public Backend {
     }
   }
 
-  void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y) override {
-    check_f32(x, "rms_norm");
-    check_same_shape(x, y, "rms_norm");
-    if (w.in_features * w.out_features != x.cols)
-      fail("internal: rms_norm weight {} has {} values for rows of {}", w.name,
-           w.in_features * w.out_features, x.cols);
+  void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) override {
     const float* wp = cpu(w).data.data();
     const float* xp = x.as<float>();
     float* yp = y.as<float>();
@@ -266,11 +245,8 @@ class CpuBackend : public Backend {
     }
   }
 
-  void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
-            const RopeParams& p, bool inverse) override {
-    if (x.cols != int64_t(n_heads) * head_dim || int64_t(positions.size()) != x.rows)
-      fail("internal: rope on [{}][{}] with {} heads of {} and {} positions", x.rows, x.cols,
-           n_heads, head_dim, positions.size());
+  void rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
+                 const RopeParams& p, bool inverse) override {
     const int half = p.n_rot / 2;
     const std::vector<float> inv_freq = rope_inv_freq(p);
     const float sign = inverse ? -1.f : 1.f;
@@ -300,13 +276,7 @@ class CpuBackend : public Backend {
     }
   }
 
-  void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) override {
-    check_f32(x, "layer_norm");
-    check_f32(y, "layer_norm");
-    check_same_shape(x, y, "layer_norm");
-    if (w.in_features * w.out_features != x.cols || b.in_features * b.out_features != x.cols)
-      fail("internal: layer_norm weight {} / bias {} have {} / {} values for rows of {}", w.name, b.name,
-           w.in_features * w.out_features, b.in_features * b.out_features, x.cols);
+  void layer_norm_impl(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) override {
     const float* wp = cpu(w).data.data();
     const float* bp = cpu(b).data.data();
     const float* xp = x.as<float>();
@@ -327,10 +297,7 @@ class CpuBackend : public Backend {
     }
   }
 
-  void gelu_erf(const Tensor& x, const Tensor& y) override {
-    check_f32(x, "gelu_erf");
-    check_f32(y, "gelu_erf");
-    check_same_shape(x, y, "gelu_erf");
+  void gelu_erf_impl(const Tensor& x, const Tensor& y) override {
     const float* xp = x.as<float>();
     float* yp = y.as<float>();
     const int64_t n = x.numel();
@@ -338,16 +305,14 @@ class CpuBackend : public Backend {
     for (int64_t i = 0; i < n; ++i) yp[i] = gelu_erf_f32(xp[i]);
   }
 
-  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+  void swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override {
     glu(gate, up, out, [](float g) { return g / (1.f + std::exp(-g)); });
   }
-  void geglu(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+  void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override {
     glu(gate, up, out, gelu_tanh);
   }
 
-  void add(const Tensor& a, const Tensor& b) override {
-    check_f32(a, "add");
-    check_same_shape(a, b, "add");
+  void add_impl(const Tensor& a, const Tensor& b) override {
     float* ap = a.as<float>();
     const float* bp = b.as<float>();
     const int64_t n = a.numel();
@@ -355,35 +320,20 @@ class CpuBackend : public Backend {
     for (int64_t i = 0; i < n; ++i) ap[i] += bp[i];
   }
 
-  void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override {
-    check_f32(src, "scatter_rows");
-    if (src.cols != dst.cols || int64_t(rows.size()) != src.rows)
-      fail("internal: scatter_rows [{}][{}] into [{}][{}]", src.rows, src.cols, dst.rows, dst.cols);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i] < 0 || rows[i] >= dst.rows) fail("internal: scatter row {} outside {}", rows[i], dst.rows);
+  void scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override {
+    for (size_t i = 0; i < rows.size(); ++i) {  // in order: a row named twice keeps the last write
       const float* s = src.as<float>() + i * src.cols;
       if (dst.dtype == DType::f16) fp32_to_fp16_row(s, dst.as<f16_t>() + rows[i] * dst.cols, dst.cols);
       else std::memcpy(dst.as<float>() + rows[i] * dst.cols, s, dst.cols * sizeof(float));
     }
   }
 
-  void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override {
-    check_f32(src, "gather_rows");
-    check_f32(out, "gather_rows");
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i] < 0 || rows[i] >= src.rows) fail("internal: gather row {} outside {}", rows[i], src.rows);
+  void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override {
+    for (size_t i = 0; i < rows.size(); ++i)
       std::memcpy(out.as<float>() + i * out.cols, src.as<float>() + rows[i] * src.cols, src.cols * sizeof(float));
-    }
   }
 
-  void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows, const Tensor& out) override {
-    check_f32(a, "row_sq_dist");
-    check_f32(out, "row_sq_dist");
-    if (a.cols != b.cols || int64_t(rows.size()) != a.rows || out.rows != a.rows || out.cols != 1)
-      fail("internal: row_sq_dist [{}][{}] against [{}][{}] into [{}][{}]", a.rows, a.cols, b.rows,
-           b.cols, out.rows, out.cols);
-    for (int32_t r : rows)
-      if (r < 0 || r >= b.rows) fail("internal: row_sq_dist row {} outside {}", r, b.rows);
+  void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows, const Tensor& out) override {
 #pragma omp parallel for schedule(static) num_threads(threads_)
     for (int64_t i = 0; i < a.rows; ++i) {
       std::vector<float> brow(static_cast<size_t>(b.cols));
@@ -399,9 +349,9 @@ class CpuBackend : public Backend {
     }
   }
 
-  void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
-                 std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
-                 const Tensor& out, SegmentMass* seg_mass) override;
+  void attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
+                      std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
+                      const Tensor& out, SegmentMass* seg_mass) override;
 
  private:
   int threads_ = 1;
@@ -411,9 +361,6 @@ class CpuBackend : public Backend {
 
   template <typename F>
   void glu(const Tensor& gate, const Tensor& up, const Tensor& out, F act) {
-    check_f32(gate, "glu");
-    check_same_shape(gate, up, "glu");
-    check_same_shape(gate, out, "glu");
     const float* g = gate.as<float>();
     const float* u = up.as<float>();
     float* o = out.as<float>();
@@ -428,21 +375,13 @@ class CpuBackend : public Backend {
 // key positions ascend with the rows (every prefill, and reused chunks placed in order), each
 // block only touches the key range its positions can see: causal prefill does half the work, and
 // sliding-window layers only their window. Non-causal attention goes to attention_all_visible.
-void CpuBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
-                           const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
-                           const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
-  check_f32(q, "attention");
-  check_f32(out, "attention");
+void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
+                                const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
+                                const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
   const int hd = p.head_dim;
   const int64_t n_q = q.rows;
   const int64_t q_cols = int64_t(p.n_head) * hd, kv_cols = int64_t(p.n_kv_head) * hd;
-  if (q.cols != q_cols || out.cols != q_cols || out.rows != n_q || k.cols != kv_cols ||
-      v.cols != kv_cols || n_kv > k.rows || n_kv > v.rows || int64_t(k_pos.size()) < n_kv ||
-      int64_t(q_pos.size()) != n_q || p.n_head % p.n_kv_head != 0)
-    fail("internal: attention shapes q [{}][{}], k [{}][{}], n_kv {}, {} heads / {} kv heads of {}",
-         q.rows, q.cols, k.rows, k.cols, n_kv, p.n_head, p.n_kv_head, hd);
   if (!p.causal) {
-    if (p.sliding_window > 0) fail("internal: attention: a sliding window needs causal attention");
     attention_all_visible(q, k, v, n_kv, p, out, seg_mass);
     return;
   }

@@ -1,15 +1,15 @@
-// The CUDA backend: host side. Checks shapes, dtypes and indices the way the CPU backend does
-// (index errors are raised here, before any launch), then calls cuBLAS and the kernel launchers
+// The CUDA backend: host side. The public ops of Backend (backend/backend-ops.cpp) have checked
+// shapes, dtypes, indices and overlaps before any *_impl here runs; these add only the CUDA
+// backend's own limits, then call cuBLAS and the kernel launchers
 // (convert.cu, embed.cu, rows.cu, rms-norm.cu, layer-norm.cu, rope.cu, elementwise.cu) on the
 // backend's stream.
 //
 // This file holds no device code, so it is compiled by the host compiler with the project's
 // warnings (and fmt's compile-time format checks, which nvcc cannot compile).
 //
-// Link note: ragkv_core links ragkv_cuda (core/backend.cpp creates this backend), and this file
-// calls core's dequantisation (core/quant.h: ggml_type_supported, ggml_row_bytes,
-// dequantize_row), so ragkv_cuda also lists ragkv_core as a link-only dependency in
-// CMakeLists.txt: the static libraries form a cycle that CMake repeats on the link line.
+// Layering: ragkv_cuda sits on ragkv_backend (the interface and its checks) and, below it,
+// format/quant.h's dequantisation (ggml_row_bytes, dequantize_row); only cmd/ and the tests
+// link it.
 #include "cuda/cuda-backend.h"
 
 #include <algorithm>
@@ -42,31 +42,6 @@ constexpr float kF16Max = 65504.f;
 // load_weight converts matrices in chunks of about this many values (16 MiB of f32 staging).
 constexpr int64_t kLoadChunkValues = int64_t(1) << 22;
 
-[[noreturn]] void not_implemented(const char* op) {
-  fail("CUDA backend: op '{}' is not implemented yet", op);
-}
-
-size_t elem_size(DType t) { return t == DType::f32 ? 4 : 2; }
-const char* type_str(DType t) { return t == DType::f32 ? "f32" : "f16"; }
-size_t tensor_bytes(const Tensor& t) { return static_cast<size_t>(t.numel()) * elem_size(t.dtype); }
-
-void check_f32(const Tensor& t, const char* op) {
-  if (t.dtype != DType::f32) fail("internal: CUDA {} expects an f32 tensor, got {}", op, type_str(t.dtype));
-}
-
-void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
-  if (a.rows != b.rows || a.cols != b.cols)
-    fail("internal: CUDA {}: shapes [{}][{}] and [{}][{}] differ", op, a.rows, a.cols, b.rows, b.cols);
-}
-
-// True when the memory of a and b overlaps (kernels that read one and write the other through
-// index lists are not safe in place).
-bool overlaps(const Tensor& a, const Tensor& b) {
-  if (a.empty() || b.empty()) return false;
-  const auto a0 = reinterpret_cast<uintptr_t>(a.data()), b0 = reinterpret_cast<uintptr_t>(b.data());
-  return a0 < b0 + tensor_bytes(b) && b0 < a0 + tensor_bytes(a);
-}
-
 // A weight in device memory: f32 for vectors, f16 for matrices, [out_features][in_features];
 // freed through its backend.
 class CudaWeight : public Weight {
@@ -87,19 +62,17 @@ class CudaWeight : public Weight {
   DType dtype_;  // f32 (vectors) or f16 (matrices)
 };
 
-// The weight as this backend loaded it; a weight of another backend fails loudly.
-const CudaWeight& cuda_weight(const Weight& w, const char* op) {
-  const auto* cw = dynamic_cast<const CudaWeight*>(&w);
-  if (!cw) fail("internal: CUDA {}: weight '{}' was not loaded by the CUDA backend", op, w.name);
-  return *cw;
-}
+// The weight as this backend loaded it (Backend checked that it did).
+const CudaWeight& cuda_weight(const Weight& w) { return static_cast<const CudaWeight&>(w); }
 
-// A vector weight (norm weight, bias: f32) of n values.
-const CudaWeight& cuda_vector(const Weight& w, int64_t n, const char* op) {
-  const CudaWeight& cw = cuda_weight(w, op);
-  if (cw.dtype() != DType::f32 || w.in_features * w.out_features != n)
-    fail("internal: CUDA {}: weight {} is [{}][{}] {}, expected an f32 vector of {} values", op,
-         w.name, w.out_features, w.in_features, type_str(cw.dtype()), n);
+// A weight used as a vector (norm weight, bias; Backend checked its count of values): stored as
+// f32 only when it has one row, so a matrix of the same count (f16 here) is refused.
+const CudaWeight& cuda_vector(const Weight& w, const char* op) {
+  const CudaWeight& cw = cuda_weight(w);
+  if (cw.dtype() != DType::f32)
+    fail("internal: CUDA {}: weight {} is a [{}][{}] matrix, stored in f16; the CUDA backend needs an f32 "
+         "vector (one row) here",
+         op, w.name, w.out_features, w.in_features);
   return cw;
 }
 
@@ -219,7 +192,7 @@ void CudaBackend::raw_free(void* p) {
 }
 
 void CudaBackend::upload(const Tensor& dst, const void* host_src) {
-  const size_t bytes = tensor_bytes(dst);
+  const size_t bytes = dst.bytes();
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), host_src, bytes, cudaMemcpyHostToDevice, stream_));
   // Complete before returning: host_src may be reused (or be pinned memory) as soon as we return.
@@ -257,7 +230,7 @@ CudaBackend::PinnedSlot& CudaBackend::free_slot(size_t bytes) {
 }
 
 void CudaBackend::upload_async(const Tensor& dst, const void* host_src) {
-  const size_t bytes = tensor_bytes(dst);
+  const size_t bytes = dst.bytes();
   if (bytes == 0) return;
   if (!batch_open_) {
     // The rows may still be read by compute queued earlier (e.g. the previous prompt's attention).
@@ -279,20 +252,19 @@ void CudaBackend::wait_uploads() {
 }
 
 void CudaBackend::download(const Tensor& src, void* host_dst) {
-  const size_t bytes = tensor_bytes(src);
+  const size_t bytes = src.bytes();
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::fill_zero(const Tensor& t) {
-  const size_t bytes = tensor_bytes(t);
+  const size_t bytes = t.bytes();
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemsetAsync(t.data(), 0, bytes, stream_));
 }
 
-void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
-  check_copy(src, dst);
+void CudaBackend::copy_impl(const Tensor& src, const Tensor& dst) {
   if (src.bytes() == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
 }
@@ -330,20 +302,18 @@ void CudaBackend::check_grid_rows(int64_t rows, const char* op) const {
     fail("internal: CUDA {} over {} rows exceeds the grid limit", op, rows);
 }
 
+bool CudaBackend::supports(BackendOp op, DType dtype) const {
+  // Every op, with every dtype the interface defines (the header comment lists them).
+  return backend_op_defined(op, dtype);
+}
+
 // ---- weights
 
-std::unique_ptr<Weight> CudaBackend::load_weight(const GgufTensor& t) {
-  if (!ggml_type_supported(t.type))
-    fail("tensor '{}' has type {}, which ragkv does not support", t.name, ggml_type_name(t.type));
-  int64_t n = t.ne.empty() ? 0 : 1;
-  for (const int64_t d : t.ne) n *= std::max<int64_t>(d, 0);
-  if (n == 0) fail("CUDA backend: tensor '{}' of shape {} has no values", t.name, t.shape_str());
+// Backend::load_weight has checked the type, that there are values, and that the data covers them.
+std::unique_ptr<Weight> CudaBackend::load_weight_impl(const GgufTensor& t) {
+  const int64_t n = t.n_elements();
   const int64_t cols = t.ne[0], rows = n / cols;
-  const size_t row_bytes = ggml_row_bytes(t.type, cols);  // throws when cols splits a block
-  const size_t data_bytes = row_bytes * static_cast<size_t>(rows);
-  if (t.data == nullptr || (t.nbytes != 0 && t.nbytes < data_bytes))
-    fail("CUDA backend: tensor '{}' ({} {}) holds {} bytes of data, expected {}", t.name,
-         ggml_type_name(t.type), t.shape_str(), t.data ? t.nbytes : 0, data_bytes);
+  const size_t row_bytes = ggml_row_bytes(t.type, cols);
 
   if (rows == 1) {  // a vector: f32, dequantised on the host
     std::vector<float> host(static_cast<size_t>(cols));
@@ -404,18 +374,11 @@ std::unique_ptr<Weight> CudaBackend::load_weight(const GgufTensor& t) {
   return w;
 }
 
-// ---- ops
+// ---- ops (arguments checked by Backend; see backend/backend-ops.cpp)
 
-void CudaBackend::embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale) {
-  check_f32(out, "embed");
-  const CudaWeight& cw = cuda_weight(table, "embed");
+void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale) {
+  const CudaWeight& cw = cuda_weight(table);
   const int64_t n = static_cast<int64_t>(ids.size());
-  if (out.rows != n || out.cols != table.in_features)
-    fail("internal: CUDA embed of {} ids from {} [{}][{}] into [{}][{}]", n, table.name,
-         table.out_features, table.in_features, out.rows, out.cols);
-  for (const int32_t id : ids)
-    if (id < 0 || id >= table.out_features)
-      fail("token id {} is outside the vocabulary of {} tokens", id, table.out_features);
   if (n == 0) return;
   check_grid_rows(n, "embed");
 
@@ -426,14 +389,9 @@ void CudaBackend::embed(const Weight& table, std::span<const int32_t> ids, const
   else embed_f32_cuda(cw.f32(), d_ids, out.as<float>(), n, out.cols, scale, stream_);
 }
 
-void CudaBackend::matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) {
-  check_f32(x, "matmul");
-  check_f32(y, "matmul");
-  const CudaWeight& cw = cuda_weight(w, "matmul");
-  if (x.cols != w.in_features || y.cols != w.out_features || x.rows != y.rows)
-    fail("internal: CUDA matmul [{}][{}] x {}ᵀ [{}][{}] -> [{}][{}]", x.rows, x.cols, w.name,
-         w.out_features, w.in_features, y.rows, y.cols);
-  const float* d_bias = bias ? cuda_vector(*bias, w.out_features, "matmul bias").f32() : nullptr;
+void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) {
+  const CudaWeight& cw = cuda_weight(w);
+  const float* d_bias = bias ? cuda_vector(*bias, "matmul bias").f32() : nullptr;
   const int64_t n = x.rows, in = w.in_features, out = w.out_features;
   if (n == 0) return;
   check_int_dim(n, "rows", "matmul");
@@ -466,26 +424,15 @@ void CudaBackend::matmul(const Tensor& x, const Weight& w, const Tensor& y, cons
   }
 }
 
-void CudaBackend::rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y) {
-  check_f32(x, "rms_norm");
-  check_f32(y, "rms_norm");
-  check_same_shape(x, y, "rms_norm");
-  const CudaWeight& cw = cuda_vector(w, x.cols, "rms_norm");
+void CudaBackend::rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) {
+  const CudaWeight& cw = cuda_vector(w, "rms_norm");
   check_grid_rows(x.rows, "rms_norm");
   rms_norm_f32_cuda(x.as<float>(), cw.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
-void CudaBackend::rope(const Tensor& x, std::span<const int32_t> positions, int n_heads,
-                       int head_dim, const RopeParams& p, bool inverse) {
-  if (x.cols != int64_t(n_heads) * head_dim || int64_t(positions.size()) != x.rows)
-    fail("internal: CUDA rope on [{}][{}] with {} heads of {} and {} positions", x.rows, x.cols,
-         n_heads, head_dim, positions.size());
-  if (p.n_rot < 0 || p.n_rot % 2 != 0 || p.n_rot > head_dim)
-    fail("internal: CUDA rope rotates {} dimensions of heads of {} (expected an even count ≤ head_dim)",
-         p.n_rot, head_dim);
+void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
+                            const RopeParams& p, bool inverse) {
   const int half = p.n_rot / 2;
-  if (!p.freq_factors.empty() && int64_t(p.freq_factors.size()) < half)
-    fail("internal: CUDA rope has {} frequency factors for {} rotated pairs", p.freq_factors.size(), half);
   if (half == 0 || x.rows == 0) return;
 
   // Staging layout: int32 positions [rows], then f32 inv_freq [half]. inv_freq comes from
@@ -513,57 +460,30 @@ void CudaBackend::rope(const Tensor& x, std::span<const int32_t> positions, int 
   else rope_f32_cuda(x.as<float>(), d_pos, d_inv_freq, s, stream_);
 }
 
-void CudaBackend::layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) {
-  check_f32(x, "layer_norm");
-  check_f32(y, "layer_norm");
-  check_same_shape(x, y, "layer_norm");
-  const CudaWeight& cw = cuda_vector(w, x.cols, "layer_norm");
-  const CudaWeight& cb = cuda_vector(b, x.cols, "layer_norm");
+void CudaBackend::layer_norm_impl(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) {
+  const CudaWeight& cw = cuda_vector(w, "layer_norm");
+  const CudaWeight& cb = cuda_vector(b, "layer_norm");
   check_grid_rows(x.rows, "layer_norm");
   layer_norm_f32_cuda(x.as<float>(), cw.f32(), cb.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
-void CudaBackend::gelu_erf(const Tensor& x, const Tensor& y) {
-  check_f32(x, "gelu_erf");
-  check_f32(y, "gelu_erf");
-  check_same_shape(x, y, "gelu_erf");
+void CudaBackend::gelu_erf_impl(const Tensor& x, const Tensor& y) {
   gelu_erf_f32_cuda(x.as<float>(), y.as<float>(), x.numel(), stream_);
 }
 
-void CudaBackend::glu(const Tensor& gate, const Tensor& up, const Tensor& out, bool gelu) {
-  const char* op = gelu ? "geglu" : "swiglu";
-  check_f32(gate, op);
-  check_f32(up, op);
-  check_f32(out, op);
-  check_same_shape(gate, up, op);
-  check_same_shape(gate, out, op);
-  if (gelu) geglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
-  else swiglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
+void CudaBackend::swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  swiglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
 }
 
-void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  glu(gate, up, out, false);
+void CudaBackend::geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  geglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
 }
 
-void CudaBackend::geglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  glu(gate, up, out, true);
-}
-
-void CudaBackend::add(const Tensor& a, const Tensor& b) {
-  check_f32(a, "add");
-  check_f32(b, "add");
-  check_same_shape(a, b, "add");
+void CudaBackend::add_impl(const Tensor& a, const Tensor& b) {
   add_f32_cuda(a.as<float>(), b.as<float>(), a.numel(), stream_);
 }
 
-void CudaBackend::scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
-  check_f32(src, "scatter_rows");
-  if (src.cols != dst.cols || int64_t(rows.size()) != src.rows)
-    fail("internal: CUDA scatter_rows [{}][{}] into [{}][{}] with {} rows", src.rows, src.cols,
-         dst.rows, dst.cols, rows.size());
-  for (const int32_t r : rows)
-    if (r < 0 || r >= dst.rows) fail("internal: CUDA scatter row {} outside {}", r, dst.rows);
-  if (overlaps(src, dst)) fail("internal: CUDA scatter_rows: source and destination overlap");
+void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
 
   // Staging layout: int32 destination rows [k], then, when a destination repeats, the int32
@@ -592,15 +512,7 @@ void CudaBackend::scatter_rows(const Tensor& src, const Tensor& dst, std::span<c
                        stream_);
 }
 
-void CudaBackend::gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {
-  check_f32(src, "gather_rows");
-  check_f32(out, "gather_rows");
-  if (out.cols != src.cols || int64_t(rows.size()) != out.rows)
-    fail("internal: CUDA gather_rows of {} rows from [{}][{}] into [{}][{}]", rows.size(), src.rows,
-         src.cols, out.rows, out.cols);
-  for (const int32_t r : rows)
-    if (r < 0 || r >= src.rows) fail("internal: CUDA gather row {} outside {}", r, src.rows);
-  if (overlaps(src, out)) fail("internal: CUDA gather_rows: source and output overlap");
+void CudaBackend::gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
   check_grid_rows(out.rows, "gather_rows");
 
@@ -610,15 +522,8 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& out, std::span<co
   copy_rows_f32_cuda(src.as<float>(), d_rows, out.as<float>(), nullptr, out.rows, src.cols, stream_);
 }
 
-void CudaBackend::row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
-                              const Tensor& out) {
-  check_f32(a, "row_sq_dist");
-  check_f32(out, "row_sq_dist");
-  if (a.cols != b.cols || int64_t(rows.size()) != a.rows || out.rows != a.rows || out.cols != 1)
-    fail("internal: CUDA row_sq_dist [{}][{}] against [{}][{}] into [{}][{}]", a.rows, a.cols, b.rows,
-         b.cols, out.rows, out.cols);
-  for (const int32_t r : rows)
-    if (r < 0 || r >= b.rows) fail("internal: CUDA row_sq_dist row {} outside {}", r, b.rows);
+void CudaBackend::row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
+                                   const Tensor& out) {
   if (rows.empty()) return;
   check_grid_rows(a.rows, "row_sq_dist");
 
@@ -631,24 +536,12 @@ void CudaBackend::row_sq_dist(const Tensor& a, const Tensor& b, std::span<const 
     row_sq_dist_f32_cuda(a.as<float>(), b.as<float>(), d_rows, out.as<float>(), a.rows, a.cols, stream_);
 }
 
-void CudaBackend::attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
-                            std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
-                            const Tensor& out, SegmentMass* seg_mass) {
-  check_f32(q, "attention");
-  check_f32(out, "attention");
+void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
+                                 std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
+                                 const Tensor& out, SegmentMass* seg_mass) {
   const int64_t n_q = q.rows;
-  const int64_t q_cols = int64_t(p.n_head) * p.head_dim, kv_cols = int64_t(p.n_kv_head) * p.head_dim;
-  if (p.n_kv_head <= 0 || q.cols != q_cols || out.cols != q_cols || out.rows != n_q || k.cols != kv_cols ||
-      v.cols != kv_cols || k.dtype != v.dtype || n_kv > k.rows || n_kv > v.rows ||
-      (p.causal && (int64_t(k_pos.size()) < n_kv || int64_t(q_pos.size()) != n_q)) || p.n_head % p.n_kv_head != 0)
-    fail("internal: CUDA attention shapes q [{}][{}], k [{}][{}] {}, v [{}][{}] {}, n_kv {}, {} heads / {} kv heads of {}",
-         q.rows, q.cols, k.rows, k.cols, type_str(k.dtype), v.rows, v.cols, type_str(v.dtype), n_kv, p.n_head,
-         p.n_kv_head, p.head_dim);
   const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
-  if (seg_mass) {
-    if (n_seg < 0 || seg_mass->out == nullptr) fail("internal: CUDA attention: segment mass without segments or output");
-    seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
-  }
+  if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
   if (n_q == 0) return;
 
   // Positions and segment boundaries in one upload: the int64 boundaries first (aligned), then

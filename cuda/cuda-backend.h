@@ -1,16 +1,20 @@
-// The CUDA backend (DESIGN.md §3): device memory and the ops of core/backend.h on one CUDA
+// The CUDA backend (DESIGN.md §3): device memory and the ops of backend/backend.h on one CUDA
 // device, every op queued on one stream the backend owns. The CPU backend is the reference each
-// op is tested against (tests/test-cuda-ops.cpp).
+// op is tested against (tests/test-cuda-ops.cpp). Arguments are checked once, by the public ops
+// of Backend (backend/backend-ops.cpp); this backend checks only its own limits (grid rows,
+// cuBLAS's int dimensions, vector weights stored as f32).
 //
 // Implemented: memory; weights of every GGUF type the CPU backend accepts (matrices as f16,
 // vectors as f32, see below); embed, matmul (cuBLAS), rms_norm, rope (f32 and f16 storage),
 // layer_norm, gelu_erf, swiglu, geglu, add, copy (device to device), scatter_rows (into f32 or
 // f16), gather_rows and row_sq_dist (against f32 or f16 rows), attention (cuda/attention.cu:
-// fused, masked by absolute positions, optional segment mass). Every op of core/backend.h is implemented.
+// fused, masked by absolute positions, optional segment mass; head_dim 32, 64, 128 or 256).
+// Every op of backend/backend.h is implemented, with every dtype it defines: supports() is true
+// wherever backend_op_defined() is.
 //
 // Weight storage. Vectors (out_features == 1: norm weights, biases) are dequantised to f32.
 // Matrices (out_features > 1) are dequantised on the host exactly as the CPU backend does
-// (core/quant.h), checked, and stored as f16 [out][in], whatever their GGUF type. Why f16:
+// (format/quant.h), checked, and stored as f16 [out][in], whatever their GGUF type. Why f16:
 //  * precision: f16 keeps 11 significant bits, bf16 only 8. A dequantised Q4/Q8/K-quant value
 //    (an f16 scale times a small integer, minus an f16 offset) or an f32 weight rounds to f16
 //    with a relative error ≤ 2^-11, 8× less than in bf16; a bf16 weight (e.g. the random test
@@ -70,7 +74,6 @@ class CudaBackend : public Backend {
   void upload(const Tensor& dst, const void* host_src) override;
   void download(const Tensor& src, void* host_dst) override;
   void fill_zero(const Tensor& t) override;
-  void copy(const Tensor& src, const Tensor& dst) override;
   void synchronize() override;
   // Layer-wise loading: host data is copied into a pinned staging slot, then to the device on
   // copy_stream_ (after the compute work queued so far, which may still read the rows); the
@@ -78,32 +81,38 @@ class CudaBackend : public Backend {
   void upload_async(const Tensor& dst, const void* host_src) override;
   void wait_uploads() override;
 
-  // ---- weights: any type ggml_type_supported() accepts; matrices f16, vectors f32 (see above).
-  // Throws ragkv::Error naming the tensor for an unsupported type, missing data, or a matrix
-  // value outside the f16 range.
-  std::unique_ptr<Weight> load_weight(const GgufTensor& t) override;
-
-  // ---- ops
-  void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
-             float scale) override;
-  void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) override;
-  void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y) override;
-  void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
-            const RopeParams& p, bool inverse) override;
-  void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps,
-                  const Tensor& y) override;
-  void gelu_erf(const Tensor& x, const Tensor& y) override;
-  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
-  void geglu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
-  void add(const Tensor& a, const Tensor& b) override;
-  void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override;
-  void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override;
-  void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows, const Tensor& out) override;
-  void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
-                 std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
-                 const Tensor& out, SegmentMass* seg_mass) override;
+  bool supports(BackendOp op, DType dtype) const override;
 
   cudaStream_t stream() const { return stream_; }
+
+ protected:
+  void copy_impl(const Tensor& src, const Tensor& dst) override;
+
+  // ---- weights: any type ggml_type_supported() accepts; matrices f16, vectors f32 (see above).
+  // Throws ragkv::Error naming the tensor for a matrix value outside the f16 range (the type
+  // and the data size were checked by Backend::load_weight).
+  std::unique_ptr<Weight> load_weight_impl(const GgufTensor& t) override;
+
+  // ---- ops
+  void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
+                  float scale) override;
+  void matmul_impl(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) override;
+  void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) override;
+  void rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
+                 const RopeParams& p, bool inverse) override;
+  void layer_norm_impl(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                       const Tensor& y) override;
+  void gelu_erf_impl(const Tensor& x, const Tensor& y) override;
+  void swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void add_impl(const Tensor& a, const Tensor& b) override;
+  void scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override;
+  void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override;
+  void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
+                        const Tensor& out) override;
+  void attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
+                      std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
+                      const Tensor& out, SegmentMass* seg_mass) override;
 
  private:
   int device_ = 0;
@@ -143,8 +152,6 @@ class CudaBackend : public Backend {
   void grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes);
   // Checks that `rows` fit one grid dimension (one block per row) for `op`.
   void check_grid_rows(int64_t rows, const char* op) const;
-
-  void glu(const Tensor& gate, const Tensor& up, const Tensor& out, bool gelu);
 };
 
 }  // namespace ragkv

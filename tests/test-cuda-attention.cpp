@@ -1,5 +1,5 @@
 // The fused CUDA attention kernel (cuda/attention.cu) against the CPU reference backend
-// (Backend::attention in core/cpu-backend.cpp), DESIGN.md §3 and §4.
+// (Backend::attention in backend/cpu-backend.cpp), DESIGN.md §3 and §4.
 //
 // attention_cuda runs on device buffers made here with cudaMalloc/cudaMemcpy, the CPU backend on
 // the same inputs (f16 K/V rounded once on the host, so both start from the same bits), over a
