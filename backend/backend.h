@@ -183,7 +183,8 @@ class Backend {
   // With x as [n·heads][head_dim] this is per-head QK-norm.
   void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y);
   // Rotary embedding in place on x [n][n_heads·head_dim] (f32 or f16), row i at positions[i].
-  // inverse = true removes it (rotation by −θ·p): stored chunk K is kept without RoPE.
+  // inverse = true removes it (rotation by −θ·p). Reused chunk K is rotated by the position
+  // difference (forward, positions = Δ), never removed and re-applied (rag/precompute.h says why).
   // p.n_rot even and ≤ head_dim; p.freq_factors empty or at least n_rot / 2 of them.
   void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
             const RopeParams& p, bool inverse);

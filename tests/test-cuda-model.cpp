@@ -1,7 +1,7 @@
 // End to end on the CUDA backend against the CPU backend: whole prefills and greedy decoding on
 // random GGUF models with the default models' shapes (SmolLM2-135M and Gemma 3 270M layer
 // sizes; the real files are too large to copy to the GPU machine, so the models are written
-// where the test runs, by core/random-model).
+// where the test runs, by model/random-model).
 //
 // Tolerances. Both backends start from the same f16 weights (exact in f32 on the CPU); the CUDA
 // backend also rounds every matmul input row to f16 (relative error 2^-11 per element) and sums
