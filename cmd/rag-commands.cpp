@@ -53,6 +53,7 @@ struct RagFlags {  // shared by answer and eval
   std::vector<int> check_at;
   std::string select = "auto";
   int sink_tokens = 0;
+  double adaptive = 0;
   int max_tokens = 32;
   DeviceFlags dev;
 };
@@ -171,6 +172,7 @@ struct Pipeline {
     b.check_at = f.check_at;
     b.selection = f.select == "auto" ? default_selection(model->config()) : parse_selection(f.select);
     b.sink_tokens = f.sink_tokens;
+    b.adaptive_mass = f.adaptive;
     return b;
   }
 
@@ -197,6 +199,7 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
   std::vector<std::string> methods = selection_names();
   methods.insert(methods.begin(), "auto");
   c->add_option("--select", f.select, "blend: how tokens to recompute are chosen (auto: the default of the model's architecture)")->check(CLI::IsMember(methods))->capture_default_str();
+  c->add_option("--adaptive", f.adaptive, "blend: per query, recompute the fewest tokens holding this share of the selection's score mass, within [1/2, 2] x r (0: a fixed r)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   c->add_option("--sink-tokens", f.sink_tokens, "blend sink methods: first tokens per chunk recomputed (0: ceil(r x chunk) for sink, 4 with +v)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   c->add_option("--max-tokens", f.max_tokens, "Maximum answer tokens")->check(CLI::Range(1, 4096))->capture_default_str();
   c->add_option("--limit", f.limit, "Answer only the first N queries (0: all)")->check(CLI::NonNegativeNumber);
@@ -405,7 +408,7 @@ int RagCommands::run_eval() {
   for (const std::string& m : split_modes(ev_modes)) {
     const ModeSpec s = parse_mode_spec(m);
     if (s.mode == ReuseMode::blend && !s.ratio && !ev_sweep.empty()) {
-      for (double r : ev_sweep) add(ModeSpec(s.mode, s.selection, r));
+      for (double r : ev_sweep) add(ModeSpec(s.mode, s.selection, r, s.adaptive));
     } else {
       add(s);
     }
@@ -427,6 +430,7 @@ int RagCommands::run_eval() {
   settings.selection = selection_name(defaults.selection);
   settings.sink_tokens = ev.sink_tokens;
   settings.check_at = ev.check_at;
+  settings.adaptive = ev.adaptive;
   std::map<std::string, ModeSpec> spec_of{{baseline.name(), baseline}};
   std::map<std::string, double> nominal;
   for (const ModeSpec& s : specs) {

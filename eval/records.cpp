@@ -19,6 +19,7 @@ json EvalSettings::to_json() const {
   if (selection != "kv") j["selection"] = selection;
   if (sink_tokens != 0) j["sink_tokens"] = sink_tokens;
   if (!check_at.empty()) j["check_at"] = check_at;
+  if (adaptive != 0) j["adaptive"] = adaptive;
   return j;
 }
 

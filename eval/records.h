@@ -26,6 +26,7 @@ struct EvalSettings {
   std::string selection = "kv";
   int sink_tokens = 0;
   std::vector<int> check_at;
+  double adaptive = 0;
   nlohmann::json to_json() const;
 };
 

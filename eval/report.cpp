@@ -33,6 +33,18 @@ nlohmann::json recovery_json(const RecoveryInterval& r) {
   return {{"mean", r.mean}, {"lo", r.lo}, {"hi", r.hi}};
 }
 
+// Per-query spread: {"p10","p50","p90"} (linear interpolation between order statistics).
+nlohmann::json quantiles_json(std::vector<double> v) {
+  if (v.empty()) return nullptr;
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) {
+    const double x = p * double(v.size() - 1);
+    const size_t i = size_t(x);
+    return i + 1 < v.size() ? v[i] + (x - double(i)) * (v[i + 1] - v[i]) : v[i];
+  };
+  return {{"p10", q(0.1)}, {"p50", q(0.5)}, {"p90", q(0.9)}};
+}
+
 std::vector<double> one_minus(const std::vector<double>& v) {
   std::vector<double> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = 1.0 - v[i];
@@ -97,6 +109,7 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
                         {"recompute_fraction", mean(s.recompute)},
                         {"real_compute_fraction", s.real_known ? nlohmann::json(mean(s.real)) : nlohmann::json(nullptr)},
                         {"nominal_ratio", nominal.count(m) ? nlohmann::json(nominal.at(m)) : nlohmann::json(nullptr)},
+                        {"real_compute_distribution", s.real_known ? quantiles_json(s.real) : nlohmann::json(nullptr)},
                         {"ttft_ms", mean(s.ttft)},
                         {"prefill_ms", mean(s.prefill)},
                         {"load_ms", mean(s.load)},
@@ -181,6 +194,14 @@ std::string eval_markdown(const nlohmann::json& s, const std::string& picture) {
   }
   md += "\nReal compute: recomputed token-layers of the reused tokens over all their token-layers (layer 0 and "
         "the check layers included); recompute (prompt): computed token-layers over the whole prompt's.\n";
+  std::string spread;
+  for (const auto& m : order) {
+    const nlohmann::json& d = s.at("modes").at(m).value("real_compute_distribution", nlohmann::json());
+    if (m.find('~') == std::string::npos || d.is_null()) continue;
+    spread += fmt::format("- `{}`: p10 {:.3f}, median {:.3f}, p90 {:.3f}\n", m, d["p10"].get<double>(),
+                          d["p50"].get<double>(), d["p90"].get<double>());
+  }
+  if (!spread.empty()) md += "\nPer-query real compute of the adaptive modes:\n\n" + spread;
   if (!picture.empty())
     md += fmt::format("\n![Recovery and first-token agreement against real compute and TTFT]({})\n", picture);
   md += "\nPaired differences, mean [95 % bootstrap interval]:\n\n";

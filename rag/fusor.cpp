@@ -186,7 +186,8 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
         std::vector<float> question = question_scores(sel, st);
         const std::vector<float> score =
             selection_scores(sel, st, plan.candidate, std::move(deviation), std::move(question), seed);
-        const std::vector<int32_t> keep = select_hkvd_rows(active, plan.candidate, score, plan.checks[next_check].keep);
+        const size_t k = adaptive_keep(active, plan.candidate, score, plan.checks[next_check].keep, plan.blend.adaptive_mass);
+        const std::vector<int32_t> keep = select_hkvd_rows(active, plan.candidate, score, k);
         ++next_check;
         if (int64_t(keep.size()) < na) {
           compact_rows(b, ws.x, scratch_x, na, keep);
@@ -216,7 +217,8 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
     std::vector<float> score(plan.active.size());
     for (size_t i = 0; i < plan.active.size(); ++i) score[i] = float(relevance[size_t(plan.active[i])]);
     std::vector<int32_t> second;
-    for (int32_t i : select_hkvd_rows(plan.active, plan.candidate, score, plan.pre_keep)) second.push_back(plan.active[size_t(i)]);
+    const size_t k = adaptive_keep(plan.active, plan.candidate, score, plan.pre_keep, plan.blend.adaptive_mass);
+    for (int32_t i : select_hkvd_rows(plan.active, plan.candidate, score, k)) second.push_back(plan.active[size_t(i)]);
     r.stats.kept_after_check.push_back(second);
     active = pass(second, false, false, nullptr);
   } else {

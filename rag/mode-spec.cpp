@@ -13,6 +13,7 @@ std::string ModeSpec::name() const {
   std::string n = reuse_mode_name(mode);
   if (selection) n += std::string("/") + selection_name(*selection);
   if (ratio) n += fmt::format("@{:g}", *ratio);
+  if (adaptive) n += fmt::format("~{:g}", *adaptive);
   return n;
 }
 
@@ -20,28 +21,40 @@ BlendParams ModeSpec::blend(const BlendParams& defaults) const {
   BlendParams b = defaults;
   if (selection) b.selection = *selection;
   if (ratio) b.recompute_ratio = *ratio;
+  if (adaptive) b.adaptive_mass = *adaptive;
   return b;
 }
 
+namespace {
+// The number after a one-character tag, in [0, 1]; Error naming the spec.
+double unit_number(const std::string& spec, const std::string& text, const char* what) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(v >= 0.0 && v <= 1.0))
+    fail("mode '{}': {} must be a number in [0, 1], got '{}'", spec, what, text);
+  return v;
+}
+}  // namespace
+
 ModeSpec parse_mode_spec(const std::string& s) {
-  const size_t at = s.find('@'), slash = s.find('/');
-  const size_t mode_end = std::min(at, slash);
+  // MODE[/METHOD][@R][~P]: split at the tags, which must come in this order.
+  const size_t slash = s.find('/'), at = s.find('@'), tilde = s.find('~');
+  const size_t npos = std::string::npos;
+  auto before = [&](size_t a, size_t b) { return a == npos || b == npos || a < b; };
+  if (!before(slash, at) || !before(slash, tilde) || !before(at, tilde))
+    fail("mode '{}': write MODE/METHOD@R~P, in that order", s);
+  const size_t mode_end = std::min({slash, at, tilde});
   ModeSpec spec;
   spec.mode = parse_reuse_mode(s.substr(0, mode_end));
-  if (slash != std::string::npos) {
-    if (at != std::string::npos && at < slash) fail("mode '{}': write MODE/METHOD@R, the method before the ratio", s);
-    spec.selection = parse_selection(s.substr(slash + 1, at == std::string::npos ? std::string::npos : at - slash - 1));
-  }
-  if (at != std::string::npos) {
-    const std::string r = s.substr(at + 1);
-    char* end = nullptr;
-    const double v = std::strtod(r.c_str(), &end);
-    if (r.empty() || *end != '\0' || !(v >= 0.0 && v <= 1.0))
-      fail("mode '{}': the recompute ratio after '@' must be a number in [0, 1], got '{}'", s, r);
-    spec.ratio = v;
-  }
-  if ((spec.selection || spec.ratio) && spec.mode != ReuseMode::blend)
-    fail("mode '{}': a selection method or ratio applies to blend only", s);
+  auto part = [&](size_t from) {  // the text after the tag at `from`, up to the next tag
+    const size_t next = std::min(at > from ? at : npos, tilde > from ? tilde : npos);
+    return s.substr(from + 1, next == npos ? npos : next - from - 1);
+  };
+  if (slash != npos) spec.selection = parse_selection(part(slash));
+  if (at != npos) spec.ratio = unit_number(s, part(at), "the recompute ratio after '@'");
+  if (tilde != npos) spec.adaptive = unit_number(s, part(tilde), "the adaptive score mass after '~'");
+  if ((spec.selection || spec.ratio || spec.adaptive) && spec.mode != ReuseMode::blend)
+    fail("mode '{}': a selection method, ratio or adaptivity applies to blend only", s);
   return spec;
 }
 

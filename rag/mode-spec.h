@@ -1,7 +1,8 @@
 // One variant of a reuse mode, as `answer --mode` and `eval --modes` name it:
-//   MODE[/METHOD][@R]     e.g. blend, blend/v, blend@0.2, blend/question+v@0.1
-// METHOD (a Selection, rag/plan.h) and R (the recompute ratio) apply to blend only; parts left out
-// come from the flags (--select, --recompute-ratio). Eval reports each variant under its name,
+//   MODE[/METHOD][@R][~P]     e.g. blend, blend/v, blend@0.2, blend/prophet@0.2~0.8
+// METHOD (a Selection, rag/plan.h), R (the recompute ratio) and P (per-query adaptivity: the
+// score mass to cover, BlendParams::adaptive_mass) apply to blend only; parts left out come from
+// the flags (--select, --recompute-ratio, --adaptive). Eval reports each variant under its name,
 // so methods and ratios can be compared side by side on the same prompts.
 #pragma once
 #include <optional>
@@ -14,12 +15,14 @@ namespace ragkv {
 
 struct ModeSpec {
   ModeSpec() = default;
-  explicit ModeSpec(ReuseMode m, std::optional<Selection> s = std::nullopt, std::optional<double> r = std::nullopt)
-      : mode(m), selection(s), ratio(r) {}
+  explicit ModeSpec(ReuseMode m, std::optional<Selection> s = std::nullopt, std::optional<double> r = std::nullopt,
+                    std::optional<double> a = std::nullopt)
+      : mode(m), selection(s), ratio(r), adaptive(a) {}
   ReuseMode mode = ReuseMode::full;
   std::optional<Selection> selection;
   std::optional<double> ratio;
-  std::string name() const;  // canonical: the mode, then "/method" and "@r" where set
+  std::optional<double> adaptive;
+  std::string name() const;  // canonical: the mode, then "/method", "@r" and "~p" where set
   // The blend parameters of this variant: defaults with the spec's method and ratio.
   BlendParams blend(const BlendParams& defaults) const;
   bool operator==(const ModeSpec&) const = default;

@@ -89,6 +89,19 @@ std::vector<int32_t> select_hkvd_rows(const std::vector<int32_t>& active, const 
   return out;
 }
 
+size_t adaptive_keep(const std::vector<int32_t>& active, const std::vector<uint8_t>& candidate,
+                     const std::vector<float>& score, size_t keep, double mass) {
+  if (mass <= 0) return keep;
+  std::vector<float> s;
+  for (size_t i = 0; i < active.size(); ++i)
+    if (candidate[size_t(active[i])]) s.push_back(std::max(score[i], 0.f));
+  std::sort(s.begin(), s.end(), std::greater<>());
+  const double total = std::accumulate(s.begin(), s.end(), 0.0);
+  size_t k = 0;
+  for (double acc = 0; k < s.size() && acc < mass * total; ++k) acc += s[k];
+  return std::clamp(k, keep / 2, std::min(2 * keep, s.size()));
+}
+
 namespace {
 
 // Rows and schedule from the segments' sources (see PrefillPlan).

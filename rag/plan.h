@@ -47,6 +47,9 @@ struct BlendParams {
   int sink_tokens = 0;            // sink methods: first tokens per chunk; 0: ⌈r·|chunk|⌉ for sink
                                   // alone, 4 in combinations
   uint64_t seed = 1;              // random: the selection is a function of (seed, prompt, layer)
+  double adaptive_mass = 0;       // > 0: per query, keep the fewest candidates holding this share
+                                  // of the candidates' score mass, within [½, 2] × the fixed count
+                                  // (a query whose tokens matter more gets more recompute)
   int preload_depth = 2;          // layers the loader may read ahead of compute
 };
 
@@ -137,5 +140,9 @@ std::vector<int32_t> top_k_indices(const std::vector<float>& values, size_t keep
 // largest KV deviation. deviation[i] belongs to active[i]. Ascending indices into `active`.
 std::vector<int32_t> select_hkvd_rows(const std::vector<int32_t>& active, const std::vector<uint8_t>& candidate,
                                       const std::vector<float>& deviation, size_t keep);
+// Per-query adaptivity: the fewest of the candidates' scores (descending) whose sum reaches
+// `mass` of their total, clamped to [keep / 2, min(2 · keep, candidates)]; `keep` when mass ≤ 0.
+size_t adaptive_keep(const std::vector<int32_t>& active, const std::vector<uint8_t>& candidate,
+                     const std::vector<float>& score, size_t keep, double mass);
 
 }  // namespace ragkv

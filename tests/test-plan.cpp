@@ -10,6 +10,7 @@
 
 #include "kv/chunk-kv-file.h"
 #include "kv/segment-kv.h"
+#include "rag/mode-spec.h"
 #include "rag/plan.h"
 #include "tests/test-tempdir.h"
 
@@ -213,4 +214,50 @@ TEST_CASE("plan: the check layers stop one short of the last layer on shallow mo
   const PrefillPlan plan = plan_prefill(p, ReuseMode::blend, blend, 3, caches.lookup());
   REQUIRE(plan.checks.size() == 2);  // layers 1 and 2 of 0..2
   CHECK(plan.checks.back().layer == 2);
+}
+
+TEST_CASE("plan: mode variants parse as MODE/METHOD@R~P and print back the same") {
+  const ModeSpec s = parse_mode_spec("blend/prophet@0.2~0.8");
+  CHECK(s.mode == ReuseMode::blend);
+  CHECK(s.selection == Selection::prophet);
+  CHECK(s.ratio == 0.2);
+  CHECK(s.adaptive == 0.8);
+  CHECK(s.name() == "blend/prophet@0.2~0.8");
+  for (const char* name : {"full", "prefix", "reuse", "blend", "blend/v", "blend@0.15", "blend/sink+v@0.1", "blend~0.5"})
+    CHECK(parse_mode_spec(name).name() == name);
+  BlendParams d;
+  d.recompute_ratio = 0.15;
+  d.selection = Selection::kv;
+  const BlendParams b = parse_mode_spec("blend/v@0.3").blend(d);
+  CHECK(b.selection == Selection::v);
+  CHECK(b.recompute_ratio == 0.3);
+  CHECK(b.adaptive_mass == 0.0);
+  CHECK(parse_mode_spec("blend").blend(d).selection == Selection::kv);
+  auto err = [](const char* s) {
+    try {
+      parse_mode_spec(s);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(err("blend/nope").find("unknown selection method 'nope' (expected kv, v, head-v") != std::string::npos);
+  CHECK(err("reuse/v").find("applies to blend only") != std::string::npos);
+  CHECK(err("blend@1.5").find("must be a number in [0, 1], got '1.5'") != std::string::npos);
+  CHECK(err("blend@0.2/v").find("in that order") != std::string::npos);
+  CHECK(err("bogus").find("unknown mode 'bogus'") != std::string::npos);
+}
+
+TEST_CASE("plan: adaptive keep covers the score mass, within half and twice the fixed count") {
+  const std::vector<int32_t> active = range(0, 10);
+  std::vector<uint8_t> cand(10, 1);
+  cand[9] = 0;  // the question
+  // Candidate scores 8, 4, 2, 1, 1, 0, 0, 0, 0: total 16.
+  const std::vector<float> score = {8, 4, 2, 1, 1, 0, 0, 0, 0, 99};
+  CHECK(adaptive_keep(active, cand, score, 3, 0.0) == 3);   // off
+  CHECK(adaptive_keep(active, cand, score, 3, 0.5) == 1);   // 8 ≥ 8 — but at least 3 / 2 = 1
+  CHECK(adaptive_keep(active, cand, score, 3, 0.75) == 2);  // 8 + 4 = 12
+  CHECK(adaptive_keep(active, cand, score, 3, 0.99) == 5);  // all of the mass: 5 rows, under 2 · 3
+  CHECK(adaptive_keep(active, cand, score, 2, 0.99) == 4);  // capped at 2 · 2
+  CHECK(adaptive_keep(active, cand, score, 4, 0.5) == 2);   // raised to 4 / 2
 }
