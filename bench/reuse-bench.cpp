@@ -19,6 +19,7 @@
 #include "rag/cache-keys.h"
 #include "rag/fusor.h"
 #include "rag/precompute.h"
+#include "rag/selection.h"
 #include "retrieval/chunker.h"
 #include "util/enum-names.h"
 #include "util/error.h"
@@ -101,6 +102,8 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
   const PromptFormat format(model);
   const CacheKeys keys(model, format);
   const int L = model.config().n_layer;
+  BlendParams blend = opt.blend;
+  blend.selection = opt.select == "auto" ? default_selection(model.config()) : parse_selection(opt.select);
 
   std::vector<Chunk> chunks;
   for (int i = 0; i < opt.chunks; ++i) chunks.push_back(bench_chunk(model.tokenizer(), i, opt.chunk_tokens));
@@ -121,7 +124,9 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
 
   KvCache kv = model.new_kv_cache(prompt.n_tokens() + 1);
   Workspace ws;
-  auto run = [&](ReuseMode mode, KvStart start) {
+  auto run = [&](const ModeSpec& spec, KvStart start) {
+    const ReuseMode mode = spec.mode;
+    const BlendParams bp = spec.blend(blend);
     Timed t;
     KvTiers tiers(store);  // the memory tiers of this run: filled below, dropped at its end
     for (int rep = 0; rep <= opt.repetitions; ++rep) {  // rep 0 is the warm-up
@@ -133,7 +138,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
         }
         if (start == KvStart::device) tiers.place(key, KvTier::device, &backend);  // once, at the warm-up
       }
-      PrefillPlan plan = plan_prefill(prompt, mode, opt.blend, L, tier_lookup(keys, &tiers));
+      PrefillPlan plan = plan_prefill(prompt, mode, bp, L, tier_lookup(keys, &tiers));
       if (plan.counts.misses + plan.counts.bad > 0)
         fail("bench reuse: {} chunk caches missing or bad in {}", plan.counts.misses + plan.counts.bad, scratch.path.string());
       t.kv_bytes = 0;
@@ -159,21 +164,23 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
     return t;
   };
 
-  const Timed full = run(ReuseMode::full, KvStart::page_cache);
+  const Timed full = run(ModeSpec(ReuseMode::full), KvStart::page_cache);
   const double full_median = median_of(full.prefill_ms);
   nlohmann::json results = nlohmann::json::array();
-  for (ReuseMode mode : opt.modes) {
+  for (const ModeSpec& spec : opt.modes) {
+    const ReuseMode mode = spec.mode;
     const bool cached = mode != ReuseMode::full;
     for (KvStart tier : opt.tiers) {
-      const Timed t = mode == ReuseMode::full ? full : run(mode, tier);
+      const Timed t = mode == ReuseMode::full ? full : run(spec, tier);
       const double best = *std::min_element(t.prefill_ms.begin(), t.prefill_ms.end()), median = median_of(t.prefill_ms);
       nlohmann::json row = {
-          {"mode", reuse_mode_name(mode)},
+          {"mode", spec.name()},
           {"kv_tier", cached ? kv_start_name(tier) : "none"},
           {"ttft_ms_best", best},
           {"ttft_ms_median", median},
           {"ttft_ratio_vs_full", median / full_median},
           {"recompute_fraction", t.last.recompute_fraction()},
+          {"real_compute_fraction", t.last.reused_recompute_fraction()},
           {"load_ms_median", median_of(t.load_ms)},
           {"load_wait_ms_median", median_of(t.wait_ms)},
           {"kv_bytes_loaded", cached ? t.kv_bytes : 0},
@@ -187,7 +194,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       if (mode == ReuseMode::full)
         row["prefill_tflops"] = prefill_flops(model.config(), prompt.n_tokens()) / (median / 1000.0) / 1e12;
       results.push_back(std::move(row));
-      std::fprintf(stderr, "ragkv bench reuse: %s%s%s: median %.1f ms (%.3f × full)\n", reuse_mode_name(mode),
+      std::fprintf(stderr, "ragkv bench reuse: %s%s%s: median %.1f ms (%.3f × full)\n", spec.name().c_str(),
                    cached ? " / " : "", cached ? kv_start_name(tier) : "", median, median / full_median);
       if (!cached) break;  // full reads no cache: one row
     }
@@ -202,6 +209,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       {"chunk_tokens", opt.chunk_tokens},
       {"prompt_tokens", prompt.n_tokens()},
       {"recompute_ratio", opt.blend.recompute_ratio},
+      {"selection", selection_name(blend.selection)},
       {"check_layers", opt.blend.check_layers},
       {"repetitions", opt.repetitions},
       {"precompute_s", pc.seconds},

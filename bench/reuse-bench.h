@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "rag/plan.h"
+#include "rag/mode-spec.h"
 #include "rag/reuse-mode.h"
 
 namespace ragkv {
@@ -30,9 +31,11 @@ struct ReuseBenchOptions {
   int threads = 0;         // the backend's CPU threads, for the report
   int chunks = 6;          // retrieved chunks in the prompt
   int chunk_tokens = 512;  // tokens per chunk (real prose, cut at a word boundary)
-  std::vector<ReuseMode> modes = {ReuseMode::full, ReuseMode::prefix, ReuseMode::reuse, ReuseMode::blend};
+  std::vector<ModeSpec> modes = {ModeSpec(ReuseMode::full), ModeSpec(ReuseMode::prefix), ModeSpec(ReuseMode::reuse),
+                                 ModeSpec(ReuseMode::blend)};  // variants too: blend/prophet@0.2
   std::vector<KvStart> tiers = {KvStart::disk, KvStart::page_cache, KvStart::host, KvStart::device};
   BlendParams blend;
+  std::string select = "auto";  // blend's selection method; auto: the model architecture's default
   int repetitions = 3;     // timed prefills per (mode, tier), after one warm-up
   std::string store_dir;   // where the chunk caches are precomputed; empty: a temporary store,
                            // removed at the end

@@ -141,7 +141,7 @@ TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and pre
 TEST_CASE("bench reuse: a temporary store is removed, and a prompt past the context is an error") {
   test::TempDir dir("bench-reuse-tmp");
   ReuseBenchOptions o = small_bench(dir, 2, 16);
-  o.modes = {ReuseMode::reuse};
+  o.modes = {ModeSpec(ReuseMode::reuse)};
   o.tiers = {KvStart::disk};
   // The bench makes its temporary store under the temp dir, pointed here at a directory of the
   // test's own (bench/) so that only this run's store can be there; it names the store on stderr.
