@@ -11,6 +11,7 @@
 #include "cmd/device-flags.h"
 #include "rag/mode-spec.h"
 #include "rag/plan.h"
+#include "rag/selection.h"
 #include "model/embedder.h"
 #include "retrieval/index-dir.h"
 #include "util/paths.h"
@@ -32,6 +33,7 @@ class BenchCommands : public CommandFamily {
     prefill_cmd_->add_option("--repetitions", prefill_.repetitions, "Timed prefills per model")->check(CLI::Range(1, 1000))->capture_default_str();
     prefill_dev_.add_to(prefill_cmd_);
 
+    reuse_.blend.recompute_ratio = kDefaultRecomputeRatio;
     reuse_cmd_ = bench_->add_subcommand("reuse", "TTFT per reuse mode and chunk-KV tier, side by side with full");
     reuse_cmd_->add_option("--model", reuse_.model_path, "Model (default: the default LLM)");
     reuse_cmd_->add_option("--chunks", reuse_.chunks, "Chunks in the prompt")->check(CLI::Range(1, 1024))->capture_default_str();

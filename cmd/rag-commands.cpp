@@ -48,7 +48,7 @@ namespace {
 struct RagFlags {  // shared by answer and eval
   std::string queries, index, store, model, embedder, on_error = "fail";
   size_t top_k = 5, limit = 0;
-  double recompute_ratio = 0.15;
+  double recompute_ratio = kDefaultRecomputeRatio;
   int check_layers = 3;
   std::vector<int> check_at;
   std::string select = "auto";

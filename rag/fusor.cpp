@@ -129,6 +129,16 @@ PrefillResult prefill_dense(const Model& model, const RagPrompt& prompt, const P
   return r;
 }
 
+// Whether prophet's first pass reads the question's attention on layer l: every layer that sees the
+// whole prompt. A sliding-window layer (Gemma 3's local layers) shows the question only its last
+// window, so its mass lands on the last chunk whatever the question asks; measured on Gemma 3, the
+// global layers alone rank better (bench/results, issue 12).
+bool relevance_layer(const ModelConfig& c, int l) {
+  const bool any_global = std::find(c.layer_is_local.begin(), c.layer_is_local.end(), false) != c.layer_is_local.end();
+  const bool local = c.sliding_window > 0 && size_t(l) < c.layer_is_local.size() && c.layer_is_local[size_t(l)];
+  return !local || !any_global;
+}
+
 // Replaces the first rows of t by rows idx of it (idx ascending), through scratch of t's shape.
 void compact_rows(Backend& b, Tensor& t, Tensor& scratch, int64_t n, const std::vector<int32_t>& idx) {
   b.gather_rows(t.slice_rows(0, n), scratch.slice_rows(0, int64_t(idx.size())), idx);
@@ -178,7 +188,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
       if (check) deviation = deviation_scores(sel, st, plan.candidate);
       b.scatter_rows(ws.k.slice_rows(0, na), kv.k[l], active);
       b.scatter_rows(ws.v.slice_rows(0, na), kv.v[l], active);
-      if (relevance) {
+      if (relevance && relevance_layer(c, l)) {
         const std::vector<float> mass = question_attention(st);
         for (int64_t j = 0; j < n; ++j) (*relevance)[size_t(j)] += mass[size_t(j)];
       }

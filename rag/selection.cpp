@@ -9,7 +9,7 @@
 
 namespace ragkv {
 
-Selection default_selection(const ModelConfig&) { return Selection::kv; }
+Selection default_selection(const ModelConfig&) { return Selection::prophet; }
 
 bool needs_deviation(Selection s) {
   return s == Selection::kv || s == Selection::v || s == Selection::head_v || s == Selection::sink_v ||

@@ -28,8 +28,13 @@ struct CheckLayerState {
 };
 
 // The selection `--select auto` means for a model: the method that recovered most of reuse's
-// damage per unit of compute on that architecture family (bench/results, issue 12).
+// damage per unit of real compute on that architecture family (bench/results, issue 12): prophet
+// for llama/qwen2 and gemma3 alike, ahead of kv, v, head-v, question, sink and random on SQuAD
+// and MuSiQue with SmolLM2 and Gemma 3.
 Selection default_selection(const ModelConfig& c);
+// The commands' default --recompute-ratio: with prophet, 0.2 keeps the real compute fraction
+// under 0.2 (the exact prefix is reused but never recomputed) at recovery ≥ 0.8 (bench/results).
+inline constexpr double kDefaultRecomputeRatio = 0.2;
 
 bool needs_deviation(Selection s);  // scores that read the cache before the scatter
 bool needs_question(Selection s);   // scores that read the question's attention after it
