@@ -10,10 +10,13 @@
 
 #include "eval/gate.h"
 #include "eval/metrics.h"
+#include "eval/records.h"
 #include "eval/report.h"
 #include "eval/tradeoff-plot.h"
+#include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "util/file-io.h"
+#include "util/json-files.h"
 
 namespace {
 
@@ -101,6 +104,27 @@ TEST_CASE("gate: on a recorded eval, reuse fails, prefix and a good blend pass, 
   CHECK_FALSE(rc[0].pass);
   CHECK(rc[2].pass);
   CHECK(rc[3].pass);
+}
+
+TEST_CASE("gate: the recorded default eval of 30 SQuAD questions fails reuse and passes prefix") {
+  // testdata/gate-squad30-smollm2.answers.jsonl: the --answers records of
+  //   ragkv eval squad30.jsonl --modes prefix,reuse,blend --top-k 5 --max-tokens 16 (SmolLM2,
+  //   default blend prophet@0.2), bench/results/2026-11-23-gate-squad30-smollm2.md.
+  EvalSettings settings;
+  settings.modes = {"full", "prefix", "reuse", "blend"};
+  std::vector<EvalItem> items;
+  for_each_jsonl_line(read_file(test::testdata("gate-squad30-smollm2.answers.jsonl")),
+                      [&](size_t, std::string_view line) { items.push_back(eval_item_of(parse_json_line(line), settings)); });
+  REQUIRE(items.size() == 30);
+  const nlohmann::json s = eval_summary(items, "full", {"prefix", "reuse", "blend"}, "reuse");
+  const auto lines = gate_verdict_lines(gate_checks(s, GateThresholds{}, {"prefix", "reuse", "blend"}));
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == "prefix: pass");
+  CHECK(lines[1] == "reuse: FAIL first-token agreement 0.733 (lower bound 0.567) < 0.900; first-token KL 0.2249 "
+                    "(upper bound 0.2737) > 0.1000");
+  // 28 of 30 first tokens agree: the mean passes 0.9, the interval's lower end does not.
+  CHECK(lines[2] == "blend: FAIL first-token agreement 0.933 (lower bound 0.833) < 0.900");
+  CHECK(s["modes"]["blend"]["recovery"]["kl"]["mean"].get<double>() > 0.8);
 }
 
 TEST_CASE("gate: a threshold exactly at the interval's end passes, just past it fails") {
