@@ -9,6 +9,7 @@
 #include "bench/reuse-bench.h"
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
+#include "cmd/mode-validator.h"
 #include "rag/mode-spec.h"
 #include "rag/plan.h"
 #include "rag/selection.h"
@@ -39,20 +40,11 @@ class BenchCommands : public CommandFamily {
     reuse_cmd_->add_option("--chunks", reuse_.chunks, "Chunks in the prompt")->check(CLI::Range(1, 1024))->capture_default_str();
     reuse_cmd_->add_option("--chunk-tokens", reuse_.chunk_tokens, "Tokens per chunk")->check(CLI::Range(1, 1 << 20))->capture_default_str();
     reuse_cmd_->add_option("--modes", reuse_modes_, "Modes, comma-separated, variants too (blend/prophet@0.2); full is always timed: ratios are taken against it")
-        ->delimiter(',')->check(CLI::Validator([](std::string& s) -> std::string {
-          try {
-            parse_mode_spec(s);
-          } catch (const std::exception& e) {
-            return e.what();
-          }
-          return "";
-        }, "MODE[/METHOD][@R][~P]"))->capture_default_str();
+        ->delimiter(',')->check(mode_validator())->capture_default_str();
     reuse_cmd_->add_option("--tiers", reuse_tiers_, "Where chunk KV starts: disk (page cache dropped), page-cache, host (in memory), device (in the backend's memory)")
         ->delimiter(',')->check(CLI::IsMember(kv_start_names()))->capture_default_str();
     reuse_cmd_->add_option("--recompute-ratio", reuse_.blend.recompute_ratio, "blend: fraction of reused tokens recomputed per layer")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-    std::vector<std::string> methods = selection_names();
-    methods.insert(methods.begin(), "auto");
-    reuse_cmd_->add_option("--select", reuse_.select, "blend: how tokens to recompute are chosen (auto: the model architecture's default)")->check(CLI::IsMember(methods))->capture_default_str();
+    reuse_cmd_->add_option("--select", reuse_.select, "blend: how tokens to recompute are chosen (auto: the model architecture's default)")->check(CLI::IsMember(selection_choices()))->capture_default_str();
     reuse_cmd_->add_option("--check-layers", reuse_.blend.check_layers, "blend: HKVD selection layers (gradual filtering)")->check(CLI::Range(1, 1024))->capture_default_str();
     reuse_cmd_->add_option("--repetitions", reuse_.repetitions, "Timed prefills per mode and tier, after a warm-up")->check(CLI::Range(1, 1000))->capture_default_str();
     reuse_cmd_->add_option("--store", reuse_.store_dir, "Store for the chunk caches (default: a temporary one, removed afterwards)");

@@ -15,6 +15,7 @@
 
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
+#include "cmd/mode-validator.h"
 #include "eval/gate.h"
 #include "eval/metrics.h"
 #include "eval/records.h"
@@ -109,19 +110,6 @@ CLI::Validator modes_validator() {
       },
       "MODE[/METHOD][@R][,...]");
 }
-CLI::Validator mode_validator() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        try {
-          parse_mode_spec(s);
-        } catch (const Error& e) {
-          return e.what();
-        }
-        return "";
-      },
-      "MODE[/METHOD][@R]");
-}
-
 // Everything answer and eval need: queries, index, model, store, retriever.
 struct Pipeline {
   QueryFile queries;
@@ -170,7 +158,7 @@ struct Pipeline {
     b.recompute_ratio = f.recompute_ratio;
     b.check_layers = f.check_layers;
     b.check_at = f.check_at;
-    b.selection = f.select == "auto" ? default_selection(model->config()) : parse_selection(f.select);
+    b.selection = resolve_selection(f.select, model->config());
     b.sink_tokens = f.sink_tokens;
     b.adaptive_mass = f.adaptive;
     return b;
@@ -196,9 +184,7 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
   c->add_option("--recompute-ratio", f.recompute_ratio, "blend: fraction of reused tokens recomputed per layer")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   c->add_option("--check-layers", f.check_layers, "blend: layers 1..N select HKVD tokens by gradual filtering (1: one check layer)")->check(CLI::Range(1, 1024))->capture_default_str();
   c->add_option("--check-at", f.check_at, "blend: explicit check layers, ascending, comma-separated (instead of 1..N)")->delimiter(',')->check(CLI::Range(1, 1 << 16));
-  std::vector<std::string> methods = selection_names();
-  methods.insert(methods.begin(), "auto");
-  c->add_option("--select", f.select, "blend: how tokens to recompute are chosen (auto: the default of the model's architecture)")->check(CLI::IsMember(methods))->capture_default_str();
+  c->add_option("--select", f.select, "blend: how tokens to recompute are chosen (auto: the default of the model's architecture)")->check(CLI::IsMember(selection_choices()))->capture_default_str();
   c->add_option("--adaptive", f.adaptive, "blend: per query, recompute the fewest tokens holding this share of the selection's score mass, within [1/2, 2] x r (0: a fixed r)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   c->add_option("--sink-tokens", f.sink_tokens, "blend sink methods: first tokens per chunk recomputed (0: ceil(r x chunk) for sink, 4 with +v)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   c->add_option("--max-tokens", f.max_tokens, "Maximum answer tokens")->check(CLI::Range(1, 4096))->capture_default_str();
