@@ -23,7 +23,7 @@ demo: build
 	$(BUILD_DIR)/ragkv build-index --corpus testdata/rag-mini.corpus.jsonl --out $(DEMO_DIR)/index
 	$(BUILD_DIR)/ragkv precompute --index $(DEMO_DIR)/index --store $(DEMO_DIR)/store
 	$(BUILD_DIR)/ragkv eval testdata/rag-mini.queries.jsonl --index $(DEMO_DIR)/index --store $(DEMO_DIR)/store \
-	  --modes prefix,reuse,blend --top-k 3 --report $(DEMO_DIR)/report.md --junit $(DEMO_DIR)/gate.xml \
+	  --modes prefix,reuse,blend,craft,auto --top-k 3 --report $(DEMO_DIR)/report.md --junit $(DEMO_DIR)/gate.xml \
 	  > $(DEMO_DIR)/report.json; rc=$$?; cat $(DEMO_DIR)/report.md; [ $$rc -le 1 ]
 
 bench: build

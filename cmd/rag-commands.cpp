@@ -16,6 +16,7 @@
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
 #include "cmd/mode-validator.h"
+#include "eval/alpha-fit.h"
 #include "eval/gate.h"
 #include "eval/metrics.h"
 #include "eval/records.h"
@@ -23,6 +24,7 @@
 #include "eval/scoring.h"
 #include "eval/tradeoff-plot.h"
 #include "kv/kv-tiers.h"
+#include "kv/variant-ledger.h"
 #include "model/model.h"
 #include "rag/answer.h"
 #include "rag/cache-keys.h"
@@ -30,6 +32,7 @@
 #include "rag/mode-spec.h"
 #include "rag/selection.h"
 #include "rag/precompute.h"
+#include "rag/variant-compute.h"
 #include "rag/queries.h"
 #include "model/embedder.h"
 #include "retrieval/index-dir.h"
@@ -55,6 +58,8 @@ struct RagFlags {  // shared by answer and eval
   std::string select = "auto";
   int sink_tokens = 0;
   double adaptive = 0;
+  std::optional<double> alpha;  // craft: --alpha, else the store's fitted α, else kDefaultAlpha
+  int focus_window = CraftParams{}.focus_window;
   int max_tokens = 32;
   DeviceFlags dev;
 };
@@ -68,18 +73,22 @@ class RagCommands : public CommandFamily {
  private:
   CLI::App *precompute_ = nullptr, *answer_ = nullptr, *eval_ = nullptr;
   // precompute
-  std::string pc_index, pc_store, pc_model, pc_queries, pc_embedder;
-  size_t pc_limit = 0, pc_top_k = 5;
+  std::string pc_index, pc_store, pc_model, pc_queries, pc_embedder, pc_warmup;
+  size_t pc_limit = 0, pc_top_k = 5, pc_neighbours = 2;
+  std::optional<size_t> pc_max_variants;
+  std::optional<uint64_t> pc_variant_bytes;
   DeviceFlags pc_dev;
   // answer
   RagFlags an;
   std::string an_mode, an_out, an_compare, an_summary;
+  bool an_write_back = false;
   // eval
   RagFlags ev;
   std::string ev_modes = "blend", ev_baseline = "full", ev_report, ev_answers, ev_junit;
   std::vector<double> ev_sweep;
   GateThresholds ev_gate;
   bool ev_resume = false;
+  bool ev_fit_alpha = false;
 
   int run_precompute();
   int run_answer();
@@ -122,6 +131,8 @@ struct Pipeline {
   std::unique_ptr<KvTiers> tiers;  // over the store (device and host tiers empty: nothing placed there yet)
   std::unique_ptr<ContextRetriever> retriever;
   std::unique_ptr<RagAnswerer> answerer;
+  CraftStoreSettings craft_settings;       // the store's fitted α and variant budget
+  std::unique_ptr<VariantLedger> ledger;   // f_r of the variants answers use
 
   Pipeline(const RagFlags& f, bool need_store) {
     queries = load_queries(f.queries, parse_on_error(f.on_error));
@@ -146,9 +157,13 @@ struct Pipeline {
                      f.store.c_str(), store->info().model_name.c_str(), store->info().model_fingerprint.c_str(),
                      keys.model_fingerprint().c_str());
       tiers = std::make_unique<KvTiers>(*store);
+      if (!store->foreign()) {
+        craft_settings = read_craft_settings(*store);
+        ledger = std::make_unique<VariantLedger>(*store);
+      }
     }
     retriever = std::make_unique<ContextRetriever>(*index, embedder.get(), f.top_k);
-    answerer = std::make_unique<RagAnswerer>(*model, *format, tiers.get());
+    answerer = std::make_unique<RagAnswerer>(*model, *format, tiers.get(), ledger.get());
   }
 
   // The blend parameters the flags give a variant that names no method or ratio; --select auto
@@ -164,10 +179,23 @@ struct Pipeline {
     return b;
   }
 
+  double craft_alpha(const RagFlags& f) const { return f.alpha.value_or(craft_settings.alpha.value_or(kDefaultAlpha)); }
+
+  // Cache-Craft §3.3: each use of a non-canonical variant raises its f_r by 1/CFO.
+  void record_variant_uses(const AnswerRecord& r) {
+    if (!ledger) return;
+    for (const CraftChunkRecord& c : r.craft)
+      if (c.context_chunks > 0 && !c.variant.empty()) ledger->record_use(c.variant, c.cfo);
+  }
+
   AnswerOptions options(const RagFlags& f, const ModeSpec& spec) const {
     AnswerOptions o;
     o.mode = spec.mode;
     o.blend = spec.blend(blend_defaults(f));
+    CraftParams craft;
+    craft.alpha = craft_alpha(f);
+    craft.focus_window = f.focus_window;
+    o.craft = spec.craft(craft);
     o.gen.max_tokens = f.max_tokens;
     return o;
   }
@@ -187,6 +215,8 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
   c->add_option("--select", f.select, "blend: how tokens to recompute are chosen (auto: the default of the model's architecture)")->check(CLI::IsMember(selection_choices()))->capture_default_str();
   c->add_option("--adaptive", f.adaptive, "blend: per query, recompute the fewest tokens holding this share of the selection's score mass, within [1/2, 2] x r (0: a fixed r)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   c->add_option("--sink-tokens", f.sink_tokens, "blend sink methods: first tokens per chunk recomputed (0: ceil(r x chunk) for sink, 4 with +v)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  c->add_option("--alpha", f.alpha, fmt::format("craft, auto: alpha of the Cache Fix Overhead, CFO = alpha x CCI x (1 - beta') (Cache-Craft Eq. 12); default: the store's fitted alpha (eval --fit-alpha), else {}", kDefaultAlpha))->check(CLI::Range(0.0, 10.0));
+  c->add_option("--focus-window", f.focus_window, "craft: layers the question's focused chunks must hold before the others stop being recomputed (Cache-Craft Algorithm 1's w; 0: never stop)")->check(CLI::Range(0, 1024))->capture_default_str();
   c->add_option("--max-tokens", f.max_tokens, "Maximum answer tokens")->check(CLI::Range(1, 4096))->capture_default_str();
   c->add_option("--limit", f.limit, "Answer only the first N queries (0: all)")->check(CLI::NonNegativeNumber);
   c->add_option("--on-error", f.on_error, "Bad query lines and unanswerable queries: fail, or skip and count")->check(CLI::IsMember(on_error_names()))->capture_default_str();
@@ -197,14 +227,14 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
 struct ModeTotals {
   size_t n = 0, n_gold = 0;
   double ttft = 0, prefill = 0, recompute = 0, f1 = 0, em = 0, load = 0, hidden = 0;
-  double hits = 0, misses = 0, bad = 0;
+  double hits = 0, misses = 0, bad = 0, written_back = 0;
   double vs_full_f1 = 0, vs_full_first = 0;
   size_t n_compare = 0;
   json to_json() const {
     auto m = [&](double s, size_t k) { return k ? json(s / double(k)) : json(nullptr); };
     return {{"queries", n}, {"ttft_ms", m(ttft, n)}, {"prefill_ms", m(prefill, n)}, {"recompute_ratio", m(recompute, n)},
             {"load_ms", m(load, n)}, {"load_hidden_ms", m(hidden, n)}, {"f1", m(f1, n_gold)}, {"em", m(em, n_gold)},
-            {"cache_hits", hits}, {"cache_misses", misses}, {"cache_bad", bad},
+            {"cache_hits", hits}, {"cache_misses", misses}, {"cache_bad", bad}, {"variants_written", written_back},
             {"f1_vs_full", m(vs_full_f1, n_compare)}, {"first_token_match", m(vs_full_first, n_compare)}};
   }
 };
@@ -219,25 +249,30 @@ void RagCommands::add_to(CLI::App& app) {
   precompute_->add_option("--limit", pc_limit, "Only the first N selected chunks (0: all)")->check(CLI::NonNegativeNumber);
   precompute_->add_option("--queries", pc_queries, "Only the chunks these queries use (their passages, or their top-k)");
   precompute_->add_option("--top-k", pc_top_k, "With --queries: chunks retrieved per question")->check(CLI::Range(1, 1000))->capture_default_str();
-  precompute_->add_option("--embedder", pc_embedder, "Sentence-embedder directory (with --queries)")->capture_default_str();
+  precompute_->add_option("--embedder", pc_embedder, "Sentence-embedder directory (with --queries or --warmup)")->capture_default_str();
+  precompute_->add_option("--warmup", pc_warmup, "Cache-Craft variants: replay these queries as answer would retrieve them and store each chunk as computed after the chunks before it");
+  precompute_->add_option("--neighbours", pc_neighbours, "Cache-Craft variants without --warmup: each chunk computed after its N most similar chunks in the index (0: canonical caches only)")->check(CLI::Range(0, 16))->capture_default_str();
+  precompute_->add_option("--max-variants", pc_max_variants, "Cache-Craft budget: at most N variant files in the store (0: no limit); kept in STORE/craft.json for later runs, lowest f_r evicted first")->check(CLI::NonNegativeNumber);
+  precompute_->add_option("--variant-bytes", pc_variant_bytes, "Cache-Craft budget: at most this many bytes of variant files (0: no limit); kept in STORE/craft.json")->check(CLI::NonNegativeNumber);
   pc_dev.add_to(precompute_);
 
   answer_ = app.add_subcommand("answer", "Answer a query file with retrieval and chunk-KV reuse (ANSWERS.jsonl)");
   add_rag_flags(answer_, an);
   answer_->add_option("--store", an.store, "Chunk-cache store (precompute); without it every mode computes in full");
-  answer_->add_option("--mode", an_mode, "full, prefix, reuse or blend[/METHOD][@R] (default: blend with --store, else full)")
+  answer_->add_option("--mode", an_mode, "full, prefix, reuse, blend[/METHOD][@R], craft[/ABLATION][@ALPHA] or auto (default: auto with --store, else full)")
       ->check(mode_validator());
   answer_->add_option("--out", an_out, "ANSWERS.jsonl to write (default: stdout)");
   answer_->add_option("--compare", an_compare, "Also answer in this mode and score against it (e.g. full)")
       ->check(mode_validator());
   answer_->add_option("--summary", an_summary, "Write the per-mode summary JSON here too");
+  answer_->add_flag("--write-back", an_write_back, "Store each chunk a prompt computes (it had no cache) as the Cache-Craft variant of the chunks before it, within the store's variant budget (reuse, blend, craft, auto)");
 
   eval_ = app.add_subcommand("eval", "Quality gate: each mode against a baseline on the same chunks");
   add_rag_flags(eval_, ev);
   eval_->add_option("--store", ev.store, "Chunk-cache store (precompute)")->required();
-  eval_->add_option("--modes", ev_modes, "Modes to evaluate, comma-separated: full, prefix, reuse, blend[/METHOD][@R]; reuse is added as the reference of recovery")->check(modes_validator())->capture_default_str();
+  eval_->add_option("--modes", ev_modes, "Modes to evaluate, comma-separated: full, prefix, reuse, blend[/METHOD][@R], craft[/ABLATION][@ALPHA], auto; reuse is added as the reference of recovery")->check(modes_validator())->capture_default_str();
   eval_->add_option("--baseline", ev_baseline, "Baseline mode")->check(mode_validator())->capture_default_str();
-  eval_->add_option("--sweep", ev_sweep, "Recompute ratios: every blend mode without @R is run at each (e.g. 0,0.05,0.1,0.15,0.2,0.3,0.5)")->delimiter(',')->check(CLI::Range(0.0, 1.0));
+  eval_->add_option("--sweep", ev_sweep, "Recompute ratios: every blend mode without @R is run at each (e.g. 0,0.05,0.1,0.15,0.2,0.3,0.5), every craft mode without @ALPHA at each as alpha")->delimiter(',')->check(CLI::Range(0.0, 1.0));
   eval_->add_option("--min-agreement", ev_gate.min_agreement, "Gate: first-token agreement with the baseline, lower 95 % bound, at least this (0: off)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   eval_->add_option("--max-kl", ev_gate.max_kl, "Gate: first-token KL to the baseline, upper 95 % bound, at most this (negative: off)")->capture_default_str();
   eval_->add_option("--min-recovery", ev_gate.min_recovery, "Gate: recovery of reuse's first-token KL and agreement damage, lower 95 % bound, at least this (negative: off)")->capture_default_str();
@@ -245,6 +280,7 @@ void RagCommands::add_to(CLI::App& app) {
   eval_->add_option("--junit", ev_junit, "Write the gate's checks as JUnit XML here (one test case per mode and threshold)");
   eval_->add_option("--report", ev_report, "Report file: Markdown when it ends in .md, else JSON");
   eval_->add_option("--answers", ev_answers, "Write every mode's answers per query here (JSONL)");
+  eval_->add_flag("--fit-alpha", ev_fit_alpha, "Cache-Craft Eq. 13: of the craft modes evaluated at several alphas (craft with --sweep, or craft@A,...), store the smallest alpha that passes the gate in STORE/craft.json (the default alpha of answer and eval on that store); exit 0 when one passed, 1 when none did");
   eval_->add_flag("--resume", ev_resume, "Keep the queries already answered in --answers (a finished or interrupted run) and answer the rest");
 }
 
@@ -259,19 +295,27 @@ int RagCommands::run() {
 int RagCommands::run_precompute() {
   auto backend = pc_dev.make_backend();
   std::unique_ptr<Embedder> embedder;
-  std::optional<QueryFile> qf;
-  if (!pc_queries.empty()) {
-    qf = load_queries(pc_queries, OnError::fail);
-    if (std::any_of(qf->queries.begin(), qf->queries.end(), [](const Query& q) { return q.passages.empty(); })) {
-      embedder = std::make_unique<Embedder>();
-      embedder->load(pc_embedder, *backend);
-    }
+  std::optional<QueryFile> qf, warmup;
+  if (!pc_queries.empty()) qf = load_queries(pc_queries, OnError::fail);
+  if (!pc_warmup.empty()) warmup = load_queries(pc_warmup, OnError::fail);
+  auto searches = [](const std::optional<QueryFile>& f) {
+    return f && std::any_of(f->queries.begin(), f->queries.end(), [](const Query& q) { return q.passages.empty(); });
+  };
+  if (searches(qf) || searches(warmup)) {
+    embedder = std::make_unique<Embedder>();
+    embedder->load(pc_embedder, *backend);
   }
   const IndexDir index = IndexDir::open(pc_index, embedder ? embedder->fingerprint() : "");
   Model model(pc_model, *backend);
   const PromptFormat format(model);
   const CacheKeys keys(model, format);
   const KvStore store = KvStore::open_for_write(pc_store, keys.store_info());
+  if (pc_max_variants || pc_variant_bytes) {
+    CraftStoreSettings cs = read_craft_settings(store);
+    if (pc_max_variants) cs.budget.max_variants = *pc_max_variants;
+    if (pc_variant_bytes) cs.budget.max_bytes = *pc_variant_bytes;
+    write_craft_settings(store, cs);
+  }
 
   // Selection: every chunk, or those the queries use (first use order), then --limit.
   std::vector<const Chunk*> chunks;
@@ -299,13 +343,46 @@ int RagCommands::run_precompute() {
     bar->set(int64_t(done));
   });
   if (bar) bar->finish();
+
+  // Cache-Craft variants (DESIGN.md §4): the warm-up queries' prompts, or each selected chunk
+  // after its nearest neighbours in the index, most similar last (FusionRAG's offline step).
+  std::vector<std::vector<const Chunk*>> sequences;
+  bool only_last = false;
+  if (warmup) {
+    const ContextRetriever retriever(index, embedder.get(), pc_top_k);
+    for (const Query& q : warmup->queries) sequences.push_back(retriever.context_for(q).chunks);
+  } else if (pc_neighbours > 0 && index.chunks().size() > 1) {
+    only_last = true;
+    const size_t dim = index.manifest().dim;
+    for (const Chunk* c : chunks) {
+      const size_t row = size_t(c - index.chunks().data());
+      const auto hits = index.search(index.embeddings().subspan(row * dim, dim), pc_neighbours + 1);
+      std::vector<const Chunk*> seq;
+      for (const Hit& h : hits)
+        if (h.chunk != row && seq.size() < pc_neighbours) seq.push_back(&index.chunks()[h.chunk]);
+      std::reverse(seq.begin(), seq.end());
+      seq.push_back(c);
+      sequences.push_back(std::move(seq));
+    }
+  }
+  std::optional<Progress> vbar;
+  VariantLedger ledger(store);
+  const VariantComputeStats vs = precompute_variants(model, format, store, sequences, only_last, &ledger, [&](size_t done, size_t total) {
+    if (!vbar) vbar.emplace(warmup ? "precompute: warm-up variants" : "precompute: neighbour variants", int64_t(total), "prompts");
+    vbar->set(int64_t(done));
+  });
+  if (vbar) vbar->finish();
   const auto [files, bytes] = store.usage();
   const ModelConfig& c = model.config();
   const double bytes_per_token = 2.0 * c.n_layer * c.kv_dim() * 2.0;  // K and V, f16
   std::cout << json{{"store", pc_store}, {"model", keys.model_fingerprint()}, {"chunks_selected", chunks.size()},
                     {"computed", st.computed}, {"skipped", st.skipped}, {"tokens", st.tokens},
                     {"seconds", st.seconds}, {"tokens_per_s", st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0},
-                    {"bytes_written", st.bytes_written}, {"kv_bytes_per_token", bytes_per_token},
+                    {"bytes_written", st.bytes_written + vs.bytes_written}, {"kv_bytes_per_token", bytes_per_token},
+                    {"variants", {{"source", warmup ? "warmup" : sequences.empty() ? "none" : "neighbours"},
+                                  {"computed", vs.computed}, {"skipped", vs.skipped}, {"tokens", vs.tokens},
+                                  {"over_budget", vs.over_budget}, {"evicted", vs.evicted},
+                                  {"seconds", vs.seconds}}},
                     {"store_files", files}, {"store_bytes", bytes}}
                    .dump()
             << "\n";
@@ -314,7 +391,7 @@ int RagCommands::run_precompute() {
 
 int RagCommands::run_answer() {
   Pipeline p(an, false);
-  const ModeSpec mode = !an_mode.empty() ? parse_mode_spec(an_mode) : ModeSpec(p.store ? ReuseMode::blend : ReuseMode::full);
+  const ModeSpec mode = !an_mode.empty() ? parse_mode_spec(an_mode) : ModeSpec(p.store ? ReuseMode::auto_ : ReuseMode::full);
   const bool compare = !an_compare.empty();
   const ModeSpec compare_mode = compare ? parse_mode_spec(an_compare) : ModeSpec(ReuseMode::full);
   LineWriter out(an_out);
@@ -324,9 +401,13 @@ int RagCommands::run_answer() {
   for (const Query& q : p.queries.queries) {
     try {
       const RagContext ctx = p.retriever->context_for(q);
-      AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, p.options(an, mode));
+      AnswerOptions opt = p.options(an, mode);
+      opt.write_back = an_write_back;
+      AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, opt);
       r.retrieval_ms = ctx.retrieval_ms;
       r.mode = mode.name();
+      p.record_variant_uses(r);
+      tot.written_back += r.written_back;
       json m = r.metrics();
       json line = {{"id", q.id}, {"answer", r.answer}, {"mode", r.mode}, {"chunks", r.chunk_ids}};
       ++tot.n;
@@ -370,6 +451,7 @@ int RagCommands::run_answer() {
   }
   bar.finish();
   out.close();
+  if (p.ledger) p.ledger->flush();
   json summary = {{"mode", mode.name()}, {"skipped_lines", p.queries.skipped.size()}, {"skipped_queries", skipped}};
   summary.update(tot.to_json());
   if (compare) summary["compare"] = compare_mode.name();
@@ -381,6 +463,7 @@ int RagCommands::run_answer() {
 int RagCommands::run_eval() {
   if (ev_resume && ev_answers.empty()) fail("--resume needs --answers FILE (the records to resume from)");
   Pipeline p(ev, true);
+  if (ev_fit_alpha && p.store->foreign()) fail("--fit-alpha: {} belongs to another model", ev.store);
   // The variants: --modes as given, each blend variant without a ratio once per --sweep ratio,
   // and reuse — the reference recovery is measured against — when not given (not gated then).
   const ModeSpec baseline = parse_mode_spec(ev_baseline);
@@ -393,8 +476,12 @@ int RagCommands::run_eval() {
   };
   for (const std::string& m : split_modes(ev_modes)) {
     const ModeSpec s = parse_mode_spec(m);
-    if (s.mode == ReuseMode::blend && !s.ratio && !ev_sweep.empty()) {
-      for (double r : ev_sweep) add(ModeSpec(s.mode, s.selection, r, s.adaptive));
+    if ((s.mode == ReuseMode::blend || s.mode == ReuseMode::craft) && !s.ratio && !ev_sweep.empty()) {
+      for (double r : ev_sweep) {
+        ModeSpec v = s;
+        v.ratio = r;
+        add(v);
+      }
     } else {
       add(s);
     }
@@ -417,6 +504,13 @@ int RagCommands::run_eval() {
   settings.sink_tokens = ev.sink_tokens;
   settings.check_at = ev.check_at;
   settings.adaptive = ev.adaptive;
+  for (const ModeSpec& s : specs)
+    if (s.mode == ReuseMode::craft || baseline.mode == ReuseMode::craft) settings.with_craft = true;
+  if (baseline.mode == ReuseMode::craft) settings.with_craft = true;
+  if (settings.with_craft) {
+    settings.alpha = p.craft_alpha(ev);
+    settings.focus_window = ev.focus_window;
+  }
   std::map<std::string, ModeSpec> spec_of{{baseline.name(), baseline}};
   std::map<std::string, double> nominal;
   for (const ModeSpec& s : specs) {
@@ -494,8 +588,35 @@ int RagCommands::run_eval() {
     write_file_atomic(report, {report.extension() == ".md" ? eval_markdown(summary, picture) : summary.dump(2) + "\n"});
   }
   if (!ev_junit.empty()) write_file_atomic(ev_junit, {gate_junit(checks, "ragkv-eval")});
+  std::optional<int> fit_exit;
+  if (ev_fit_alpha) {
+    std::vector<AlphaCandidate> cands;
+    for (const ModeSpec& s : specs)
+      if (s.mode == ReuseMode::craft && !s.ablation) cands.push_back({s.name(), s.craft(CraftParams{}).alpha});
+    if (cands.empty()) {
+      fit_exit = 2;
+      std::fprintf(stderr, "ragkv: eval: --fit-alpha needs craft modes at several alphas (craft with --sweep, or craft@A,...)\n");
+    } else {
+      const AlphaFit fit = fit_alpha(summary, checks, cands);
+      summary["alpha_fit"] = fit.table;
+      if (fit.alpha) {
+        CraftStoreSettings cs = read_craft_settings(*p.store);
+        cs.alpha = *fit.alpha;
+        cs.alpha_fit = {{"queries", ev.queries}, {"n_queries", items.size()}, {"gate", summary["gate"]},
+                        {"candidates", fit.table}};
+        write_craft_settings(*p.store, cs);
+        std::fprintf(stderr, "ragkv: eval: alpha %g is the smallest that passes the gate; stored in %s/craft.json\n",
+                     *fit.alpha, ev.store.c_str());
+        fit_exit = 0;
+      } else {
+        std::fprintf(stderr, "ragkv: eval: no alpha tried passes the gate; %s/craft.json unchanged\n", ev.store.c_str());
+        fit_exit = 1;
+      }
+    }
+  }
   std::cout << summary.dump(2) << "\n";
   for (const std::string& line : gate_verdict_lines(checks)) std::fprintf(stderr, "ragkv: eval gate: %s\n", line.c_str());
+  if (fit_exit) return *fit_exit;
   return gate_passed(checks) ? 0 : 1;
 }
 

@@ -20,6 +20,10 @@ json EvalSettings::to_json() const {
   if (sink_tokens != 0) j["sink_tokens"] = sink_tokens;
   if (!check_at.empty()) j["check_at"] = check_at;
   if (adaptive != 0) j["adaptive"] = adaptive;
+  if (with_craft) {
+    j["alpha"] = alpha;
+    j["focus_window"] = focus_window;
+  }
   return j;
 }
 
@@ -60,6 +64,17 @@ EvalItem eval_item_of(const json& record, const EvalSettings& settings) {
     a.real_compute = real.is_number() ? real.get<double>() : -1.0;
     a.cache_bad = mt.at("cache_bad").get<int>();
     a.cache_misses = mt.at("cache_misses").get<int>();
+    if (mt.contains("craft")) {
+      const json& c = mt.at("craft");
+      for (const json& ch : c.at("chunks")) {
+        ++a.craft_chunks;
+        a.craft_variant_chunks += ch.at("context_chunks").get<int>() > 0;
+        a.craft_exact_chunks += ch.at("exact").get<bool>();
+        a.craft_cfo_sum += ch.at("cfo").get<double>();
+      }
+      a.craft_fix_tokens = c.at("fix_tokens").get<int64_t>();
+      a.craft_cutoff_layer = c.at("focus_cutoff_layer").get<int>();
+    }
     item.by_mode.emplace(m, std::move(a));
   }
   return item;

@@ -27,6 +27,10 @@ struct EvalSettings {
   int sink_tokens = 0;
   std::vector<int> check_at;
   double adaptive = 0;
+  // craft's defaults; recorded only when a craft mode is evaluated (older records resume).
+  bool with_craft = false;
+  double alpha = 0;
+  int focus_window = 0;
   nlohmann::json to_json() const;
 };
 
@@ -38,6 +42,12 @@ struct EvalAnswer {
   double recompute_fraction = 0, ttft_ms = 0, prefill_ms = 0, load_ms = 0, load_hidden_ms = 0;
   double real_compute = -1;  // recomputed over reused token-layers; -1 in records made before it
   int cache_bad = 0, cache_misses = 0;
+  // craft (metrics "craft"): chunks reused, of them from a non-canonical variant and as an exact
+  // chain, Σ CFO, tokens fixed, and Algorithm 1's cut-off layer (−1: none). cached_chunks 0: no craft.
+  int craft_chunks = 0, craft_variant_chunks = 0, craft_exact_chunks = 0;
+  double craft_cfo_sum = 0;
+  int64_t craft_fix_tokens = 0;
+  int craft_cutoff_layer = -1;
 };
 
 struct EvalItem {

@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
-#include "util/error.h"
 #include "eval/metrics.h"
 #include "eval/scoring.h"
+#include "rag/mode-spec.h"
+#include "util/error.h"
 
 namespace ragkv {
 
@@ -26,6 +28,9 @@ struct ModeScores {
       hidden;
   bool real_known = true;  // every record has the real compute fraction
   double cache_bad = 0, cache_misses = 0;
+  // craft: sums over the queries
+  double craft_chunks = 0, craft_variant = 0, craft_exact = 0, craft_cfo = 0, craft_fix = 0, craft_cut = 0,
+         craft_cut_layers = 0;
 };
 
 nlohmann::json recovery_json(const RecoveryInterval& r) {
@@ -87,6 +92,15 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
       s.hidden.push_back(r.load_hidden_ms);
       s.cache_bad += r.cache_bad;
       s.cache_misses += r.cache_misses;
+      s.craft_chunks += r.craft_chunks;
+      s.craft_variant += r.craft_variant_chunks;
+      s.craft_exact += r.craft_exact_chunks;
+      s.craft_cfo += r.craft_cfo_sum;
+      s.craft_fix += double(r.craft_fix_tokens);
+      if (r.craft_cutoff_layer >= 0) {
+        ++s.craft_cut;
+        s.craft_cut_layers += r.craft_cutoff_layer;
+      }
     }
   }
 
@@ -129,6 +143,15 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
                        {"first_token", recovery_json(bootstrap_recovery(one_minus(ref.first_tok), one_minus(s.first_tok)))},
                        {"answer_f1", recovery_json(bootstrap_recovery(one_minus(ref.f1_vs_base), one_minus(s.f1_vs_base)))}};
     }
+    if (s.craft_chunks > 0) {
+      const double nq = double(items.size());
+      j["craft"] = {{"variant_share", s.craft_variant / s.craft_chunks},
+                    {"exact_share", s.craft_exact / s.craft_chunks},
+                    {"mean_cfo", s.craft_cfo / s.craft_chunks},
+                    {"fix_tokens_per_query", s.craft_fix / nq},
+                    {"cutoff_share", s.craft_cut / nq},
+                    {"mean_cutoff_layer", s.craft_cut > 0 ? nlohmann::json(s.craft_cut_layers / s.craft_cut) : nlohmann::json(nullptr)}};
+    }
     jm[m] = j;
   }
   out["modes"] = jm;
@@ -136,12 +159,24 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
 
   // Paired differences of agreement with the baseline and of gold F1 (e.g. blend − reuse: the
   // damage recompute repairs): every pair of non-baseline modes when there are a few; in a sweep,
-  // each mode against the reference and the pairs at the same nominal ratio (methods compared at
-  // equal compute).
+  // each mode against the reference, the pairs at the same nominal ratio (methods compared at
+  // equal compute), craft's ablations against craft at the same α, and craft against blend.
   const bool all_pairs = all.size() <= 5;
+  auto spec_of = [](const std::string& m) -> std::optional<ModeSpec> {
+    try {
+      return parse_mode_spec(m);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  };
   auto compared = [&](const std::string& a, const std::string& b) {
     if (all_pairs || a == reference || b == reference) return true;
-    return nominal.count(a) && nominal.count(b) && nominal.at(a) == nominal.at(b);
+    if (nominal.count(a) && nominal.count(b) && nominal.at(a) == nominal.at(b)) return true;
+    const auto sa = spec_of(a), sb = spec_of(b);
+    if (!sa || !sb) return false;
+    const bool craft_a = sa->mode == ReuseMode::craft, craft_b = sb->mode == ReuseMode::craft;
+    if (craft_a && craft_b) return sa->ratio == sb->ratio;  // ablations at one α
+    return (craft_a && sb->mode == ReuseMode::blend) || (craft_b && sa->mode == ReuseMode::blend);
   };
   nlohmann::json cmp = nlohmann::json::array();
   for (size_t i = 1; i < all.size(); ++i)
@@ -202,6 +237,21 @@ std::string eval_markdown(const nlohmann::json& s, const std::string& picture) {
                           d["p50"].get<double>(), d["p90"].get<double>());
   }
   if (!spread.empty()) md += "\nPer-query real compute of the adaptive modes:\n\n" + spread;
+  std::string craft;
+  for (const auto& m : order) {
+    const nlohmann::json& j = s.at("modes").at(m);
+    if (!j.contains("craft")) continue;
+    const nlohmann::json& c = j["craft"];
+    craft += fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} | {:.1f} | {:.2f} | {} |\n", m, c["variant_share"].get<double>(),
+                         c["exact_share"].get<double>(), c["mean_cfo"].get<double>(),
+                         c["fix_tokens_per_query"].get<double>(), c["cutoff_share"].get<double>(),
+                         num(c["mean_cutoff_layer"], 1));
+  }
+  if (!craft.empty())
+    md += "\nCache-Craft's choices (per reused chunk: share from a non-canonical variant, share reused as an exact "
+          "chain, mean CFO; per query: tokens fixed, share with an early cut-off, mean cut-off layer L*):\n\n"
+          "| mode | variant | exact | CFO | fix tokens | cut-off | L* |\n|---|---|---|---|---|---|---|\n" +
+          craft;
   if (!picture.empty())
     md += fmt::format("\n![Recovery and first-token agreement against real compute and TTFT]({})\n", picture);
   md += "\nPaired differences, mean [95 % bootstrap interval]:\n\n";

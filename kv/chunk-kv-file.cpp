@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "format/checked-file.h"
 #include "util/file-io.h"
 
@@ -23,7 +25,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kMagic{"RKVCHKV\0", 8};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersionCanonical = 1;  // no context, no stats
+constexpr uint32_t kVersionVariant = 2;
 constexpr uint32_t kMaxHeader = 1 << 20;      // a header is a few hundred bytes; refuse absurd lengths
 constexpr size_t kPreamble = 8 + 4 + 4;       // magic, version, header_len
 
@@ -34,7 +37,7 @@ void append_str(std::string& out, const std::string& s) {
   out += s;
 }
 
-std::string encode_header(const ChunkKvMeta& m) {
+std::string encode_header(const ChunkKvMeta& m, const VariantStats* stats) {
   std::string h;
   append_str(h, m.model_fingerprint);
   append_str(h, m.chunk_id);
@@ -42,13 +45,30 @@ std::string encode_header(const ChunkKvMeta& m) {
   for (uint32_t x : {m.n_layer, m.n_kv_head, m.head_dim, m.n_tokens}) append_pod(h, x);
   append_pod(h, m.token_hash);
   append_pod(h, m.first_pos);
+  if (m.context.empty() && !stats) return h;  // version 1
+  append_pod(h, uint32_t(m.context.size()));
+  for (const std::string& c : m.context) append_str(h, c);
+  append_pod(h, uint8_t(stats ? 1 : 0));
+  if (stats) {
+    for (float x : {stats->a_bar, stats->b_bar, stats->cci}) append_pod(h, x);
+    append_pod(h, uint32_t(stats->inter.size()));
+    for (float x : stats->inter) append_pod(h, x);
+    append_pod(h, uint32_t(stats->ranked.size()));
+    for (uint32_t x : stats->ranked) append_pod(h, x);
+  }
   return h;
 }
 
-ChunkKvMeta decode_header(const std::string& name, std::string_view bytes) {
+struct DecodedHeader {
+  ChunkKvMeta meta;
+  std::optional<VariantStats> stats;
+};
+
+DecodedHeader decode_header(const std::string& name, std::string_view bytes, uint32_t version) {
   ByteReader r(name, bytes);
   auto str = [&](const char* what) { return std::string(r.bytes(r.pod<uint32_t>(what), what)); };
-  ChunkKvMeta m;
+  DecodedHeader d;
+  ChunkKvMeta& m = d.meta;
   m.model_fingerprint = str("model_fingerprint");
   m.chunk_id = str("chunk_id");
   m.prefix = str("prefix");
@@ -58,8 +78,29 @@ ChunkKvMeta decode_header(const std::string& name, std::string_view bytes) {
   m.n_tokens = r.pod<uint32_t>("n_tokens");
   m.token_hash = r.pod<uint64_t>("token_hash");
   m.first_pos = r.pod<int32_t>("first_pos");
+  if (version == kVersionVariant) {
+    const uint32_t n_ctx = r.pod<uint32_t>("n_context");
+    if (n_ctx > r.remaining() / 4) fail("{}: corrupt: {} context chunk ids in a {}-byte header", name, n_ctx, bytes.size());
+    for (uint32_t i = 0; i < n_ctx; ++i) m.context.push_back(str("context chunk id"));
+    if (r.pod<uint8_t>("has_stats")) {
+      VariantStats s;
+      s.a_bar = r.pod<float>("a_bar");
+      s.b_bar = r.pod<float>("b_bar");
+      s.cci = r.pod<float>("cci");
+      const uint32_t n = r.pod<uint32_t>("n_inter");
+      if (n != n_ctx) fail("{}: corrupt: {} inter-attention values for {} context chunks", name, n, n_ctx);
+      for (uint32_t i = 0; i < n; ++i) s.inter.push_back(r.pod<float>("inter"));
+      const uint32_t k = r.pod<uint32_t>("n_ranked");
+      if (k > m.n_tokens) fail("{}: corrupt: {} ranked tokens in a chunk of {}", name, k, m.n_tokens);
+      for (uint32_t i = 0; i < k; ++i) {
+        s.ranked.push_back(r.pod<uint32_t>("ranked token"));
+        if (s.ranked.back() >= m.n_tokens) fail("{}: corrupt: ranked token {} of {}", name, s.ranked.back(), m.n_tokens);
+      }
+      d.stats = std::move(s);
+    }
+  }
   r.expect_end();
-  return m;
+  return d;
 }
 
 // Bytes of one layer's K+V, or nullopt when the shape overflows 64 bits.
@@ -97,7 +138,7 @@ size_t pread_full(int fd, void* buf, size_t n, uint64_t off, const fs::path& pat
 }
 
 // What differs between a file's header and the expected one, "" when nothing does.
-std::string header_diff(const ChunkKvMeta& got, const ChunkKvMeta& want) {
+std::string header_diff(const ChunkKvMeta& got, const ChunkKvMeta& want, bool any_context) {
   std::string d;
   auto add = [&d](const std::string& s) { d += (d.empty() ? "" : "; ") + s; };
   if (got.model_fingerprint != want.model_fingerprint)
@@ -110,6 +151,8 @@ std::string header_diff(const ChunkKvMeta& got, const ChunkKvMeta& want) {
   if (got.n_tokens != want.n_tokens || got.token_hash != want.token_hash)
     add(fmt::format("holds {} tokens (hash {}), expected {} tokens (hash {})", got.n_tokens,
                             checksum_hex(got.token_hash), want.n_tokens, checksum_hex(want.token_hash)));
+  if (!any_context && got.context != want.context)
+    add(fmt::format("computed after [{}], expected after [{}]", fmt::join(got.context, ","), fmt::join(want.context, ",")));
   return d;
 }
 
@@ -120,16 +163,18 @@ uint64_t token_ids_hash(std::span<const int32_t> ids) { return checksum64(ids.da
 // ---- chunk files ----
 
 void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<const uint16_t* const> k,
-                    std::span<const uint16_t* const> v) {
+                    std::span<const uint16_t* const> v, const VariantStats* stats) {
   if (k.size() != meta.n_layer || v.size() != meta.n_layer)
     fail("{}: {} K and {} V layers given, the chunk has {}", path.string(), k.size(), v.size(), meta.n_layer);
   const auto lb = layer_size(meta);
   if (!lb || !implied_size(meta, 0)) fail("{}: chunk shape too large", path.string());
-  const std::string header = encode_header(meta);
+  if (stats && stats->inter.size() != meta.context.size())
+    fail("{}: {} inter-attention values for {} context chunks", path.string(), stats->inter.size(), meta.context.size());
+  const std::string header = encode_header(meta, stats);
   if (header.size() > kMaxHeader) fail("{}: header of {} bytes exceeds {}", path.string(), header.size(), kMaxHeader);
 
   std::string head(kMagic);
-  append_pod(head, kVersion);
+  append_pod(head, meta.context.empty() && !stats ? kVersionCanonical : kVersionVariant);
   append_pod(head, uint32_t(header.size()));
   head += header;
   append_pod(head, checksum64(head.data(), head.size()));
@@ -148,7 +193,7 @@ void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<con
   write_file_atomic(path, parts);
 }
 
-ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected) : path_(path) {
+ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected, bool any_context) : path_(path) {
   const std::string name = path.string();
   auto bad = [&](const std::string& why) { throw CacheFileError(name + ": " + why); };
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -165,7 +210,9 @@ ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected) 
     uint32_t version, header_len;
     std::memcpy(&version, pre + 8, 4);
     std::memcpy(&header_len, pre + 12, 4);
-    if (version != kVersion) bad(fmt::format("format version {}, this build reads version {}", version, kVersion));
+    if (version != kVersionCanonical && version != kVersionVariant)
+      bad(fmt::format("format version {}, this build reads versions {} and {}", version, kVersionCanonical,
+                      kVersionVariant));
     if (header_len > kMaxHeader) bad(fmt::format("corrupt: header length {} exceeds {}", header_len, kMaxHeader));
     const uint64_t header_end = kPreamble + header_len + 8;
     if (file_bytes_ < header_end)
@@ -182,7 +229,9 @@ ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected) 
       bad(fmt::format("header checksum mismatch (stored {}, computed {}): the file is corrupt",
                       checksum_hex(stored), checksum_hex(computed)));
     try {
-      meta_ = decode_header(name, std::string_view(head).substr(kPreamble, header_len));
+      DecodedHeader d = decode_header(name, std::string_view(head).substr(kPreamble, header_len), version);
+      meta_ = std::move(d.meta);
+      stats_ = std::move(d.stats);
     } catch (const Error& e) {  // ByteReader's errors: a header that passed its checksum yet is malformed
       throw CacheFileError(e.what());
     }
@@ -193,7 +242,7 @@ ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected) 
       bad(fmt::format("{}: {} bytes, the header implies {} ({} layers x {} tokens x kv_dim {})",
                       file_bytes_ < *want_size ? "truncated" : "corrupt", file_bytes_, *want_size, meta_.n_layer,
                       meta_.n_tokens, meta_.kv_dim()));
-    if (const std::string diff = header_diff(meta_, expected); !diff.empty()) bad(diff);
+    if (const std::string diff = header_diff(meta_, expected, any_context); !diff.empty()) bad(diff);
     data_offset_ = header_end;
     layer_bytes_ = size_t(*layer_size(meta_));
   } catch (...) {
@@ -208,7 +257,7 @@ ChunkKvReader::~ChunkKvReader() {
 }
 
 ChunkKvReader::ChunkKvReader(ChunkKvReader&& o) noexcept
-    : path_(std::move(o.path_)), meta_(std::move(o.meta_)), fd_(std::exchange(o.fd_, -1)),
+    : path_(std::move(o.path_)), meta_(std::move(o.meta_)), stats_(std::move(o.stats_)), fd_(std::exchange(o.fd_, -1)),
       data_offset_(o.data_offset_), layer_bytes_(o.layer_bytes_), file_bytes_(o.file_bytes_) {}
 
 ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
@@ -216,6 +265,7 @@ ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
     if (fd_ >= 0) ::close(fd_);
     path_ = std::move(o.path_);
     meta_ = std::move(o.meta_);
+    stats_ = std::move(o.stats_);
     fd_ = std::exchange(o.fd_, -1);
     data_offset_ = o.data_offset_;
     layer_bytes_ = o.layer_bytes_;

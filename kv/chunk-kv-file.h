@@ -2,9 +2,14 @@
 // V per layer in f16 under a header naming the model, chunk, prefix, shape and token ids. K is
 // stored rotated for the positions it was computed at (first_pos onwards), not with RoPE removed
 // (rag/precompute.h says why). Layout (little-endian):
-//   "RKVCHKV\0" | u32 version=1 | u32 header_len | header | u64 XXH64 of every byte before
+//   "RKVCHKV\0" | u32 version | u32 header_len | header | u64 XXH64 of every byte before
 //   header: str model_fingerprint, str chunk_id, str prefix (str = u32 length + bytes),
 //           u32 n_layer, n_kv_head, head_dim, n_tokens, u64 token_hash, i32 first_pos
+//   version 2 (a Cache-Craft variant, DESIGN.md §4) continues the header with
+//           u32 n_context, str × n_context (the preceding chunk ids, in prompt order),
+//           u8 has_stats, then when set: f32 a_bar, b_bar, cci, u32 n, f32 inter × n (one per
+//           context chunk), u32 m, u32 ranked × m (token indices)
+//   A canonical cache (no context, no stats) is written as version 1, byte for byte as before.
 //   then per layer l: K f16 [n_tokens][kv_dim] | V f16 [n_tokens][kv_dim] | u64 XXH64 of K and V
 // so layer l can be read and verified alone (pipelined loading reads layer l+1 while layer l
 // computes). Files are written to a unique temporary name and renamed into place.
@@ -12,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +37,10 @@ struct ChunkKvMeta {
   std::string model_fingerprint;  // identifies the model weights (opaque string, <= 256 bytes)
   std::string chunk_id;           // e.g. "Super_Bowl_50#0"
   std::string prefix;             // prefix description, e.g. "canonical:0123456789abcdef"
+  // The chunks the cache was computed after, in prompt order (between the prefix and this
+  // chunk): empty for the canonical cache. Part of the identity: two variants of one chunk differ
+  // here, and a cache is an exact prefix only when its whole chain matches (never by position).
+  std::vector<std::string> context;
   uint32_t n_layer = 0, n_kv_head = 0, head_dim = 0;
   uint32_t n_tokens = 0;
   uint64_t token_hash = 0;  // token_ids_hash() of the chunk's token ids
@@ -40,17 +50,31 @@ struct ChunkKvMeta {
 };
 uint64_t token_ids_hash(std::span<const int32_t> ids);  // checksum64 over the int32 bytes
 
+// Cache-Craft metadata of a variant (§3.1, §3.2.1), measured while it was computed, each a mean
+// over the layers (Eq. 10); checksummed with the header.
+struct VariantStats {
+  float a_bar = 0;             // Eq. 9: Σ_j inter(C_j, C_i) / (|C_i|·|C_j|) over the context chunks
+  float b_bar = 0;             // Eq. 9: intra(C_i) / |C_i|²
+  float cci = 0.5f;            // Eq. 11: 1 / (1 + exp(−ā / b̄))
+  std::vector<float> inter;    // per context chunk j: inter(C_j, C_i) (Eq. 3), for β (Eq. 6)
+  std::vector<uint32_t> ranked;  // the chunk's token indices, most contextualised first (Eq. 14)
+  bool operator==(const VariantStats&) const = default;
+};
+
 // k[l], v[l]: f16 [n_tokens][kv_dim] for each of the meta.n_layer layers. Atomic; Error on failure
 // (no temporary file is left behind).
+// stats: a variant's metadata (written in the header), or null.
 void write_chunk_kv(const std::filesystem::path& path, const ChunkKvMeta& meta,
-                    std::span<const uint16_t* const> k, std::span<const uint16_t* const> v);
+                    std::span<const uint16_t* const> k, std::span<const uint16_t* const> v,
+                    const VariantStats* stats = nullptr);
 
 class ChunkKvReader {
  public:
   // Checks, before any layer is read: size, magic, version, header checksum, size implied by the
   // header, and that the header equals `expected` (all fields but first_pos, which is
   // informational). CacheFileError naming the file and what differs; also for a missing file.
-  ChunkKvReader(const std::filesystem::path& path, const ChunkKvMeta& expected);
+  // any_context: accept whatever context the file names (listing a chunk's variants).
+  ChunkKvReader(const std::filesystem::path& path, const ChunkKvMeta& expected, bool any_context = false);
   ~ChunkKvReader();
   ChunkKvReader(ChunkKvReader&& o) noexcept;
   ChunkKvReader& operator=(ChunkKvReader&& o) noexcept;
@@ -58,6 +82,7 @@ class ChunkKvReader {
   ChunkKvReader& operator=(const ChunkKvReader&) = delete;
 
   const ChunkKvMeta& meta() const { return meta_; }  // as stored (first_pos included)
+  const std::optional<VariantStats>& stats() const { return stats_; }
   const std::filesystem::path& path() const { return path_; }
   // Reads layer l's K and V (n_tokens * kv_dim f16 each) with pread and verifies its checksum;
   // CacheFileError on a short read or mismatch. Thread-safe for concurrent calls.
@@ -72,6 +97,7 @@ class ChunkKvReader {
  private:
   std::filesystem::path path_;
   ChunkKvMeta meta_;
+  std::optional<VariantStats> stats_;
   int fd_ = -1;
   uint64_t data_offset_ = 0;  // where layer 0 starts
   size_t layer_bytes_ = 0;

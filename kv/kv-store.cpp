@@ -1,6 +1,8 @@
 // KvStore: STORE_DIR's store.json and the content-addressed chunk files under kv/.
 #include "kv/kv-store.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "format/checksum.h"
@@ -109,7 +111,7 @@ KvStore KvStore::open_for_read(const fs::path& dir, const std::string& model_fin
   return s;
 }
 
-fs::path KvStore::chunk_path(const ChunkKvMeta& m) const {
+std::string KvStore::chunk_stem(const ChunkKvMeta& m) const {
   Checksum64 c;
   for (const std::string* s : {&m.model_fingerprint, &m.prefix, &m.chunk_id}) {
     const uint64_t n = s->size();  // length-prefixed: no two field lists hash the same bytes
@@ -117,7 +119,52 @@ fs::path KvStore::chunk_path(const ChunkKvMeta& m) const {
     c.update(*s);
   }
   c.update(&m.token_hash, 8);
-  return dir_ / "kv" / (checksum_hex(c.digest()) + ".rkv");
+  return checksum_hex(c.digest());
+}
+
+fs::path KvStore::chunk_path(const ChunkKvMeta& m) const {
+  std::string name = chunk_stem(m);
+  if (!m.context.empty()) {
+    Checksum64 c;
+    for (const std::string& id : m.context) {
+      const uint64_t n = id.size();
+      c.update(&n, 8);
+      c.update(id);
+    }
+    name += '.';  // (not "." + …: GCC 12 warns falsely, -Wrestrict)
+    name += checksum_hex(c.digest());
+  }
+  return dir_ / "kv" / (name + ".rkv");
+}
+
+std::vector<ChunkKvReader> KvStore::variants(const ChunkKvMeta& canonical, int* bad) const {
+  std::vector<ChunkKvReader> out;
+  if (foreign_) return out;
+  if (!listed_) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir_ / "kv", ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      // <16 hex>.<16 hex>.rkv
+      if (name.size() != 16 + 1 + 16 + 4 || name[16] != '.' || !name.ends_with(".rkv")) continue;
+      variant_files_[name.substr(0, 16)].push_back(name);
+    }
+    listed_ = true;
+  }
+  const auto it = variant_files_.find(chunk_stem(canonical));
+  if (it == variant_files_.end()) return out;
+  for (const std::string& name : it->second) {
+    std::error_code ec;
+    if (!fs::exists(dir_ / "kv" / name, ec)) continue;  // evicted since it was listed
+    try {
+      ChunkKvReader r(dir_ / "kv" / name, canonical, /*any_context=*/true);
+      if (r.meta().context.empty()) throw CacheFileError(name + ": a variant's name on a canonical cache");
+      if (chunk_path(r.meta()).filename() != name) throw CacheFileError(name + ": its name does not match its context");
+      out.push_back(std::move(r));
+    } catch (const CacheFileError&) {
+      if (bad) ++*bad;
+    }
+  }
+  return out;
 }
 
 bool KvStore::has_valid(const ChunkKvMeta& m) const {
@@ -130,7 +177,8 @@ bool KvStore::has_valid(const ChunkKvMeta& m) const {
   }
 }
 
-void KvStore::put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v) const {
+void KvStore::put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v,
+                  const VariantStats* stats) const {
   if (foreign_)
     fail("{}: belongs to model {} ({}), cannot store chunk '{}' of model {}", dir_.string(), info_.model_name,
          info_.model_fingerprint, m.chunk_id, m.model_fingerprint);
@@ -142,7 +190,12 @@ void KvStore::put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std:
   const fs::path p = chunk_path(m);
   std::error_code ec;
   fs::create_directories(p.parent_path(), ec);
-  write_chunk_kv(p, m, k, v);
+  write_chunk_kv(p, m, k, v, stats);
+  if (listed_ && !m.context.empty()) {
+    auto& names = variant_files_[chunk_stem(m)];
+    const std::string name = p.filename().string();
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
 }
 
 std::optional<ChunkKvReader> KvStore::open_chunk(const ChunkKvMeta& m) const {

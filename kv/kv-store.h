@@ -3,10 +3,12 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kv/chunk-kv-file.h"
 
@@ -37,12 +39,21 @@ class KvStore {
   bool foreign() const { return foreign_; }
   const std::filesystem::path& dir() const { return dir_; }
 
-  // kv/<16 hex>.rkv, the hex being XXH64 over model_fingerprint, prefix, chunk_id, token_hash.
+  // kv/<16 hex>.rkv, the hex being XXH64 over model_fingerprint, prefix, chunk_id, token_hash;
+  // a variant (non-empty context) is kv/<the same 16 hex>.<16 hex of its context>.rkv, so a
+  // chunk's variants are found by name and each is a file of its own (created atomically: two
+  // processes adding variants never lose one).
   std::filesystem::path chunk_path(const ChunkKvMeta& m) const;
+  // The headers of every variant of canonical's chunk (context non-empty), verified; files that
+  // fail their header checks are counted in *bad and skipped. Read from a listing of kv/ taken
+  // on first use (variants another process adds later are seen by the next run).
+  std::vector<ChunkKvReader> variants(const ChunkKvMeta& canonical, int* bad = nullptr) const;
   // The file exists and its header verifies against m (header only; for resuming precompute).
   bool has_valid(const ChunkKvMeta& m) const;
   // Error when the store is foreign or m's model/shape differ from the store's.
-  void put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v) const;
+  // stats: a variant's Cache-Craft metadata (kv/chunk-kv-file.h).
+  void put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v,
+           const VariantStats* stats = nullptr) const;
   // nullopt when no file exists for m (or the store is foreign); CacheFileError when it is bad.
   std::optional<ChunkKvReader> open_chunk(const ChunkKvMeta& m) const;
   // Count and total bytes of kv/*.rkv files.
@@ -54,6 +65,10 @@ class KvStore {
   std::filesystem::path dir_;
   KvStoreInfo info_;
   bool foreign_ = false;
+  // variant file names by their chunk's 16-hex stem; listed on first use, extended by put
+  mutable std::map<std::string, std::vector<std::string>> variant_files_;
+  mutable bool listed_ = false;
+  std::string chunk_stem(const ChunkKvMeta& m) const;
 };
 
 }  // namespace ragkv

@@ -2,9 +2,11 @@
 #include "rag/answer.h"
 
 #include <cmath>
+#include <optional>
 
 #include "util/error.h"
 #include "kv/layer-loader.h"
+#include "rag/variant-compute.h"
 #include "retrieval/chunker.h"
 
 namespace ragkv {
@@ -12,7 +14,7 @@ namespace ragkv {
 nlohmann::json AnswerRecord::metrics() const {
   const PrefillStats& p = prefill;
   const int64_t computed = p.n_layer > 0 ? int64_t(std::llround(double(p.computed_token_layers) / p.n_layer)) : 0;
-  return {{"ttft_ms", ttft_ms()},
+  nlohmann::json j = {{"ttft_ms", ttft_ms()},
           {"retrieval_ms", retrieval_ms},
           {"prefill_ms", p.prefill_ms},
           {"load_ms", p.load_ms},
@@ -28,10 +30,32 @@ nlohmann::json AnswerRecord::metrics() const {
           {"cache_exact_hits", cache.exact_hits},
           {"cache_misses", cache.misses},
           {"cache_bad", cache.bad}};
+  if (written_back > 0) j["variants_written"] = written_back;
+  if (!craft.empty()) j["craft"] = craft_metrics();
+  return j;
 }
 
-RagAnswerer::RagAnswerer(const Model& model, const PromptFormat& format, const KvTiers* tiers)
-    : model_(model), format_(format), tiers_(tiers), keys_(model, format) {}
+nlohmann::json AnswerRecord::craft_metrics() const {
+  nlohmann::json chunks = nlohmann::json::array();
+  int64_t fix = 0;
+  size_t variants = 0, exact = 0;
+  for (const CraftChunkRecord& c : craft) {
+    chunks.push_back({{"chunk", c.chunk}, {"context_chunks", c.context_chunks}, {"exact", c.exact}, {"beta", c.beta},
+                      {"gamma", c.gamma}, {"cci", c.cci}, {"cfo", c.cfo}, {"fix_tokens", c.fix_tokens}});
+    fix += c.fix_tokens;
+    variants += c.context_chunks > 0;
+    exact += c.exact;
+  }
+  return {{"chunks", chunks},
+          {"fix_tokens", fix},
+          {"variant_chunks", variants},
+          {"exact_chunks", exact},
+          {"focus_cutoff_layer", prefill.focus_cutoff_layer},
+          {"focused_chunks", prefill.focused_chunks}};
+}
+
+RagAnswerer::RagAnswerer(const Model& model, const PromptFormat& format, const KvTiers* tiers, VariantLedger* ledger)
+    : model_(model), format_(format), tiers_(tiers), ledger_(ledger), keys_(model, format) {}
 
 AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<const Chunk*>& chunks,
                                  const AnswerOptions& opt) {
@@ -45,18 +69,57 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
   rec.mode = reuse_mode_name(opt.mode);
   for (const Chunk* c : chunks) rec.chunk_ids.push_back(c->id);
 
-  PrefillPlan plan = plan_prefill(prompt, opt.mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_));
+  const VariantSource variants = tier_variants(keys_, tiers_);
+  PrefillPlan plan = plan_prefill(prompt, opt.mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_),
+                                  &variants, opt.craft);
   KvCache kv = model_.new_kv_cache(n_ctx);
+  // Write-back: the chunks after the first that this prompt computes, with their metadata.
+  std::vector<size_t> chunk_segs;
+  std::vector<int64_t> chunk_begin, chunk_end;
+  for (size_t s = 0; s < prompt.segments.size(); ++s)
+    if (prompt.segments[s].kind == PromptSegment::Kind::chunk) {
+      chunk_segs.push_back(s);
+      chunk_begin.push_back(prompt.segments[s].begin);
+      chunk_end.push_back(prompt.segments[s].end());
+    }
+  auto to_write = [&] {
+    std::vector<size_t> out;
+    if (!opt.write_back || !tiers_ || tiers_->store().foreign() || !plan.sparse()) return out;
+    for (size_t i = 1; i < chunk_segs.size(); ++i)
+      if (!plan.segments[chunk_segs[i]].kv) out.push_back(i);
+    return out;
+  };
+  std::optional<VariantStatsAccumulator> acc;
   PrefillResult pre;
   for (;;) {
+    acc.reset();
+    if (!to_write().empty())
+      acc.emplace(chunk_begin, chunk_end, model_.config().n_head, prompt.segments.size());
     try {
-      pre = prefill_prompt(model_, prompt, plan, kv, ws_);
+      pre = prefill_prompt(model_, prompt, plan, kv, ws_, acc ? &*acc : nullptr);
       break;
     } catch (const ChunkLoadFailed& e) {  // a layer block failed its checksum: recompute that segment
       plan.drop_cache(e.job);
     }
   }
   rec.cache = plan.counts;
+  if (acc)
+    for (size_t i : to_write()) {
+      const PromptSegment& seg = prompt.segments[chunk_segs[i]];
+      ChunkKvMeta m = keys_.chunk(seg.chunk_id, seg.ids);
+      m.context = plan.segments[chunk_segs[i]].context;
+      m.first_pos = int32_t(seg.begin);
+      if (tiers_->store().has_valid(m)) continue;
+      rec.written_back += store_variant_rows(model_, tiers_->store(), m, acc->stats(i), kv, seg.begin, ledger_) > 0;
+    }
+  for (const SegmentPlan& sp : plan.segments)
+    if (sp.choice && sp.kv) {
+      const VariantChoice& c = *sp.choice;
+      const size_t i = size_t(&sp - plan.segments.data());
+      rec.craft.push_back({prompt.segments[i].chunk_id, sp.kv->meta().context.size(), sp.exact(), c.beta, c.gamma,
+                           c.cci, c.cfo, int64_t(sp.fix.size()),
+                           tiers_ ? tiers_->store().chunk_path(sp.kv->meta()).filename().string() : std::string()});
+    }
   rec.prefill = pre.stats;
   rec.first_logits = pre.logits;
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kv/kv-tiers.h"
+#include "kv/variant-ledger.h"
 #include "model/generate.h"
 #include "rag/cache-keys.h"
 #include "rag/fusor.h"
@@ -22,7 +23,21 @@ struct Chunk;
 struct AnswerOptions {
   ReuseMode mode = ReuseMode::blend;
   BlendParams blend;
+  CraftParams craft;
+  // Store the chunks this prompt computes (no cache) as variants of their context (Cache-Craft
+  // §3.3 write-back; sparse modes, chunks after the first; under the store's variant budget).
+  bool write_back = false;
   GenerateOptions gen;  // max_tokens; stop_at_newline is set by the answerer
+};
+
+// craft: what was chosen for one chunk of the prompt (Cache-Craft §3.2).
+struct CraftChunkRecord {
+  std::string chunk;
+  size_t context_chunks = 0;  // the chosen variant's context length (0: the canonical cache)
+  bool exact = false;         // an exact chain: reused without fixing
+  double beta = 0, gamma = 0, cci = 0, cfo = 0;
+  int64_t fix_tokens = 0;
+  std::string variant;        // the file in the store's kv/ (for its f_r)
 };
 
 struct AnswerRecord {
@@ -33,16 +48,20 @@ struct AnswerRecord {
   std::vector<float> first_logits;     // the first decoding step's logits
   PrefillStats prefill;
   CacheCounts cache;
+  std::vector<CraftChunkRecord> craft;  // craft: per cached chunk, in prompt order
+  int written_back = 0;                 // variants this answer stored (write-back)
   double retrieval_ms = 0, decode_ms = 0;
   double ttft_ms() const { return retrieval_ms + prefill.prefill_ms; }
   // The metrics object of ANSWERS.jsonl (DESIGN.md §1 "Files").
   nlohmann::json metrics() const;
+  nlohmann::json craft_metrics() const;  // craft: per-chunk choices, fix tokens, focus
 };
 
 class RagAnswerer {
  public:
-  // tiers may be null (every mode then computes everything, like `full`).
-  RagAnswerer(const Model& model, const PromptFormat& format, const KvTiers* tiers);
+  // tiers may be null (every mode then computes everything, like `full`); ledger (write-back's
+  // budget) may be null.
+  RagAnswerer(const Model& model, const PromptFormat& format, const KvTiers* tiers, VariantLedger* ledger = nullptr);
 
   AnswerRecord answer(const std::string& question, const std::vector<const Chunk*>& chunks,
                       const AnswerOptions& opt);
@@ -53,6 +72,7 @@ class RagAnswerer {
   const Model& model_;
   const PromptFormat& format_;
   const KvTiers* tiers_;
+  VariantLedger* ledger_;
   CacheKeys keys_;
   Workspace ws_;
 };

@@ -9,6 +9,7 @@
 
 #include "format/checksum.h"
 #include "kv/layer-loader.h"
+#include "rag/focused-chunks.h"
 #include "rag/selection.h"
 #include "util/error.h"
 
@@ -146,7 +147,7 @@ void compact_rows(Backend& b, Tensor& t, Tensor& scratch, int64_t n, const std::
 }
 
 PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv,
-                             Workspace& ws) {
+                             Workspace& ws, VariantStatsAccumulator* collect) {
   const ModelConfig& c = model.config();
   Backend& b = model.backend();
   const int64_t n = plan.n_tokens;
@@ -157,13 +158,29 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
   Tensor scratch_x, scratch_q;
 
   const int64_t question_begin = prompt.segments.back().begin;
+  // craft: Algorithm 1 over the chunks (Cache-Craft §3.2.2), fed the question's attention per chunk
+  // on every layer that sees the whole prompt (relevance_layer), when there are chunks to split.
+  std::vector<size_t> chunk_segments;
+  for (size_t s = 0; s < prompt.segments.size(); ++s)
+    if (prompt.segments[s].kind == PromptSegment::Kind::chunk) chunk_segments.push_back(s);
+  std::optional<FocusDetector> focus;
+  if (plan.mode == ReuseMode::craft && plan.craft.focus_window > 0 && chunk_segments.size() >= 3 && plan.n_forced > 0)
+    focus.emplace(chunk_segments.size(), plan.craft.focus_window);
   const uint64_t seed = plan.blend.seed ^ checksum64(prompt.ids.data(), prompt.ids.size() * sizeof(int32_t));
   const Selection sel = plan.blend.selection;
 
   // One pass of the layer loop over `active`: cached layers installed first when `install` (the
   // first pass), blend's check layers when `checks`, and the question's attention over each
   // layer's KV added to `relevance` when given. Returns the rows active at the end.
-  auto pass = [&](std::vector<int32_t> active, bool install, bool checks, std::vector<double>* relevance) {
+  SegmentMass seg_mass;  // write-back: the mass of the active rows per prompt segment
+  std::vector<float> seg_mass_out;
+  if (collect) {
+    for (const PromptSegment& s : prompt.segments) seg_mass.seg_begin.push_back(s.begin);
+    seg_mass.seg_begin.push_back(n);
+    seg_mass.out = &seg_mass_out;
+  }
+  auto pass = [&](std::vector<int32_t> active, bool install, bool checks, std::vector<double>* relevance,
+                  bool final_pass) {
     std::vector<int32_t> ids(active.size());
     for (size_t i = 0; i < active.size(); ++i) ids[i] = prompt.ids[active[i]];
     model.embed(ids, ws);
@@ -192,6 +209,38 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
         const std::vector<float> mass = question_attention(st);
         for (int64_t j = 0; j < n; ++j) (*relevance)[size_t(j)] += mass[size_t(j)];
       }
+      if (focus && !focus->decided() && relevance_layer(c, l)) {
+        const std::vector<float> mass = question_attention(st);
+        std::vector<double> inter(chunk_segments.size(), 0.0);  // inter_l(C_i, U)
+        for (size_t i = 0; i < chunk_segments.size(); ++i) {
+          const PromptSegment& seg = prompt.segments[chunk_segments[i]];
+          for (int64_t j = seg.begin; j < seg.end(); ++j) inter[i] += mass[size_t(j)];
+        }
+        if (focus->add_layer(l, inter)) {
+          // L* = l: from the next layer on, the unfocused chunks keep their cached KV.
+          r.stats.focus_cutoff_layer = l;
+          std::vector<uint8_t> drop(static_cast<size_t>(n), 0);
+          std::vector<uint8_t> focused(chunk_segments.size(), 0);
+          for (size_t i : focus->focused()) {
+            focused[i] = 1;
+            r.stats.focused_chunks.push_back(int32_t(i));
+          }
+          for (size_t i = 0; i < chunk_segments.size(); ++i) {
+            const SegmentPlan& sp = plan.segments[chunk_segments[i]];
+            if (!focused[i] && sp.kv) std::fill(drop.begin() + sp.begin, drop.begin() + sp.end(), uint8_t(1));
+          }
+          std::vector<int32_t> keep;
+          for (size_t i = 0; i < active.size(); ++i)
+            if (!drop[size_t(active[i])]) keep.push_back(int32_t(i));
+          if (int64_t(keep.size()) < na) {
+            compact_rows(b, ws.x, scratch_x, na, keep);
+            compact_rows(b, ws.q, scratch_q, na, keep);
+            std::vector<int32_t> next(keep.size());
+            for (size_t i = 0; i < keep.size(); ++i) next[i] = active[keep[i]];
+            active = std::move(next);
+          }
+        }
+      }
       if (check) {
         std::vector<float> question = question_scores(sel, st);
         const std::vector<float> score =
@@ -208,7 +257,12 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
         }
         r.stats.kept_after_check.push_back(active);
       }
-      model.layer_attend_ffn(l, int64_t(active.size()), active, kv, n, ws);
+      const bool stats = collect && final_pass;
+      model.layer_attend_ffn(l, int64_t(active.size()), active, kv, n, ws, stats ? &seg_mass : nullptr);
+      if (stats) {
+        collect->add_rows(active, seg_mass_out);
+        collect->end_layer();
+      }
     }
     return active;
   };
@@ -219,20 +273,20 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
     // pass computes only the rows without a cache, and the question's queries' attention over
     // the stale KV, summed over every layer and head, ranks the candidates; then the best are
     // recomputed from layer 0 over the KV the first pass installed.
-    std::vector<int32_t> base;
+    std::vector<int32_t> base;  // the rows without a cache (auto's craft-fixed rows wait for the second pass)
     for (int32_t row : plan.active)
-      if (!plan.candidate[size_t(row)]) base.push_back(row);
+      if (!plan.reused[size_t(row)]) base.push_back(row);
     std::vector<double> relevance(static_cast<size_t>(n), 0.0);
-    pass(base, true, false, &relevance);
+    pass(base, true, false, &relevance, false);
     std::vector<float> score(plan.active.size());
     for (size_t i = 0; i < plan.active.size(); ++i) score[i] = float(relevance[size_t(plan.active[i])]);
     std::vector<int32_t> second;
     const size_t k = adaptive_keep(plan.active, plan.candidate, score, plan.pre_keep, plan.blend.adaptive_mass);
     for (int32_t i : select_hkvd_rows(plan.active, plan.candidate, score, k)) second.push_back(plan.active[size_t(i)]);
     r.stats.kept_after_check.push_back(second);
-    active = pass(second, false, false, nullptr);
+    active = pass(second, false, false, nullptr, true);
   } else {
-    active = pass(plan.active, true, true, nullptr);
+    active = pass(plan.active, true, true, nullptr, true);
   }
   kv.n_used = n;
   r.logits = model.logits(int64_t(active.size()) - 1, 1, ws);  // the last prompt token is always active
@@ -244,13 +298,14 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
 }  // namespace
 
 PrefillResult prefill_prompt(const Model& model, const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv,
-                             Workspace& ws) {
+                             Workspace& ws, VariantStatsAccumulator* collect) {
   if (plan.segments.size() != prompt.segments.size() || plan.n_tokens != prompt.n_tokens())
     fail("internal: a plan of {} segments / {} tokens for a prompt of {} / {}", plan.segments.size(), plan.n_tokens,
          prompt.segments.size(), prompt.n_tokens());
   if (kv.n_ctx < prompt.n_tokens()) fail("internal: KV capacity {} < prompt {}", kv.n_ctx, prompt.n_tokens());
   const auto t0 = Clock::now();
-  PrefillResult r = plan.sparse() ? prefill_sparse(model, prompt, plan, kv, ws) : prefill_dense(model, prompt, plan, kv, ws);
+  PrefillResult r =
+      plan.sparse() ? prefill_sparse(model, prompt, plan, kv, ws, collect) : prefill_dense(model, prompt, plan, kv, ws);
   model.backend().synchronize();
   r.stats.prompt_tokens = prompt.n_tokens();
   r.stats.n_layer = model.config().n_layer;

@@ -3,9 +3,11 @@
 // from whichever tier holds it, layer by layer.
 //   dense  (full, prefix): Model::forward over the plan's segment groups; leading groups with
 //          exact caches are loaded instead of computed, so their output is bit-identical.
-//   sparse (reuse, blend): the layer loop stepped over the active rows only; cached segments are
-//          installed at their new positions (K rotated by the position difference) while the
-//          previous layer computes, and on blend's check layers the HKVD rows are selected.
+//   sparse (reuse, blend, craft): the layer loop stepped over the active rows only; cached
+//          segments are installed at their new positions (K rotated by the position difference)
+//          while the previous layer computes; on blend's check layers the HKVD rows are selected;
+//          craft follows the question's attention per chunk and, once Algorithm 1 has found the
+//          focused chunks, stops recomputing the others (Cache-Craft §3.2.2).
 // KV rows are positions: row i of the prompt's KvCache holds token i.
 #pragma once
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include "model/model.h"
 #include "rag/plan.h"
 #include "rag/prompt.h"
+#include "rag/variant-compute.h"
 
 namespace ragkv {
 
@@ -30,6 +33,8 @@ struct PrefillStats {
   // token-layers, layer 0 and the check layers included — what r is nominally.
   double reused_recompute_fraction() const;
   std::vector<std::vector<int32_t>> kept_after_check;  // blend: the active rows after each check layer
+  int focus_cutoff_layer = -1;         // craft: L* of Algorithm 1 (−1: recompute ran every layer)
+  std::vector<int32_t> focused_chunks;  // craft: F*, chunk indices in prompt order
   int n_layer = 0;
 };
 
@@ -41,7 +46,10 @@ struct PrefillResult {
 // Prefills prompt into kv (capacity ≥ prompt tokens; n_used becomes the prompt length) as plan
 // says. Throws ChunkLoadFailed (kv/layer-loader.h) with the segment's index as `job` when a cache
 // fails while loading: the caller calls plan.drop_cache(job) and prefills again.
+// collect (sparse plans only; may be null): fed the per-segment attention mass of the active rows
+// on every layer of the final pass — segments [prefix, chunk 1, …, chunk k, question] — so the
+// chunks computed here can be stored as variants with their metadata (write-back).
 PrefillResult prefill_prompt(const Model& model, const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv,
-                             Workspace& ws);
+                             Workspace& ws, VariantStatsAccumulator* collect = nullptr);
 
 }  // namespace ragkv

@@ -5,13 +5,25 @@
 
 #include <cstdlib>
 
+#include "util/enum-names.h"
 #include "util/error.h"
 
 namespace ragkv {
 
+namespace {
+constexpr EnumNames<CraftAblation, 3> kAblationNames{{{
+    {CraftAblation::no_beta, "no-beta"},
+    {CraftAblation::no_focus, "no-focus"},
+    {CraftAblation::random, "random"},
+}}};
+}  // namespace
+
+const char* craft_ablation_name(CraftAblation a) { return kAblationNames.name(a); }
+
 std::string ModeSpec::name() const {
   std::string n = reuse_mode_name(mode);
   if (selection) n += std::string("/") + selection_name(*selection);
+  if (ablation) n += std::string("/") + craft_ablation_name(*ablation);
   if (ratio) n += fmt::format("@{:g}", *ratio);
   if (adaptive) n += fmt::format("~{:g}", *adaptive);
   return n;
@@ -20,18 +32,27 @@ std::string ModeSpec::name() const {
 BlendParams ModeSpec::blend(const BlendParams& defaults) const {
   BlendParams b = defaults;
   if (selection) b.selection = *selection;
-  if (ratio) b.recompute_ratio = *ratio;
+  if (ratio && mode != ReuseMode::craft) b.recompute_ratio = *ratio;  // craft's is its α
   if (adaptive) b.adaptive_mass = *adaptive;
   return b;
 }
 
+CraftParams ModeSpec::craft(const CraftParams& defaults) const {
+  CraftParams c = defaults;
+  if (mode == ReuseMode::craft && ratio) c.alpha = *ratio;
+  if (ablation == CraftAblation::no_beta) c.use_beta = false;
+  if (ablation == CraftAblation::no_focus) c.focus_window = 0;
+  if (ablation == CraftAblation::random) c.random_tokens = true;
+  return c;
+}
+
 namespace {
-// The number after a one-character tag, in [0, 1]; Error naming the spec.
-double unit_number(const std::string& spec, const std::string& text, const char* what) {
+// The number after a one-character tag, in [0, max]; Error naming the spec.
+double bounded_number(const std::string& spec, const std::string& text, const char* what, double max = 1.0) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !(v >= 0.0 && v <= 1.0))
-    fail("mode '{}': {} must be a number in [0, 1], got '{}'", spec, what, text);
+  if (text.empty() || *end != '\0' || !(v >= 0.0 && v <= max))
+    fail("mode '{}': {} must be a number in [0, {}], got '{}'", spec, what, max, text);
   return v;
 }
 }  // namespace
@@ -50,11 +71,17 @@ ModeSpec parse_mode_spec(const std::string& s) {
     const size_t next = std::min(at > from ? at : npos, tilde > from ? tilde : npos);
     return s.substr(from + 1, next == npos ? npos : next - from - 1);
   };
+  if (spec.mode == ReuseMode::craft) {
+    if (tilde != npos) fail("mode '{}': adaptivity '~' applies to blend only", s);
+    if (slash != npos) spec.ablation = kAblationNames.parse(part(slash), "craft ablation");
+    if (at != npos) spec.ratio = bounded_number(s, part(at), "craft's alpha after '@'", 10.0);
+    return spec;
+  }
   if (slash != npos) spec.selection = parse_selection(part(slash));
-  if (at != npos) spec.ratio = unit_number(s, part(at), "the recompute ratio after '@'");
-  if (tilde != npos) spec.adaptive = unit_number(s, part(tilde), "the adaptive score mass after '~'");
+  if (at != npos) spec.ratio = bounded_number(s, part(at), "the recompute ratio after '@'");
+  if (tilde != npos) spec.adaptive = bounded_number(s, part(tilde), "the adaptive score mass after '~'");
   if ((spec.selection || spec.ratio || spec.adaptive) && spec.mode != ReuseMode::blend)
-    fail("mode '{}': a selection method, ratio or adaptivity applies to blend only", s);
+    fail("mode '{}': a selection method, ratio or adaptivity applies to blend only (craft takes /ABLATION@ALPHA)", s);
   return spec;
 }
 

@@ -4,14 +4,21 @@
 // score mass to cover, BlendParams::adaptive_mass) apply to blend only; parts left out come from
 // the flags (--select, --recompute-ratio, --adaptive). Eval reports each variant under its name,
 // so methods and ratios can be compared side by side on the same prompts.
+//   craft[/ABLATION][@A]      e.g. craft, craft@0.3, craft/no-focus@0.3
+// A is Cache-Craft's α (Eq. 12, in [0, 10]; default --alpha); ABLATION is one of Cache-Craft §5's:
+// no-beta (β′ = 0), no-focus (no early termination), random (random tokens, not CCI-ranked).
 #pragma once
 #include <optional>
 #include <string>
 
 #include "rag/plan.h"
 #include "rag/reuse-mode.h"
+#include "rag/variant-choice.h"
 
 namespace ragkv {
+
+enum class CraftAblation : uint8_t { no_beta, no_focus, random };
+const char* craft_ablation_name(CraftAblation a);
 
 struct ModeSpec {
   ModeSpec() = default;
@@ -22,9 +29,12 @@ struct ModeSpec {
   std::optional<Selection> selection;
   std::optional<double> ratio;
   std::optional<double> adaptive;
+  std::optional<CraftAblation> ablation;  // craft only; ratio holds craft's α
   std::string name() const;  // canonical: the mode, then "/method", "@r" and "~p" where set
   // The blend parameters of this variant: defaults with the spec's method and ratio.
   BlendParams blend(const BlendParams& defaults) const;
+  // The craft parameters of this variant: defaults with the spec's α and ablation.
+  CraftParams craft(const CraftParams& defaults) const;
   bool operator==(const ModeSpec&) const = default;
 };
 

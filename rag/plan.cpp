@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 #include <fmt/ranges.h>
 
+#include "format/checksum.h"
 #include "util/enum-names.h"
 #include "util/error.h"
 
@@ -133,12 +135,30 @@ void derive_rows(PrefillPlan& p) {
   for (const SegmentPlan& seg : p.segments)
     if (seg.kv) std::fill(p.reused.begin() + seg.begin, p.reused.begin() + seg.end(), uint8_t(1));
   if (!p.sparse()) return;
-  const bool recompute = p.mode == ReuseMode::blend;
+  if (p.mode == ReuseMode::craft) {
+    // Cache-Craft §3.2.1: each repositioned chunk's fix tokens on every layer (until the focus
+    // cut-off); an exact chain is reused as is; nothing is scored.
+    for (const SegmentPlan& seg : p.segments) {
+      if (!seg.kv) {
+        for (int64_t i = seg.begin; i < seg.end(); ++i) p.active.push_back(int32_t(i));
+      } else if (!seg.exact()) {
+        for (int32_t t : seg.fix) p.active.push_back(int32_t(seg.begin + t));
+        p.n_forced += int64_t(seg.fix.size());
+      }
+    }
+    return;
+  }
+  const bool recompute = p.mode == ReuseMode::blend || p.mode == ReuseMode::auto_;
   const Selection sel = p.blend.selection;
   const bool with_sinks = recompute && (sel == Selection::sink || sel == Selection::sink_v);
   const bool scored = recompute && sel != Selection::sink;
-  int64_t n_repositioned = 0;
+  int64_t n_repositioned = 0, n_fixed = 0;
   for (const SegmentPlan& seg : p.segments) {
+    if (seg.kv && !seg.exact() && seg.choice) {  // auto: craft's fix for a chunk with metadata
+      for (int32_t t : seg.fix) p.active.push_back(int32_t(seg.begin + t));
+      n_fixed += int64_t(seg.fix.size());
+      continue;
+    }
     const bool repositioned = seg.kv && !seg.exact();
     int64_t sinks = 0;  // EPIC (LegoLink): the first tokens of a chunk computed alone grow its own
                         // attention sink; recomputing them in place removes it
@@ -165,6 +185,8 @@ void derive_rows(PrefillPlan& p) {
       }
     }
   }
+  const int64_t n_sinks = p.n_forced;  // the selection's budget covers the sinks, not craft's fix
+  p.n_forced += n_fixed;
   if (!scored) return;
   if (sel == Selection::prophet) {
     p.pre_select = true;
@@ -183,7 +205,7 @@ void derive_rows(PrefillPlan& p) {
   // The budget of each check layer covers every repositioned token; sink rows are part of it.
   const std::vector<double> keep = gradual_filter_fractions(p.blend.recompute_ratio, int(layers.size()));
   for (size_t c = 0; c < layers.size(); ++c) {
-    const int64_t want = std::llround(keep[c] * double(n_repositioned)) - p.n_forced;
+    const int64_t want = std::llround(keep[c] * double(n_repositioned)) - n_sinks;
     p.checks.push_back({layers[c], size_t(std::clamp<int64_t>(want, 0, p.n_candidates))});
   }
 }
@@ -205,18 +227,78 @@ SegmentLookup tier_lookup(const CacheKeys& keys, const KvTiers* tiers) {
   return [&keys, tiers](const PromptSegment& seg) { return tiers->find(keys.segment(seg)); };
 }
 
+VariantSource tier_variants(const CacheKeys& keys, const KvTiers* tiers) {
+  VariantSource v;
+  if (!tiers) return v;
+  v.candidates = [&keys, tiers](const PromptSegment& seg) {
+    std::vector<VariantCandidate> out;
+    const ChunkKvMeta canonical = keys.segment(seg);
+    std::error_code ec;
+    if (!tiers->store().foreign() && std::filesystem::exists(tiers->store().chunk_path(canonical), ec))
+      out.push_back({canonical, std::nullopt});
+    for (ChunkKvReader& r : tiers->store().variants(canonical)) out.push_back({r.meta(), r.stats()});
+    return out;
+  };
+  v.open = [tiers](const ChunkKvMeta& key) { return tiers->find(key); };
+  return v;
+}
+
 PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
-                         const SegmentLookup& lookup) {
+                         const SegmentLookup& lookup, const VariantSource* variants, const CraftParams& craft) {
   if (prompt.segments.empty() || prompt.segments.back().kind != PromptSegment::Kind::suffix ||
       prompt.segments.back().ids.empty())
     fail("internal: a RAG prompt must end with a non-empty question segment");
   PrefillPlan p;
   p.mode = mode;
   p.blend = blend;
+  p.craft = craft;
   p.n_layer = n_layer;
   p.n_tokens = prompt.n_tokens();
-  for (const PromptSegment& seg : prompt.segments) p.segments.push_back({nullptr, seg.begin, int64_t(seg.ids.size())});
-  if (lookup && mode != ReuseMode::full) {
+  std::vector<std::string> before;  // chunk ids so far
+  for (const PromptSegment& seg : prompt.segments) {
+    SegmentPlan sp;
+    sp.begin = seg.begin;
+    sp.n_tokens = int64_t(seg.ids.size());
+    sp.context = before;
+    p.segments.push_back(std::move(sp));
+    if (seg.kind == PromptSegment::Kind::chunk) before.push_back(seg.chunk_id);
+  }
+  if ((mode == ReuseMode::craft || mode == ReuseMode::auto_) && variants && variants->candidates) {
+    for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) {
+      const PromptSegment& seg = prompt.segments[s];
+      SegmentPlan& sp = p.segments[s];
+      try {
+        if (seg.kind != PromptSegment::Kind::chunk) {
+          sp.kv = lookup ? lookup(seg) : nullptr;
+        } else {
+          const std::vector<VariantCandidate> cands = variants->candidates(seg);
+          if (!cands.empty()) {
+            const VariantChoice c = choose_variant(cands, sp.context, sp.n_tokens, craft);
+            sp.kv = variants->open(cands[c.index].key);
+            const bool metadata =
+                std::any_of(cands.begin(), cands.end(), [](const VariantCandidate& v) { return v.stats.has_value(); });
+            if (sp.kv && (mode == ReuseMode::craft || c.exact || metadata)) {
+              sp.choice = c;
+              if (!c.exact)
+                sp.fix = craft.random_tokens
+                             ? random_fix_tokens(c.fix_tokens, sp.n_tokens, craft.seed ^ checksum64(seg.chunk_id))
+                             : craft_fix_tokens(cands, c.index, c.fix_tokens, sp.n_tokens);
+            }
+          }
+        }
+      } catch (const CacheFileError&) {
+        sp.kv.reset();
+        ++p.counts.bad;
+        continue;
+      }
+      if (!sp.kv) {
+        ++p.counts.misses;
+        continue;
+      }
+      p.counts.add_hit(sp.kv->tier());
+      if (sp.exact()) ++p.counts.exact_hits;
+    }
+  } else if (lookup && mode != ReuseMode::full) {
     // `prefix` needs only the segments an exact prefix can cover; the question is never cached.
     const size_t last = mode == ReuseMode::prefix ? std::min<size_t>(2, prompt.segments.size() - 1)
                                                   : prompt.segments.size() - 1;

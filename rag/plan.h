@@ -1,13 +1,14 @@
 // The plan of one prompt's prefill (DESIGN.md §2 "plan"), made before any layer runs: for each
 // segment where its KV comes from (a cache in some tier, or computed), whether that cache is an
 // exact prefix, which rows are computed on each layer, and the gradual-filtering schedule of the
-// HKVD selection. The fusor (rag/fusor.h) executes a plan; new reuse policies (craft, auto) are
-// new planners.
+// HKVD selection, or craft's variant choice per chunk. The fusor (rag/fusor.h) executes a plan.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "rag/cache-keys.h"
 #include "rag/prompt.h"
 #include "rag/reuse-mode.h"
+#include "rag/variant-choice.h"
 
 namespace ragkv {
 
@@ -58,9 +60,14 @@ struct SegmentPlan {
   std::shared_ptr<const SegmentKv> kv;  // null: the segment is computed
   int64_t begin = 0;                    // the segment's position in this prompt
   int64_t n_tokens = 0;
+  std::vector<std::string> context;     // the chunk ids before it in this prompt
+  std::optional<VariantChoice> choice;  // craft, auto: the variant chosen and its CFO (auto: only
+                                        // where the chunk has metadata; blend selects in the others)
+  std::vector<int32_t> fix;             // its tokens (0-based) recomputed
   int64_t end() const { return begin + n_tokens; }
-  // Cached at the position it was computed at: an exact prefix hit, reused bit for bit.
-  bool exact() const { return kv && kv->meta().first_pos == begin; }
+  // Cached after exactly this prompt's preceding chunks (the whole chain, never the position
+  // alone) at this position: an exact prefix hit, reused as is.
+  bool exact() const { return kv && kv->meta().context == context && kv->meta().first_pos == begin; }
 };
 
 // Cache lookups of one prompt, per tier where the KV was found.
@@ -106,7 +113,7 @@ struct PrefillPlan {
   bool pre_select = false;
   size_t pre_keep = 0;
 
-  bool sparse() const { return mode == ReuseMode::reuse || mode == ReuseMode::blend; }
+  bool sparse() const { return mode != ReuseMode::full && mode != ReuseMode::prefix; }
   int64_t reused_tokens() const;           // tokens whose KV comes from a cache
   std::vector<size_t> cached_segments(size_t first = 0, size_t last = size_t(-1)) const;
   // A cache that failed while loading: the segment is computed instead and counted as bad;
@@ -115,6 +122,7 @@ struct PrefillPlan {
 
   // Filled by the planner; kept for drop_cache.
   BlendParams blend;
+  CraftParams craft;
   int n_layer = 0;
 };
 
@@ -124,11 +132,23 @@ using SegmentLookup = std::function<std::shared_ptr<const SegmentKv>(const Promp
 // The lookup of a segment's key (keys) in the tiers; an empty lookup when tiers is null.
 SegmentLookup tier_lookup(const CacheKeys& keys, const KvTiers* tiers);
 
+// craft: a chunk's cached variants (the canonical cache first when there is one), and the KV of
+// the one chosen.
+struct VariantSource {
+  std::function<std::vector<VariantCandidate>(const PromptSegment&)> candidates;
+  std::function<std::shared_ptr<const SegmentKv>(const ChunkKvMeta&)> open;  // CacheFileError when bad
+};
+VariantSource tier_variants(const CacheKeys& keys, const KvTiers* tiers);
+
 // Looks every cacheable segment of prompt up (an empty lookup: nothing is cached) and plans the
 // prefill of `mode`. `full` looks nothing up; `prefix` only the segments an exact prefix can
 // cover; the question is never cached. Caches that fail their header checks count as bad.
+// craft chooses each chunk's variant from `variants` (Cache-Craft §3.2: lowest CFO; the prefix
+// by `lookup`) and recomputes its fix tokens; auto does so for the chunks with variant metadata
+// (or an exact chain) and leaves the others to blend's selection.
 PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
-                         const SegmentLookup& lookup);
+                         const SegmentLookup& lookup, const VariantSource* variants = nullptr,
+                         const CraftParams& craft = {});
 
 // Gradual filtering schedule (CacheBlend §4.3): the fraction of the candidate tokens kept after
 // each of `checks` check layers, from a little above r down to r.

@@ -6,11 +6,13 @@
 namespace ragkv {
 
 namespace {
-constexpr EnumNames<ReuseMode, 4> kModeNames{{{
+constexpr EnumNames<ReuseMode, 6> kModeNames{{{
     {ReuseMode::full, "full"},
     {ReuseMode::prefix, "prefix"},
     {ReuseMode::reuse, "reuse"},
     {ReuseMode::blend, "blend"},
+    {ReuseMode::craft, "craft"},
+    {ReuseMode::auto_, "auto"},
 }}};
 }  // namespace
 

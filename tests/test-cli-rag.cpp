@@ -9,6 +9,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -32,6 +34,11 @@ std::vector<json> read_jsonl(const fs::path& p) {
   for (std::string line; std::getline(f, line);)
     if (!line.empty()) out.push_back(json::parse(line));
   return out;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 // Shell-quoted path (built with += : GCC 12 warns falsely on "'" + std::string&&).
@@ -65,12 +72,16 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   json j = json::parse(r.out);
   CHECK(j["computed"] == 3);
   CHECK(j["kv_bytes_per_token"] == 23040.0);  // 30 layers × K,V × 192 × 2 bytes
+  CHECK(j["variants"]["source"] == "neighbours");  // each chunk after its 2 nearest: a variant each
+  CHECK(j["variants"]["computed"] == 3);
   r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   j = json::parse(r.out);
   CHECK(j["skipped"] == 3);
   CHECK(j["computed"] == 3);
-  CHECK(j["store_files"] == 7);  // prefix + 6 chunks
+  CHECK(j["variants"]["skipped"] == 3);
+  CHECK(j["variants"]["computed"] == 3);
+  CHECK(j["store_files"] == 13);  // prefix + 6 chunks + 6 neighbour variants
 
   // answer: blend, compared with full; answers in input order with the metrics of DESIGN.md §1.
   const fs::path answers = m.dir.path / "answers.jsonl", summary = m.dir.path / "summary.json";
@@ -82,7 +93,7 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   const auto in = read_jsonl(m.queries);
   for (size_t i = 0; i < lines.size(); ++i) {
     CHECK(lines[i]["id"] == in[i]["id"]);
-    CHECK(lines[i]["mode"] == "blend");
+    CHECK(lines[i]["mode"] == "auto");  // the default with a store
     const json& mt = lines[i]["metrics"];
     for (const char* k : {"ttft_ms", "retrieval_ms", "prefill_tokens", "computed_tokens", "reused_tokens",
                           "recompute_ratio", "decode_ms", "output_tokens", "cache_hits", "f1", "em", "f1_vs_full",
@@ -210,6 +221,71 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   CHECK(r.err.find("prefix: FAIL gold-F1 ratio to the baseline 1.000 < 10.000") != std::string::npos);
 }
 
+TEST_CASE("cli rag: Cache-Craft variants, craft and auto, write-back under a budget, alpha fitted") {
+  MiniIndex m;
+  Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string gate_off = " --min-agreement 0 --max-kl -1";
+  const fs::path js = m.dir.path / "craft.json", md = m.dir.path / "craft.md";
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes craft,craft/no-focus,craft/random,auto --limit 3 --max-tokens 4 --top-k 3" + gate_off +
+            " --report " + q(js));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json rep = json::parse(std::ifstream(js));
+  for (const char* mode : {"craft", "craft/no-focus", "craft/random", "auto"}) {
+    REQUIRE_MESSAGE(rep["modes"].contains(mode), mode);
+    const json& c = rep["modes"][mode]["craft"];
+    CHECK(c["variant_share"].get<double>() > 0);  // neighbour variants were chosen
+    CHECK(c["exact_share"].get<double>() > 0);    // the first chunk: its canonical cache is exact
+    CHECK(c["mean_cfo"].get<double>() > 0);
+    CHECK(c["fix_tokens_per_query"].get<double>() > 0);
+  }
+  CHECK(rep["modes"]["craft/no-focus"]["craft"]["cutoff_share"] == 0.0);
+  // The fix tokens of no-focus are recomputed on every layer: more compute than with focus.
+  CHECK(rep["modes"]["craft/no-focus"]["real_compute_fraction"].get<double>() >=
+        rep["modes"]["craft"]["real_compute_fraction"].get<double>());
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes craft --limit 2 --max-tokens 2 --top-k 3 --report " + q(md) + gate_off);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(slurp(md).find("Cache-Craft's choices") != std::string::npos);
+
+  // Eq. 13: with the gate off every alpha passes, so the smallest is stored and becomes the default.
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes craft --sweep 0.2,0.6 --fit-alpha --limit 2 --max-tokens 2 --top-k 3" + gate_off);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json cs = json::parse(std::ifstream(m.store / "craft.json"));
+  CHECK(cs["alpha"] == 0.2);
+  CHECK(cs["alpha_fit"]["candidates"].size() == 2);
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes reuse --fit-alpha --limit 1 --max-tokens 2 --top-k 3" + gate_off);
+  CHECK(r.exit_code == 2);  // nothing to fit
+
+  // Write-back: a store with 2 of the 6 chunks and room for 2 variants; the chunks prompts
+  // compute become variants of their context, never more than the budget, canonical files untouched.
+  const fs::path small = m.dir.path / "small";
+  r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(small) +
+            " --limit 2 --neighbours 0 --max-variants 2");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  std::map<std::string, std::string> canonical;
+  for (const auto& e : fs::directory_iterator(small / "kv")) canonical[e.path().filename()] = slurp(e.path());
+  r = m.run("answer " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(small) +
+            " --limit 6 --max-tokens 2 --top-k 3 --write-back --out " + q(m.dir.path / "wb.jsonl"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.err.find("\"variants_written\":0.0") == std::string::npos);
+  size_t variants = 0;
+  for (const auto& e : fs::directory_iterator(small / "kv")) {
+    const std::string name = e.path().filename();
+    if (canonical.count(name)) {
+      CHECK(slurp(e.path()) == canonical[name]);
+    } else {
+      ++variants;
+      CHECK(name.size() == 37);  // <chunk>.<context>.rkv
+    }
+  }
+  CHECK(variants >= 1);
+  CHECK(variants <= 2);
+}
+
 TEST_CASE("cli rag: usage errors exit 2") {
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend,bogus").exit_code == 2);
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend/nonsense").exit_code == 2);
@@ -271,6 +347,7 @@ TEST_CASE("cli rag: a precompute killed mid-way resumes without redoing finished
   const json j = json::parse(r.out);
   CHECK(j["skipped"].get<size_t>() >= before - 1);  // every finished chunk (the prefix is not counted)
   CHECK(j["computed"].get<size_t>() + j["skipped"].get<size_t>() == 6);
-  CHECK(j["store_files"] == 7);
+  CHECK(j["variants"]["computed"].get<size_t>() + j["variants"]["skipped"].get<size_t>() == 6);
+  CHECK(j["store_files"] == 13);
   for (const auto& e : fs::directory_iterator(m.store / "kv")) CHECK(e.path().extension() == ".rkv");  // no temporaries
 }
