@@ -504,9 +504,8 @@ int RagCommands::run_eval() {
   settings.sink_tokens = ev.sink_tokens;
   settings.check_at = ev.check_at;
   settings.adaptive = ev.adaptive;
-  for (const ModeSpec& s : specs)
-    if (s.mode == ReuseMode::craft || baseline.mode == ReuseMode::craft) settings.with_craft = true;
-  if (baseline.mode == ReuseMode::craft) settings.with_craft = true;
+  auto uses_alpha = [](const ModeSpec& s) { return s.mode == ReuseMode::craft || s.mode == ReuseMode::auto_; };
+  settings.with_craft = uses_alpha(baseline) || std::any_of(specs.begin(), specs.end(), uses_alpha);
   if (settings.with_craft) {
     settings.alpha = p.craft_alpha(ev);
     settings.focus_window = ev.focus_window;
@@ -517,6 +516,15 @@ int RagCommands::run_eval() {
     settings.modes.push_back(s.name());
     spec_of.emplace(s.name(), s);
     if (s.mode == ReuseMode::blend) nominal[s.name()] = s.blend(defaults).recompute_ratio;
+  }
+
+  // --fit-alpha's candidates: craft without an ablation, each at its α.
+  std::vector<AlphaCandidate> alpha_candidates;
+  for (const ModeSpec& s : specs)
+    if (s.mode == ReuseMode::craft && !s.ablation) alpha_candidates.push_back({s.name(), p.options(ev, s).craft.alpha});
+  if (ev_fit_alpha && alpha_candidates.empty()) {
+    std::fprintf(stderr, "ragkv: eval: --fit-alpha needs craft modes at several alphas (craft with --sweep, or craft@A,...)\n");
+    return 2;
   }
 
   // --resume: keep the records of the latest run, interrupted (FILE.partial) or finished (FILE).
@@ -588,30 +596,23 @@ int RagCommands::run_eval() {
     write_file_atomic(report, {report.extension() == ".md" ? eval_markdown(summary, picture) : summary.dump(2) + "\n"});
   }
   if (!ev_junit.empty()) write_file_atomic(ev_junit, {gate_junit(checks, "ragkv-eval")});
+  // Cache-Craft Eq. 13: the smallest α whose craft run passes the gate becomes the store's.
   std::optional<int> fit_exit;
   if (ev_fit_alpha) {
-    std::vector<AlphaCandidate> cands;
-    for (const ModeSpec& s : specs)
-      if (s.mode == ReuseMode::craft && !s.ablation) cands.push_back({s.name(), s.craft(CraftParams{}).alpha});
-    if (cands.empty()) {
-      fit_exit = 2;
-      std::fprintf(stderr, "ragkv: eval: --fit-alpha needs craft modes at several alphas (craft with --sweep, or craft@A,...)\n");
+    const AlphaFit fit = fit_alpha(summary, checks, alpha_candidates);
+    summary["alpha_fit"] = fit.table;
+    if (fit.alpha) {
+      CraftStoreSettings cs = read_craft_settings(*p.store);
+      cs.alpha = *fit.alpha;
+      cs.alpha_fit = {{"queries", ev.queries}, {"n_queries", items.size()}, {"gate", summary["gate"]},
+                      {"candidates", fit.table}};
+      write_craft_settings(*p.store, cs);
+      std::fprintf(stderr, "ragkv: eval: alpha %g is the smallest that passes the gate; stored in %s/craft.json\n",
+                   *fit.alpha, ev.store.c_str());
+      fit_exit = 0;
     } else {
-      const AlphaFit fit = fit_alpha(summary, checks, cands);
-      summary["alpha_fit"] = fit.table;
-      if (fit.alpha) {
-        CraftStoreSettings cs = read_craft_settings(*p.store);
-        cs.alpha = *fit.alpha;
-        cs.alpha_fit = {{"queries", ev.queries}, {"n_queries", items.size()}, {"gate", summary["gate"]},
-                        {"candidates", fit.table}};
-        write_craft_settings(*p.store, cs);
-        std::fprintf(stderr, "ragkv: eval: alpha %g is the smallest that passes the gate; stored in %s/craft.json\n",
-                     *fit.alpha, ev.store.c_str());
-        fit_exit = 0;
-      } else {
-        std::fprintf(stderr, "ragkv: eval: no alpha tried passes the gate; %s/craft.json unchanged\n", ev.store.c_str());
-        fit_exit = 1;
-      }
+      std::fprintf(stderr, "ragkv: eval: no alpha tried passes the gate; %s/craft.json unchanged\n", ev.store.c_str());
+      fit_exit = 1;
     }
   }
   std::cout << summary.dump(2) << "\n";

@@ -164,7 +164,8 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
   for (size_t s = 0; s < prompt.segments.size(); ++s)
     if (prompt.segments[s].kind == PromptSegment::Kind::chunk) chunk_segments.push_back(s);
   std::optional<FocusDetector> focus;
-  if (plan.mode == ReuseMode::craft && plan.craft.focus_window > 0 && chunk_segments.size() >= 3 && plan.n_forced > 0)
+  if (plan.mode == ReuseMode::craft && plan.craft.focus_window > 0 && chunk_segments.size() >= 3 && plan.n_forced > 0 &&
+      !plan.pre_select)
     focus.emplace(chunk_segments.size(), plan.craft.focus_window);
   const uint64_t seed = plan.blend.seed ^ checksum64(prompt.ids.data(), prompt.ids.size() * sizeof(int32_t));
   const Selection sel = plan.blend.selection;

@@ -11,10 +11,11 @@
 namespace ragkv {
 
 namespace {
-constexpr EnumNames<CraftAblation, 3> kAblationNames{{{
+constexpr EnumNames<CraftAblation, 4> kAblationNames{{{
     {CraftAblation::no_beta, "no-beta"},
     {CraftAblation::no_focus, "no-focus"},
     {CraftAblation::random, "random"},
+    {CraftAblation::prophet, "prophet"},
 }}};
 }  // namespace
 
@@ -43,6 +44,7 @@ CraftParams ModeSpec::craft(const CraftParams& defaults) const {
   if (ablation == CraftAblation::no_beta) c.use_beta = false;
   if (ablation == CraftAblation::no_focus) c.focus_window = 0;
   if (ablation == CraftAblation::random) c.random_tokens = true;
+  if (ablation == CraftAblation::prophet) c.question_tokens = true;
   return c;
 }
 

@@ -6,7 +6,8 @@
 // so methods and ratios can be compared side by side on the same prompts.
 //   craft[/ABLATION][@A]      e.g. craft, craft@0.3, craft/no-focus@0.3
 // A is Cache-Craft's α (Eq. 12, in [0, 10]; default --alpha); ABLATION is one of Cache-Craft §5's:
-// no-beta (β′ = 0), no-focus (no early termination), random (random tokens, not CCI-ranked).
+// no-beta (β′ = 0), no-focus (no early termination), random (random tokens, not CCI-ranked); or
+// prophet, a combination: craft's variants and CFO budget, the tokens chosen by blend's prophet.
 #pragma once
 #include <optional>
 #include <string>
@@ -17,7 +18,7 @@
 
 namespace ragkv {
 
-enum class CraftAblation : uint8_t { no_beta, no_focus, random };
+enum class CraftAblation : uint8_t { no_beta, no_focus, random, prophet };
 const char* craft_ablation_name(CraftAblation a);
 
 struct ModeSpec {

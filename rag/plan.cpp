@@ -135,6 +135,26 @@ void derive_rows(PrefillPlan& p) {
   for (const SegmentPlan& seg : p.segments)
     if (seg.kv) std::fill(p.reused.begin() + seg.begin, p.reused.begin() + seg.end(), uint8_t(1));
   if (!p.sparse()) return;
+  if (p.mode == ReuseMode::craft && p.craft.question_tokens) {
+    // craft/prophet: the variants and their CFO budget, Σ⌈CFO·|C|⌉ tokens, chosen among all the
+    // repositioned chunks' tokens by the question's attention (blend's prophet, two passes).
+    size_t budget = 0;
+    for (const SegmentPlan& seg : p.segments) {
+      if (!seg.kv) {
+        for (int64_t i = seg.begin; i < seg.end(); ++i) p.active.push_back(int32_t(i));
+      } else if (!seg.exact()) {
+        budget += seg.fix.size();
+        for (int64_t i = seg.begin; i < seg.end(); ++i) {
+          p.candidate[size_t(i)] = 1;
+          ++p.n_candidates;
+          p.active.push_back(int32_t(i));
+        }
+      }
+    }
+    p.pre_select = p.n_candidates > 0;
+    p.pre_keep = std::min(budget, size_t(p.n_candidates));
+    return;
+  }
   if (p.mode == ReuseMode::craft) {
     // Cache-Craft §3.2.1: each repositioned chunk's fix tokens on every layer (until the focus
     // cut-off); an exact chain is reused as is; nothing is scored.

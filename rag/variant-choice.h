@@ -55,6 +55,8 @@ struct CraftParams {
   bool use_beta = true;        // ablation "without β": β′ = 0 for every variant
   int focus_window = 3;        // Algorithm 1's w: layers the focused set must hold; 0: no early termination
   bool random_tokens = false;  // ablation: ⌈CFO·|C|⌉ random tokens instead of the CCI-ranked ones
+  bool question_tokens = false;  // combination: the variants' Σ⌈CFO·|C|⌉ tokens chosen by the
+                                 // question's attention (blend's prophet), not by CCI rank
   uint64_t seed = 1;           // random_tokens: a function of (seed, chunk id)
 };
 

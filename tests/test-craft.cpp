@@ -3,12 +3,15 @@
 // (cache-craft.txt Eq. 6–14, Algorithm 1), without a model.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kv/chunk-kv-file.h"
@@ -342,6 +345,14 @@ TEST_CASE("craft: the plan reuses an exact chain as is, fixes the chosen tokens,
   CHECK(plan.n_forced == 2);
   CHECK(plan.checks.empty());
   CHECK_FALSE(plan.pre_select);
+
+  // craft/prophet: the same variants and budget (2 tokens), chosen among c3's 6 by the question.
+  cp.question_tokens = true;
+  const PrefillPlan qp = plan_prefill(p, ReuseMode::craft, BlendParams{}, 4, prefix_lookup, &src, cp);
+  CHECK(qp.pre_select);
+  CHECK(qp.pre_keep == 2);
+  CHECK(qp.n_candidates == 6);
+  CHECK(qp.active == std::vector<int32_t>{16, 17, 18, 19, 20, 21, 22, 23});
 }
 
 TEST_CASE("craft: mode specs name the ablations and alpha") {
@@ -354,8 +365,9 @@ TEST_CASE("craft: mode specs name the ablations and alpha") {
   CHECK(c.focus_window == 0);
   CHECK(parse_mode_spec("craft/no-beta").craft(d).use_beta == false);
   CHECK(parse_mode_spec("craft/random@2.5").craft(d).random_tokens);
+  CHECK(parse_mode_spec("craft/prophet").craft(d).question_tokens);
   CHECK(parse_mode_spec("craft@2.5").blend(BlendParams{}).recompute_ratio == doctest::Approx(BlendParams{}.recompute_ratio));
-  CHECK_THROWS(parse_mode_spec("craft/prophet"));
+  CHECK_THROWS(parse_mode_spec("craft/kv"));
   CHECK_THROWS(parse_mode_spec("craft@11"));
   CHECK_THROWS(parse_mode_spec("craft~0.5"));
   CHECK_THROWS(parse_mode_spec("blend/no-beta"));
@@ -447,4 +459,53 @@ TEST_CASE("craft: alpha is the smallest that passes the gate (Eq. 13)") {
   CHECK_FALSE(fit.alpha);
   fit = fit_alpha(summary, {}, cands);  // the gate off: the smallest alpha
   CHECK(*fit.alpha == doctest::Approx(0.2));
+}
+
+TEST_CASE("craft: two writers admitting variants into one store never exceed its budget nor lose the usage file") {
+  test::TempDir dir("craft-concurrent");
+  KvStoreInfo info;
+  info.model_fingerprint = "m";
+  info.model_name = "m.gguf";
+  info.n_layer = 1;
+  info.n_kv_head = 1;
+  info.head_dim = 2;
+  info.prefix = "canonical:0";
+  const KvStore store = KvStore::open_for_write(dir.path, info);
+  CraftStoreSettings cs;
+  cs.budget.max_variants = 3;
+  write_craft_settings(store, cs);
+  const std::vector<uint16_t> zeros(12, 0);
+  const uint16_t* k[] = {zeros.data()};
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> peak{0};
+  std::thread watcher([&] {
+    while (!stop) {
+      size_t n = 0;
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(dir.path / "kv", ec))
+        n += e.path().filename().string().size() == 37;  // <chunk>.<context>.rkv
+      peak = std::max(peak.load(), n);
+    }
+  });
+  auto writer = [&](const std::string& who) {
+    const KvStore own = KvStore::open_for_read(dir.path, "m");  // as another process would
+    VariantLedger ledger(own);
+    for (int i = 0; i < 12; ++i) {
+      const ChunkKvMeta m = key("X", {who + std::to_string(i)});
+      const VariantStats st = stats_of(0.6f, {1.0f});
+      CHECK(ledger.admit(100, [&] { own.put(m, k, k, &st); }));
+      ledger.record_use(own.chunk_path(m).filename().string(), 0.5);
+      ledger.flush();
+    }
+  };
+  std::thread a(writer, "a"), b(writer, "b");
+  a.join();
+  b.join();
+  stop = true;
+  watcher.join();
+  CHECK(peak.load() <= 3);
+  VariantLedger ledger(store);
+  const auto files = ledger.files();
+  CHECK(files.size() == 3);
+  for (const VariantFile& f : files) CHECK(f.frequency_reuse == doctest::Approx(2.0));  // one use at CFO 0.5
 }
