@@ -17,6 +17,7 @@
 #include "cmd/device-flags.h"
 #include "cmd/mode-validator.h"
 #include "eval/alpha-fit.h"
+#include "eval/baseline-cache.h"
 #include "eval/gate.h"
 #include "eval/metrics.h"
 #include "eval/records.h"
@@ -84,7 +85,7 @@ class RagCommands : public CommandFamily {
   bool an_write_back = false;
   // eval
   RagFlags ev;
-  std::string ev_modes = "blend", ev_baseline = "full", ev_report, ev_answers, ev_junit;
+  std::string ev_modes = "blend", ev_baseline = "full", ev_report, ev_answers, ev_junit, ev_baseline_cache;
   std::vector<double> ev_sweep;
   GateThresholds ev_gate;
   bool ev_resume = false;
@@ -281,6 +282,7 @@ void RagCommands::add_to(CLI::App& app) {
   eval_->add_option("--report", ev_report, "Report file: Markdown when it ends in .md, else JSON");
   eval_->add_option("--answers", ev_answers, "Write every mode's answers per query here (JSONL)");
   eval_->add_flag("--fit-alpha", ev_fit_alpha, "Cache-Craft Eq. 13: of the craft modes evaluated at several alphas (craft with --sweep, or craft@A,...), store the smallest alpha that passes the gate in STORE/craft.json (the default alpha of answer and eval on that store); exit 0 when one passed, 1 when none did");
+  eval_->add_option("--baseline-cache", ev_baseline_cache, "Keep the baseline's answers (and first-step logits) in this JSONL file and take them from it when this binary, model, baseline, --max-tokens and prompt are the same: later runs compute only the modes");
   eval_->add_flag("--resume", ev_resume, "Keep the queries already answered in --answers (a finished or interrupted run) and answer the rest");
 }
 
@@ -548,7 +550,13 @@ int RagCommands::run_eval() {
   std::unique_ptr<LineWriter> answers;
   if (!ev_answers.empty()) answers = std::make_unique<LineWriter>(ev_answers, kept);
 
-  size_t skipped = 0;
+  std::optional<BaselineCache> baseline_cache;
+  if (!ev_baseline_cache.empty()) {
+    if (baseline.mode != ReuseMode::full && baseline.mode != ReuseMode::prefix)
+      fail("--baseline-cache keeps full and prefix baselines, not {}", baseline.name());
+    baseline_cache.emplace(ev_baseline_cache);
+  }
+  size_t skipped = 0, baselines_cached = 0;
   Progress bar("eval", int64_t((p.queries.queries.size() - done.size()) * settings.modes.size()), "answers");
   for (const Query& q : p.queries.queries) {
     if (done.count(q.id)) continue;
@@ -557,9 +565,21 @@ int RagCommands::run_eval() {
       std::vector<std::string> chunk_ids;
       for (const Chunk* c : ctx.chunks) chunk_ids.push_back(c->id);
       std::map<std::string, AnswerRecord> by_mode;
+      std::optional<BaselineKey> key;
+      if (baseline_cache) {
+        key = BaselineKey{settings.model_fingerprint, baseline.name(), ev.max_tokens,
+                          p.answerer->prompt_hash(q.question, ctx.chunks)};
+        if (std::optional<AnswerRecord> b = baseline_cache->find(*key)) {
+          by_mode.emplace(baseline.name(), std::move(*b));
+          ++baselines_cached;
+          bar.add();
+        }
+      }
       for (const auto& m : settings.modes) {
+        if (by_mode.count(m)) continue;
         AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, p.options(ev, spec_of.at(m)));
         r.retrieval_ms = ctx.retrieval_ms;
+        if (key && m == baseline.name()) baseline_cache->add(*key, q.id, r);
         by_mode.emplace(m, std::move(r));
         bar.add();
       }
@@ -580,6 +600,11 @@ int RagCommands::run_eval() {
   summary["skipped_lines"] = p.queries.skipped.size();
   summary["skipped_queries"] = skipped;
   summary["selection"] = settings.selection;
+  if (baseline_cache) {
+    // TTFT ratios then compare against baselines timed by earlier runs of this binary.
+    summary["baseline_cache"] = {{"file", ev_baseline_cache}, {"taken", baselines_cached}};
+    std::fprintf(stderr, "ragkv: eval: %zu baseline answers taken from %s\n", baselines_cached, ev_baseline_cache.c_str());
+  }
   const std::vector<GateCheck> checks = gate_checks(summary, ev_gate, gated);
   summary["gate"] = gate_json(checks, ev_gate);
   if (!ev_report.empty()) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "format/checksum.h"
 #include "util/error.h"
 #include "kv/layer-loader.h"
 #include "rag/variant-compute.h"
@@ -56,6 +57,11 @@ nlohmann::json AnswerRecord::craft_metrics() const {
 
 RagAnswerer::RagAnswerer(const Model& model, const PromptFormat& format, const KvTiers* tiers, VariantLedger* ledger)
     : model_(model), format_(format), tiers_(tiers), ledger_(ledger), keys_(model, format) {}
+
+uint64_t RagAnswerer::prompt_hash(const std::string& question, const std::vector<const Chunk*>& chunks) const {
+  const RagPrompt prompt = format_.build(chunks, question);
+  return checksum64(prompt.ids.data(), prompt.ids.size() * sizeof(int32_t));
+}
 
 AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<const Chunk*>& chunks,
                                  const AnswerOptions& opt) {

@@ -67,6 +67,8 @@ class RagAnswerer {
                       const AnswerOptions& opt);
 
   const CacheKeys& keys() const { return keys_; }
+  // XXH64 of the prompt's token ids: equal exactly when answer() would prefill the same tokens.
+  uint64_t prompt_hash(const std::string& question, const std::vector<const Chunk*>& chunks) const;
 
  private:
   const Model& model_;

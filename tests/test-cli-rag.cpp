@@ -286,6 +286,55 @@ TEST_CASE("cli rag: Cache-Craft variants, craft and auto, write-back under a bud
   CHECK(variants <= 2);
 }
 
+TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the prompt and settings match") {
+  MiniIndex m;
+  Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store) + " --limit 2");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const fs::path cache = m.dir.path / "baseline.jsonl";
+  const std::string args = "eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+                           " --modes reuse --limit 2 --top-k 3 --min-agreement 0 --max-kl -1 --baseline-cache " +
+                           q(cache);
+  r = m.run(args + " --max-tokens 4");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json first = json::parse(r.out);
+  CHECK(first["baseline_cache"]["taken"] == 0);
+  CHECK(read_jsonl(cache).size() == 2);
+  // The same run again: both baselines from the file, the comparison exactly as computed.
+  r = m.run(args + " --max-tokens 4");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json second = json::parse(r.out);
+  CHECK(second["baseline_cache"]["taken"] == 2);
+  CHECK(read_jsonl(cache).size() == 2);
+  for (const char* k : {"f1", "f1_vs_baseline", "first_token_match", "identical_output", "kl_first_token"}) {
+    CHECK_MESSAGE(second["modes"]["reuse"][k] == first["modes"]["reuse"][k], k);
+    CHECK_MESSAGE(second["modes"]["full"][k] == first["modes"]["full"][k], k);
+  }
+  CHECK(second["modes"]["full"]["ttft_ms"] == first["modes"]["full"]["ttft_ms"]);  // the recorded timing
+  // Another answer length is another baseline: computed and added.
+  r = m.run(args + " --max-tokens 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(json::parse(r.out)["baseline_cache"]["taken"] == 0);
+  REQUIRE(read_jsonl(cache).size() == 4);
+  // A damaged entry (a writer killed mid-line) is never used: that baseline is computed again,
+  // and the entry appended after the cut line still reads.
+  {
+    const std::string text = slurp(cache);
+    const size_t last = text.rfind('\n', text.size() - 2) + 1;
+    std::ofstream(cache, std::ios::trunc) << text.substr(0, last + (text.size() - last) / 2);
+  }
+  r = m.run(args + " --max-tokens 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(json::parse(r.out)["baseline_cache"]["taken"] == 1);
+  CHECK(r.err.find("1 unreadable entries") != std::string::npos);
+  r = m.run(args + " --max-tokens 3");
+  CHECK(json::parse(r.out)["baseline_cache"]["taken"] == 2);
+  // Only full and prefix baselines are kept.
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes prefix --baseline reuse --limit 1 --max-tokens 3 --baseline-cache " + q(cache));
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("--baseline-cache keeps full and prefix baselines") != std::string::npos);
+}
+
 TEST_CASE("cli rag: usage errors exit 2") {
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend,bogus").exit_code == 2);
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend/nonsense").exit_code == 2);
