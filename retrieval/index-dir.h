@@ -28,7 +28,7 @@ namespace ragkv {
 // Embeds a batch of texts: returns texts.size() × dim floats, row-major (any norm; the index
 // normalises). The real one is the BERT embedder; tests pass a deterministic fake.
 using EmbedFn = std::function<std::vector<float>(const std::vector<std::string>& texts)>;
-// Build progress: stage is "chunk" (documents), "embed" (chunks) or "index" (HNSW inserts).
+// Build progress: stage is "chunk" (document text bytes), "embed" (chunks) or "index" (HNSW inserts).
 using BuildProgressFn = std::function<void(std::string_view stage, size_t done, size_t total)>;
 
 struct IndexBuildOptions {
