@@ -11,6 +11,7 @@
 #include "util/error.h"
 #include "format/checked-file.h"
 #include "format/checksum.h"
+#include "util/file-io.h"
 #include "util/json-files.h"
 
 namespace ragkv {
@@ -178,7 +179,9 @@ IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chu
   for (const auto& e : fs::directory_iterator(dir, ec)) {  // temporaries a killed build left
     const std::string f = e.path().filename().string();
     for (const char* name : {kChunksFile, kEmbeddingsFile, kHnswFile, kManifest})
-      if (f.starts_with(std::string(name) + ".tmp.")) fs::remove(e.path(), ec);
+      if (const auto owner = temporary_owner(e.path());
+          (owner && owner->target == name) || f.starts_with(std::string(name) + ".tmp."))  // (older builds' names)
+        fs::remove(e.path(), ec);
   }
 
   const std::string chunk_lines = chunks_jsonl(chunks);
