@@ -259,6 +259,7 @@ IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chu
 }
 
 struct IndexDir::Impl {
+  fs::path dir;
   IndexManifest manifest;
   std::vector<Chunk> chunks;
   std::vector<float> rows;  // f32 [n_chunks][dim], L2-normalised
@@ -286,6 +287,7 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
   }
   IndexDir d;
   Impl& x = *d.impl_;
+  x.dir = dir;
   x.manifest = parse_manifest(mpath, j);
   const IndexManifest& m = x.manifest;
   if (!embedder_fingerprint.empty() && m.embedder_fingerprint != embedder_fingerprint)
@@ -333,6 +335,13 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
 }
 
 const IndexManifest& IndexDir::manifest() const { return impl_->manifest; }
+std::string IndexDir::tokenizer_mismatch(std::string_view tokenizer_fingerprint) const {
+  const std::string& built = impl_->manifest.tokenizer_fingerprint;
+  if (built == tokenizer_fingerprint) return "";
+  return fmt::format("{}: built with tokenizer {}, this model's is {}: its chunk lengths are in the other model's "
+                     "tokens (rebuild it with build-index --model for chunks of --chunk-tokens of this model)",
+                     impl_->dir.string(), built, tokenizer_fingerprint);
+}
 const std::vector<Chunk>& IndexDir::chunks() const { return impl_->chunks; }
 std::span<const float> IndexDir::embeddings() const { return impl_->rows; }
 const HnswIndex& IndexDir::hnsw() const { return *impl_->hnsw; }

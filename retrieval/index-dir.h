@@ -68,6 +68,12 @@ class IndexDir {
   ~IndexDir();
 
   const IndexManifest& manifest() const;
+  // "" when the index was built with the tokenizer of this fingerprint (model/tokenizer.h), else
+  // one line saying so: its chunk lengths were counted in another model's tokens. Callers warn
+  // rather than fail — a chunk is tokenized again by the model that uses it, so answers are
+  // right, only the chunk lengths differ from --chunk-tokens (the Gemma evaluations in
+  // bench/results use an index built with SmolLM2's tokenizer on purpose).
+  std::string tokenizer_mismatch(std::string_view tokenizer_fingerprint) const;
   const std::vector<Chunk>& chunks() const;
   std::span<const float> embeddings() const;  // f32 [n_chunks][dim]
   const HnswIndex& hnsw() const;
