@@ -474,6 +474,11 @@ int RagCommands::run_answer() {
   if (compare) summary["compare"] = compare_mode.name();
   std::fprintf(stderr, "ragkv: answer summary: %s\n", summary.dump().c_str());
   if (!an_summary.empty()) write_file_atomic(an_summary, {summary.dump(2) + "\n"});
+  if (tot.bad > 0)  // never silent: name the store and the command that rewrites the bad files
+    std::fprintf(stderr,
+                 "ragkv: warning: %s: %.0f chunk-cache reads failed their checks and were recomputed; `ragkv store repair "
+                 "--store %s --index %s` (or the next precompute) rewrites the bad files\n",
+                 an.store.c_str(), tot.bad, an.store.c_str(), an.index.c_str());
   if (tot.n == 0 && skipped > 0)
     fail("{}: every query was skipped ({} of {}, and {} bad lines): nothing was answered", an.queries, skipped,
          p.queries.queries.size(), p.queries.skipped.size());
