@@ -27,6 +27,7 @@
 #include "kv/kv-tiers.h"
 #include "kv/variant-ledger.h"
 #include "model/model.h"
+#include "model/tokenizer.h"
 #include "rag/answer.h"
 #include "rag/cache-keys.h"
 #include "rag/context.h"
@@ -120,6 +121,20 @@ CLI::Validator modes_validator() {
       },
       "MODE[/METHOD][@R][,...]");
 }
+// An error answering query q, said where: "<file>:<line>: query <id>: <what>" (the message as it
+// is when it names the file already).
+std::string where(const Query& q, const Error& e) {
+  const std::string what = e.what();
+  if (what.starts_with(q.source + ":")) return what;
+  return fmt::format("{}:{}: query {}: {}", q.source, q.line, q.id, what);
+}
+
+// The index's tokenizer fingerprint checked against the model's (a warning: IndexDir says why).
+void warn_if_other_tokenizer(const IndexDir& index, const Model& model) {
+  if (const std::string w = index.tokenizer_mismatch(tokenizer_fingerprint(model.gguf())); !w.empty())
+    std::fprintf(stderr, "ragkv: warning: %s\n", w.c_str());
+}
+
 // Everything answer and eval need: queries, index, model, store, retriever.
 struct Pipeline {
   QueryFile queries;
@@ -148,6 +163,7 @@ struct Pipeline {
     }
     index = std::make_unique<IndexDir>(IndexDir::open(f.index, embedder ? embedder->fingerprint() : ""));
     model = std::make_unique<Model>(f.model, *backend);
+    warn_if_other_tokenizer(*index, *model);
     format = std::make_unique<PromptFormat>(*model);
     if (need_store && f.store.empty()) fail("--store is required");
     if (!f.store.empty()) {
@@ -309,6 +325,7 @@ int RagCommands::run_precompute() {
   }
   const IndexDir index = IndexDir::open(pc_index, embedder ? embedder->fingerprint() : "");
   Model model(pc_model, *backend);
+  warn_if_other_tokenizer(index, model);
   const PromptFormat format(model);
   const CacheKeys keys(model, format);
   const KvStore store = KvStore::open_for_write(pc_store, keys.store_info());
@@ -445,9 +462,9 @@ int RagCommands::run_answer() {
       line["metrics"] = m;
       out.line(line.dump());
     } catch (const Error& e) {
-      if (an.on_error != "skip") throw;
+      if (an.on_error != "skip") throw Error(where(q, e));
       ++skipped;
-      std::fprintf(stderr, "ragkv: skipped query %s: %s\n", q.id.c_str(), e.what());
+      std::fprintf(stderr, "ragkv: skipped %s\n", where(q, e).c_str());
     }
     bar.add();
   }
@@ -459,6 +476,14 @@ int RagCommands::run_answer() {
   if (compare) summary["compare"] = compare_mode.name();
   std::fprintf(stderr, "ragkv: answer summary: %s\n", summary.dump().c_str());
   if (!an_summary.empty()) write_file_atomic(an_summary, {summary.dump(2) + "\n"});
+  if (tot.bad > 0)  // never silent: name the store and the command that rewrites the bad files
+    std::fprintf(stderr,
+                 "ragkv: warning: %s: %.0f chunk-cache reads failed their checks and were recomputed; `ragkv store repair "
+                 "--store %s --index %s` (or the next precompute) rewrites the bad files\n",
+                 an.store.c_str(), tot.bad, an.store.c_str(), an.index.c_str());
+  if (tot.n == 0 && skipped > 0)
+    fail("{}: every query was skipped ({} of {}, and {} bad lines): nothing was answered", an.queries, skipped,
+         p.queries.queries.size(), p.queries.skipped.size());
   return 0;
 }
 
@@ -587,14 +612,16 @@ int RagCommands::run_eval() {
       if (answers) answers->line(record.dump());
       items.push_back(eval_item_of(record, settings));
     } catch (const Error& e) {
-      if (ev.on_error != "skip") throw;
+      if (ev.on_error != "skip") throw Error(where(q, e));
       ++skipped;
-      std::fprintf(stderr, "ragkv: skipped query %s: %s\n", q.id.c_str(), e.what());
+      std::fprintf(stderr, "ragkv: skipped %s\n", where(q, e).c_str());
     }
   }
   bar.finish();
   if (answers) answers->close();
-  if (items.empty()) fail("{}: no query could be answered", ev.queries);
+  if (items.empty())
+    fail("{}: no query could be answered ({} skipped, {} bad lines, {} answered before --resume)", ev.queries, skipped,
+         p.queries.skipped.size(), done.size());
   std::vector<std::string> order(settings.modes.begin() + 1, settings.modes.end());
   json summary = eval_summary(items, baseline.name(), order, reference, nominal);
   summary["skipped_lines"] = p.queries.skipped.size();

@@ -193,7 +193,12 @@ void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<con
   write_file_atomic(path, parts);
 }
 
-ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected, bool any_context) : path_(path) {
+ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected, bool any_context)
+    : ChunkKvReader(path, &expected, any_context) {}
+
+ChunkKvReader ChunkKvReader::open_any(const fs::path& path) { return ChunkKvReader(path, nullptr, true); }
+
+ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta* expected, bool any_context) : path_(path) {
   const std::string name = path.string();
   auto bad = [&](const std::string& why) { throw CacheFileError(name + ": " + why); };
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -242,7 +247,8 @@ ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected, 
       bad(fmt::format("{}: {} bytes, the header implies {} ({} layers x {} tokens x kv_dim {})",
                       file_bytes_ < *want_size ? "truncated" : "corrupt", file_bytes_, *want_size, meta_.n_layer,
                       meta_.n_tokens, meta_.kv_dim()));
-    if (const std::string diff = header_diff(meta_, expected, any_context); !diff.empty()) bad(diff);
+    if (expected)
+      if (const std::string diff = header_diff(meta_, *expected, any_context); !diff.empty()) bad(diff);
     data_offset_ = header_end;
     layer_bytes_ = size_t(*layer_size(meta_));
   } catch (...) {
@@ -290,6 +296,11 @@ void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
   if (c.digest() != stored)
     throw CacheFileError(fmt::format("{}: layer {} checksum mismatch (stored {}, computed {}): the file is corrupt",
                                      path_.string(), l, checksum_hex(stored), checksum_hex(c.digest())));
+}
+
+void ChunkKvReader::verify_all_layers() const {
+  std::vector<uint16_t> k(layer_bytes_ / 4), v(layer_bytes_ / 4);
+  for (int l = 0; l < int(meta_.n_layer); ++l) read_layer(l, k.data(), v.data());
 }
 
 void ChunkKvReader::evict_page_cache() const {

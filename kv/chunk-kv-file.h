@@ -75,6 +75,8 @@ class ChunkKvReader {
   // informational). CacheFileError naming the file and what differs; also for a missing file.
   // any_context: accept whatever context the file names (listing a chunk's variants).
   ChunkKvReader(const std::filesystem::path& path, const ChunkKvMeta& expected, bool any_context = false);
+  // The same checks but against no expected header: whatever chunk the file holds (store verify).
+  static ChunkKvReader open_any(const std::filesystem::path& path);
   ~ChunkKvReader();
   ChunkKvReader(ChunkKvReader&& o) noexcept;
   ChunkKvReader& operator=(ChunkKvReader&& o) noexcept;
@@ -87,6 +89,9 @@ class ChunkKvReader {
   // Reads layer l's K and V (n_tokens * kv_dim f16 each) with pread and verifies its checksum;
   // CacheFileError on a short read or mismatch. Thread-safe for concurrent calls.
   void read_layer(int l, uint16_t* k_out, uint16_t* v_out) const;
+  // Reads every layer and checks its checksum (store verify, precompute's resume check);
+  // CacheFileError naming the first bad layer.
+  void verify_all_layers() const;
   size_t layer_bytes() const { return layer_bytes_; }  // bytes of one layer's K+V
   uint64_t file_bytes() const { return file_bytes_; }
 
@@ -102,6 +107,7 @@ class ChunkKvReader {
   uint64_t data_offset_ = 0;  // where layer 0 starts
   size_t layer_bytes_ = 0;
   uint64_t file_bytes_ = 0;
+  ChunkKvReader(const std::filesystem::path& path, const ChunkKvMeta* expected, bool any_context);
 };
 
 }  // namespace ragkv

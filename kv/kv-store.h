@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kv/chunk-kv-file.h"
+#include "kv/verified-record.h"
 
 namespace ragkv {
 
@@ -48,8 +50,12 @@ class KvStore {
   // fail their header checks are counted in *bad and skipped. Read from a listing of kv/ taken
   // on first use (variants another process adds later are seen by the next run).
   std::vector<ChunkKvReader> variants(const ChunkKvMeta& canonical, int* bad = nullptr) const;
-  // The file exists and its header verifies against m (header only; for resuming precompute).
+  // The file exists, its header verifies against m and every layer passes its checksum: read
+  // in full once, then taken from STORE/verified.log while the file is unchanged
+  // (kv/verified-record.h). precompute recomputes a chunk for which this is false.
   bool has_valid(const ChunkKvMeta& m) const;
+  // STORE/verified.log (put records each file it writes; has_valid each file it verifies).
+  const VerifiedRecord& verified_record() const { return *verified_; }
   // Error when the store is foreign or m's model/shape differ from the store's.
   // stats: a variant's Cache-Craft metadata (kv/chunk-kv-file.h).
   void put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v,
@@ -68,6 +74,7 @@ class KvStore {
   // variant file names by their chunk's 16-hex stem; listed on first use, extended by put
   mutable std::map<std::string, std::vector<std::string>> variant_files_;
   mutable bool listed_ = false;
+  std::shared_ptr<const VerifiedRecord> verified_;
   std::string chunk_stem(const ChunkKvMeta& m) const;
 };
 
