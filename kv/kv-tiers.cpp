@@ -16,7 +16,9 @@ KvTiers::KvTiers(const KvStore& store) : store_(store) {}
 KvTiers::KvTiers(const KvStore& store, const KvTierConfig& config, Backend& backend)
     : store_(store), backend_(&backend), tree_(std::make_unique<KnowledgeTree>(config.policy, config.budgets)) {
   tree_->set_mover(this);
-  if (!store_.foreign()) list_chain_files();
+  // Without a disk budget the store's chain files are read as they are, never written nor deleted
+  // (another run with a disk budget may own them).
+  if (!store_.foreign() && config.budgets.bytes[size_t(KvTier::disk)] > 0) list_chain_files();
 }
 
 KvTiers::~KvTiers() {
@@ -145,7 +147,7 @@ void KvTiers::record_prompt(const std::vector<PromptNode>& nodes, const std::vec
     const uint64_t bytes = uint64_t(m.n_layer) * m.n_tokens * m.kv_dim() * 2 * sizeof(uint16_t);
     const int n = node_for(m, bytes);
     if (p.served_from == KvTier::disk && !tree_->node(n).in[size_t(KvTier::disk)])
-      tree_->note_on_disk(n, /*pinned=*/!m.exact_chain);
+      tree_->note_on_disk(n, /*pinned=*/!m.exact_chain || tree_->budgets().bytes[size_t(KvTier::disk)] == 0);
     if (p.served_from && !tree_->top_tier(n)) continue;  // held outside the tree (explicit placement)
     row_of_[n] = p.row;
     uses.push_back({n, p.served_from, p.cost_per_token, p.admit});

@@ -45,8 +45,9 @@ class KvTiers : private KnowledgeTree::Mover {
  public:
   // Explicit placement only.
   explicit KvTiers(const KvStore& store);
-  // The cache manager; backend holds the device tier. Lists the store's chain-node files (their
-  // headers verified; bad ones are counted, never used) and evicts down to the disk budget.
+  // The cache manager; backend holds the device tier. With a disk budget, lists the store's
+  // chain-node files (their headers verified; bad ones are counted, never used) and evicts down to
+  // that budget; without one, the store's chain files are only read (pinned, as precompute's are).
   KvTiers(const KvStore& store, const KvTierConfig& config, Backend& backend);
   ~KvTiers() override;
   KvTiers(const KvTiers&) = delete;

@@ -30,6 +30,7 @@ nlohmann::json AnswerRecord::metrics() const {
           {"cache_hits", {{"device", cache.device_hits}, {"host", cache.host_hits}, {"disk", cache.disk_hits}}},
           {"cache_exact_hits", cache.exact_hits},
           {"exact_path_chunks", exact_path_chunks},
+          {"chunk_hits", chunk_hits},
           {"cache_misses", cache.misses},
           {"cache_bad", cache.bad}};
   if (written_back > 0) j["variants_written"] = written_back;
@@ -175,6 +176,8 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
   rec.prefill = pre.stats;
   rec.first_logits = pre.logits;
   rec.exact_path_chunks = plan.exact_path > 1 ? plan.exact_path - 1 : 0;
+  for (size_t s = 0; s < plan.segments.size(); ++s)  // RAGCache's hit rate counts chunks, not the prefix
+    if (prompt.segments[s].kind == PromptSegment::Kind::chunk && plan.segments[s].kv) ++rec.chunk_hits;
 
   GenerateOptions gen = opt.gen;
   gen.stop_at_newline = true;
