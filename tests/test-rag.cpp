@@ -428,3 +428,25 @@ TEST_CASE("rag: blend, craft and auto reuse the tree path as is: its KV rows are
     }
   }
 }
+
+TEST_CASE("rag: managed host memory never holds more than its budget, for every policy, and its hits are counted") {
+  Fixture& f = fixture();
+  const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
+  const uint64_t budget = uint64_t(8) << 20;  // about two chunks of the small model
+  for (CachePolicy p : {CachePolicy::pgdsf, CachePolicy::gdsf, CachePolicy::lru}) {
+    CAPTURE(cache_policy_name(p));
+    KvTiers tiers(store, tier_config(0, budget, 0, p), *f.backend);
+    RagAnswerer ans(*f.model, *f.format, &tiers);
+    int host_hits = 0;
+    for (const auto& ctx : {f.pick({0, 1}), f.pick({2, 3}), f.pick({0, 1}), f.pick({4, 5}), f.pick({0, 1})}) {
+      const AnswerRecord r = ans.answer(f.questions[1], ctx, recorded(ReuseMode::prefix, 1));
+      host_hits += r.cache.host_hits;
+      CHECK(r.cache.hits() == r.cache.device_hits + r.cache.host_hits + r.cache.disk_hits);
+      CHECK(tiers.bytes(KvTier::host) <= budget);
+      CHECK(tiers.bytes(KvTier::host) == tiers.tree()->bytes(KvTier::host));  // the copies are what the tree says
+      CHECK(tiers.bytes(KvTier::device) == 0);
+    }
+    CHECK(host_hits > 0);
+    CHECK(tiers.tree()->stats(KvTier::host).evicted > 0);
+  }
+}
