@@ -19,6 +19,7 @@ void CacheFlags::add_to(CLI::App* app) {
       ->transform(CLI::AsSizeValue(false));
   app->add_option("--disk-budget", disk_bytes, "Bytes of knowledge-tree chain nodes written to the store and kept there (default 0: none written)")
       ->transform(CLI::AsSizeValue(false));
+  app->add_option("--cost-profile", cost_profile, "PGDSF's prefill cost T(cached, computed tokens): read from this file when it was measured for this model and device, else measured now (a few seconds) and written there; without it, fitted to this run's prefills");
 }
 
 std::optional<uint64_t> available_memory_bytes() {

@@ -15,6 +15,7 @@ namespace ragkv::cli {
 struct CacheFlags {
   std::string policy = "pgdsf";
   std::optional<uint64_t> device_bytes, host_bytes, disk_bytes;
+  std::string cost_profile;  // PGDSF's T(α, β) grid: read, or measured now and written there
   void add_to(CLI::App* app);
   // The budgets: given ones as given; by default the device tier 0 on the CPU backend (its memory
   // is host memory, which the host tier already budgets) and 1 GiB on a GPU, host memory a quarter

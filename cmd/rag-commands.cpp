@@ -30,6 +30,7 @@
 #include "rag/answer.h"
 #include "rag/cache-keys.h"
 #include "rag/context.h"
+#include "rag/cost-profile.h"
 #include "rag/mode-spec.h"
 #include "rag/selection.h"
 #include "rag/precompute.h"
@@ -164,6 +165,12 @@ struct Pipeline {
                      keys.model_fingerprint().c_str());
       if (cache && !store->foreign()) {
         tiers = std::make_unique<KvTiers>(*store, cache->config(*backend), *backend);
+        if (!cache->cost_profile.empty()) {
+          bool measured = false;
+          tiers->cost() = load_or_profile_prefill_cost(cache->cost_profile, *model,
+                                                       CacheKeys(*model, *format).model_fingerprint(), &measured);
+          if (measured) std::fprintf(stderr, "ragkv: prefill cost profiled into %s\n", cache->cost_profile.c_str());
+        }
         if (tiers->bad_files() > 0)
           std::fprintf(stderr, "ragkv: %zu knowledge-tree files in %s failed their checks: not used\n",
                        tiers->bad_files(), f.store.c_str());
@@ -241,7 +248,8 @@ struct ModeTotals {
   size_t n = 0, n_gold = 0;
   double ttft = 0, prefill = 0, recompute = 0, f1 = 0, em = 0, load = 0, hidden = 0;
   double hits = 0, misses = 0, bad = 0, written_back = 0;
-  double device_hits = 0, host_hits = 0, disk_hits = 0, chunk_hits = 0, chunks = 0, exact_path_chunks = 0;
+  double device_hits = 0, host_hits = 0, disk_hits = 0, chunk_hits = 0, chunk_memory_hits = 0, chunks = 0;
+  double exact_path_chunks = 0;
   double prompt_tokens = 0, computed_tokens = 0;
   double vs_full_f1 = 0, vs_full_first = 0;
   size_t n_compare = 0;
@@ -252,6 +260,7 @@ struct ModeTotals {
             {"cache_hits", hits}, {"cache_hits_per_tier", {{"device", device_hits}, {"host", host_hits}, {"disk", disk_hits}}},
             {"chunks_retrieved", chunks}, {"chunk_hits", chunk_hits},
             {"chunk_hit_rate", chunks > 0 ? json(chunk_hits / chunks) : json(nullptr)},  // RAGCache §7: hit chunks / retrieved
+            {"chunk_memory_hit_rate", chunks > 0 ? json(chunk_memory_hits / chunks) : json(nullptr)},  // from device or host
             {"exact_path_chunks", exact_path_chunks}, {"prompt_tokens", prompt_tokens},
             {"computed_tokens", computed_tokens}, {"cache_misses", misses}, {"cache_bad", bad}, {"variants_written", written_back},
             {"f1_vs_full", m(vs_full_f1, n_compare)}, {"first_token_match", m(vs_full_first, n_compare)}};
@@ -487,6 +496,7 @@ int RagCommands::run_answer() {
       tot.host_hits += r.cache.host_hits;
       tot.disk_hits += r.cache.disk_hits;
       tot.chunk_hits += double(r.chunk_hits);
+      tot.chunk_memory_hits += double(r.chunk_memory_hits);
       tot.chunks += double(r.chunk_ids.size());
       tot.exact_path_chunks += double(r.exact_path_chunks);
       tot.prompt_tokens += double(r.prefill.prompt_tokens);

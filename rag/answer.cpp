@@ -31,6 +31,7 @@ nlohmann::json AnswerRecord::metrics() const {
           {"cache_exact_hits", cache.exact_hits},
           {"exact_path_chunks", exact_path_chunks},
           {"chunk_hits", chunk_hits},
+          {"chunk_memory_hits", chunk_memory_hits},
           {"cache_misses", cache.misses},
           {"cache_bad", cache.bad}};
   if (written_back > 0) j["variants_written"] = written_back;
@@ -177,7 +178,10 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
   rec.first_logits = pre.logits;
   rec.exact_path_chunks = plan.exact_path > 1 ? plan.exact_path - 1 : 0;
   for (size_t s = 0; s < plan.segments.size(); ++s)  // RAGCache's hit rate counts chunks, not the prefix
-    if (prompt.segments[s].kind == PromptSegment::Kind::chunk && plan.segments[s].kv) ++rec.chunk_hits;
+    if (prompt.segments[s].kind == PromptSegment::Kind::chunk && plan.segments[s].kv) {
+      ++rec.chunk_hits;
+      rec.chunk_memory_hits += plan.segments[s].kv->tier() != KvTier::disk;
+    }
 
   GenerateOptions gen = opt.gen;
   gen.stop_at_newline = true;
@@ -192,7 +196,7 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
     const int64_t computed = rec.prefill.prompt_tokens - rec.prefill.reused_tokens;
     if (!plan.sparse() && computed > 0)  // the online fit of T(α, β) when no profile was measured
       cost.observe(double(rec.prefill.reused_tokens), double(computed), rec.prefill.prefill_ms);
-    if (!cost.has_grid() && rec.cache.disk_hits > 0 && rec.cache.disk_hits == rec.cache.hits() &&
+    if (rec.cache.disk_hits > 0 && rec.cache.disk_hits == rec.cache.hits() &&
         rec.prefill.reused_tokens > 0) {  // every cached segment read from disk: its rate
       const double rate = rec.prefill.load_ms / double(rec.prefill.reused_tokens);
       const double old = cost.load_ms_per_token(int(KvTier::disk));

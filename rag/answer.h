@@ -59,6 +59,7 @@ struct AnswerRecord {
   int written_back = 0;                 // variants this answer stored (write-back)
   size_t exact_path_chunks = 0;         // chunks reused on the knowledge tree's exact path
   size_t chunk_hits = 0;                // chunks whose KV came from a tier (exact or not; not the prefix)
+  size_t chunk_memory_hits = 0;         // of those, from device or host memory
   double retrieval_ms = 0, decode_ms = 0;
   double cache_update_ms = 0;           // recording the prompt in the managed tiers (after decode)
   double ttft_ms() const { return retrieval_ms + prefill.prefill_ms; }

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "rag/answer.h"
 #include "rag/cache-keys.h"
+#include "rag/cost-profile.h"
 #include "rag/fusor.h"
 #include "rag/plan.h"
 #include "rag/precompute.h"
@@ -449,4 +450,28 @@ TEST_CASE("rag: managed host memory never holds more than its budget, for every 
     CHECK(host_hits > 0);
     CHECK(tiers.tree()->stats(KvTier::host).evicted > 0);
   }
+}
+
+TEST_CASE("rag: the prefill cost profile is measured on a grid, written, and read back for the same model and backend") {
+  Fixture& f = fixture();
+  const test::TempDir dir("rag-cost");
+  const fs::path path = dir.path / "cost.json";
+  const std::string fp = CacheKeys(*f.model, *f.format).model_fingerprint();
+  bool measured = false;
+  ProfileGrid grid;  // small, for the test's time
+  grid.alphas = {0, 64};
+  grid.betas = {8, 64};
+  grid.repetitions = 1;
+  const PrefillCostModel a = load_or_profile_prefill_cost(path, *f.model, fp, &measured, grid);
+  CHECK(measured);
+  REQUIRE(a.has_grid());
+  CHECK(a.estimate_ms(0, 64) > a.estimate_ms(0, 8));  // more tokens computed cost more
+  const PrefillCostModel b = load_or_profile_prefill_cost(path, *f.model, fp, &measured, grid);
+  CHECK_FALSE(measured);
+  CHECK(b.to_json() == a.to_json());
+  // Another model's profile is measured anew; a damaged file is an error naming it.
+  load_or_profile_prefill_cost(path, *f.model, fp + "x", &measured, grid);
+  CHECK(measured);
+  std::ofstream(path) << "{not json";
+  CHECK_THROWS_WITH_AS(load_or_profile_prefill_cost(path, *f.model, fp, nullptr, grid), doctest::Contains("cost.json"), Error);
 }
