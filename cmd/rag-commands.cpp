@@ -29,6 +29,7 @@
 #include "model/model.h"
 #include "rag/answer.h"
 #include "rag/cache-keys.h"
+#include "rag/chunk-access-table.h"
 #include "rag/context.h"
 #include "rag/cost-profile.h"
 #include "rag/mode-spec.h"
@@ -86,7 +87,9 @@ class RagCommands : public CommandFamily {
   CacheFlags an_cache;
   std::string an_mode, an_out, an_compare, an_summary;
   bool an_write_back = false, an_no_reorder = false;
-  size_t an_reorder_window = 64;
+  size_t an_reorder_window = 64, an_ca_window = 1000;
+  int64_t an_promotion_threshold = 1;
+  std::string an_chunk_order = "retrieval";
   // eval
   RagFlags ev;
   std::string ev_modes = "blend", ev_baseline = "full", ev_report, ev_answers, ev_junit;
@@ -295,6 +298,9 @@ void RagCommands::add_to(CLI::App& app) {
   answer_->add_option("--summary", an_summary, "Write the per-mode summary JSON here too");
   an_cache.add_to(answer_);
   answer_->add_flag("--no-reorder", an_no_reorder, "Answer in input order (default: retrieve every query first, then answer queries sharing chunk prefixes together, best-cached first; RAGCache §5.2)");
+  answer_->add_option("--chunk-order", an_chunk_order, "Order of a query's chunks in its prompt: retrieval (by score), or freq (CRAFT: most accessed in the CA-Table's window first, so shared chunks align as prefixes; order can change answers)")->check(CLI::IsMember({"retrieval", "freq"}))->capture_default_str();
+  answer_->add_option("--promotion-threshold", an_promotion_threshold, "CRAFT's CP-Tree: a computed chunk prefix enters the knowledge tree once every chunk of it was retrieved this many times in the CA-Table's window (1: at once, as RAGCache; CRAFT's default 2)")->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
+  answer_->add_option("--ca-window", an_ca_window, "CRAFT's CA-Table: requests in its sliding window of chunk access counts")->check(CLI::Range(size_t(1), size_t(1) << 40))->capture_default_str();
   answer_->add_option("--reorder-window", an_reorder_window, "Reordering: queries (of the grouped order) among which the best-cached is answered next (0: the whole file)")->check(CLI::NonNegativeNumber)->capture_default_str();
   answer_->add_flag("--write-back", an_write_back, "Store each chunk a prompt computes (it had no cache) as the Cache-Craft variant of the chunks before it, within the store's variant budget (reuse, blend, craft, auto)");
 
@@ -454,6 +460,7 @@ int RagCommands::run_answer() {
     rbar.finish();
   }
   QueryOrder order(std::move(shapes), an_reorder_window, !an_no_reorder);
+  ChunkAccessTable ca(an_ca_window, an_promotion_threshold);
   std::vector<std::optional<std::string>> lines(queries.size());
   std::vector<uint8_t> done(queries.size(), 0);
   size_t written = 0;
@@ -478,7 +485,22 @@ int RagCommands::run_answer() {
       AnswerOptions opt = p.options(an, mode);
       opt.write_back = an_write_back;
       opt.record_in_tiers = true;
-      AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, opt);
+      // CRAFT §4: the CA-Table counts this request's chunks; --chunk-order freq puts the most
+      // accessed first; the CP-Tree admits a computed prefix only when its chunks reach the threshold.
+      std::vector<const Chunk*> chunks = ctx.chunks;
+      std::vector<std::string> ids;
+      for (const Chunk* c : chunks) ids.push_back(c->id);
+      if (an_chunk_order == "freq") {
+        const std::vector<size_t> perm = ca.frequency_order(ids);
+        std::vector<const Chunk*> sorted;
+        std::vector<std::string> sorted_ids;
+        for (size_t i : perm) sorted.push_back(chunks[i]), sorted_ids.push_back(ids[i]);
+        chunks = std::move(sorted);
+        ids = std::move(sorted_ids);
+      }
+      ca.record(ids);
+      if (an_promotion_threshold > 1) opt.promote = ca.promoted(ids);
+      AnswerRecord r = p.answerer->answer(q.question, chunks, opt);
       r.retrieval_ms = ctx.retrieval_ms;
       r.mode = mode.name();
       p.record_variant_uses(r);
@@ -512,7 +534,7 @@ int RagCommands::run_answer() {
         tot.em += g.em;
       }
       if (compare) {
-        const AnswerRecord b = p.answerer->answer(q.question, ctx.chunks, p.options(an, compare_mode));
+        const AnswerRecord b = p.answerer->answer(q.question, chunks, p.options(an, compare_mode));
         const std::string key = compare_mode.name();
         const Agreement a = score_against_baseline(r.answer, r.output_ids, b.answer, b.output_ids);
         line[key + "_answer"] = b.answer;

@@ -475,3 +475,27 @@ TEST_CASE("rag: the prefill cost profile is measured on a grid, written, and rea
   std::ofstream(path) << "{not json";
   CHECK_THROWS_WITH_AS(load_or_profile_prefill_cost(path, *f.model, fp, nullptr, grid), doctest::Contains("cost.json"), Error);
 }
+
+TEST_CASE("rag: a computed chunk prefix enters the tree only as far as CRAFT's promotion marks it") {
+  Fixture& f = fixture();
+  const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
+  const uint64_t big = uint64_t(1) << 32;
+  KvTiers tiers(store, tier_config(0, big, 0), *f.backend);
+  RagAnswerer ans(*f.model, *f.format, &tiers);
+  const auto ctx = f.pick({0, 1, 2});
+  AnswerOptions o = recorded(ReuseMode::prefix, 1);
+  o.promote = {1, 1, 0};  // chunks 1 and 2 reached the threshold, chunk 3 not yet
+  ans.answer(f.questions[0], ctx, o);
+  const std::string p = kPrefixChunkId;
+  auto held = [&](const std::vector<std::string>& path) {
+    const int n = tiers.tree()->find(path);
+    return n >= 0 && tiers.tree()->node(n).live && tiers.tree()->node(n).in[size_t(KvTier::host)];
+  };
+  CHECK(held({p, ctx[0]->id}));
+  CHECK(held({p, ctx[0]->id, ctx[1]->id}));
+  CHECK_FALSE(held({p, ctx[0]->id, ctx[1]->id, ctx[2]->id}));
+  o.promote = {1, 1, 1};  // now it has
+  const AnswerRecord r = ans.answer(f.questions[1], ctx, o);
+  CHECK(r.exact_path_chunks == 2);
+  CHECK(held({p, ctx[0]->id, ctx[1]->id, ctx[2]->id}));
+}
