@@ -459,7 +459,7 @@ int RagCommands::run_answer() {
     }
     rbar.finish();
   }
-  QueryOrder order(std::move(shapes), an_reorder_window, !an_no_reorder);
+  QueryOrder order(std::move(shapes), an_reorder_window, !an_no_reorder, mode.mode == ReuseMode::prefix);
   ChunkAccessTable ca(an_ca_window, an_promotion_threshold);
   std::vector<std::optional<std::string>> lines(queries.size());
   std::vector<uint8_t> done(queries.size(), 0);

@@ -55,6 +55,13 @@ TEST_CASE("query order: the best-cached query of the window first, by cached ove
   CHECK(QueryOrder::memory_cached_tokens(t, shape({"b", "x"}).path) == 300);
   CHECK(QueryOrder::memory_cached_tokens(t, shape({"b", "y"}).path) == 200);
   CHECK(QueryOrder::memory_cached_tokens(t, shape({"a", "x"}).path) == 100);
+  // Anywhere in the prompt, a chunk's canonical cache (depth 1) counts for the sparse modes only.
+  CHECK(QueryOrder::memory_cached_tokens(t, shape({"a", "b"}).path) == 100);
+  CHECK(QueryOrder::memory_cached_chunk_tokens(t, shape({"a", "b"}).path) == 200);
+  QueryOrder sparse({shape({"a", "c"}), shape({"c", "b"})}, 0, true, /*exact_only=*/false);
+  CHECK(drain(sparse, &t) == std::vector<size_t>{1, 0});  // c,b holds b in memory
+  QueryOrder exact({shape({"a", "c"}), shape({"c", "b"})}, 0, true, /*exact_only=*/true);
+  CHECK(drain(exact, &t) == std::vector<size_t>{0, 1});  // equal priority (the prefix): the grouped order
   const std::vector<QueryShape> qs{shape({"a", "x"}), shape({"b", "y"}), shape({"b", "x"}), shape({"c"})};
   // Whole file: b,x (300 cached) then b,y (200), then the grouped order.
   QueryOrder whole(qs, 0, true);
