@@ -138,6 +138,7 @@ fs::path KvStore::chunk_path(const ChunkKvMeta& m) const {
     }
     name += '.';  // (not "." + …: GCC 12 warns falsely, -Wrestrict)
     name += checksum_hex(c.digest());
+    if (m.exact_chain) name += ".chain";
   }
   return dir_ / "kv" / (name + ".rkv");
 }

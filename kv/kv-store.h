@@ -44,7 +44,9 @@ class KvStore {
   // kv/<16 hex>.rkv, the hex being XXH64 over model_fingerprint, prefix, chunk_id, token_hash;
   // a variant (non-empty context) is kv/<the same 16 hex>.<16 hex of its context>.rkv, so a
   // chunk's variants are found by name and each is a file of its own (created atomically: two
-  // processes adding variants never lose one).
+  // processes adding variants never lose one). An exact knowledge-tree node (m.exact_chain) is
+  // kv/<16 hex>.<16 hex of its chain>.chain.rkv: never listed as a Cache-Craft variant, never
+  // confused with a variant of the same context computed approximately.
   std::filesystem::path chunk_path(const ChunkKvMeta& m) const;
   // The headers of every variant of canonical's chunk (context non-empty), verified; files that
   // fail their header checks are counted in *bad and skipped. Read from a listing of kv/ taken
