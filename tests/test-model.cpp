@@ -4,6 +4,7 @@
 // greedy tokens in testdata/, made by testdata/make_logits_golden.py).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -129,6 +130,33 @@ Deviation deviation(const std::vector<float>& logits, const nlohmann::json& ref)
   return d;
 }
 
+// KL(reference ‖ ours) in nats over the reference's recorded top tokens, both distributions
+// renormalised over that set (the fixture holds the top 256 logits, nearly all the mass).
+double top_kl(const std::vector<float>& logits, const nlohmann::json& ref) {
+  std::vector<double> p, q;
+  for (const auto& e : ref["top"]) {
+    p.push_back(e[1].get<double>());
+    q.push_back(logits[e[0].get<int>()]);
+  }
+  auto normalise = [](std::vector<double>& v) {
+    const double mx = *std::max_element(v.begin(), v.end());
+    double z = 0;
+    for (double& x : v) z += std::exp(x - mx);
+    for (double& x : v) x = x - mx - std::log(z);  // log-probabilities
+  };
+  normalise(p);
+  normalise(q);
+  double kl = 0;
+  for (size_t i = 0; i < p.size(); ++i) kl += std::exp(p[i]) * (p[i] - q[i]);
+  return kl;
+}
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
 void check_against_golden(const std::string& model_path, const std::string& fixture) {
   REQUIRE_MESSAGE(fs::exists(model_path), "run `make setup` first: " << model_path);
   std::ifstream in(test::testdata(fixture));
@@ -150,21 +178,48 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
     opt.stop_at_eog = false;
     const GenerateResult r = generate_greedy(m, ids, opt);
 
-    // Hugging Face transformers, f32 over the same dequantised weights: the same computation up
-    // to summation order and our f16 KV buffer (DESIGN.md §4). Tolerance: |Δlogit| ≤ 0.05 and
-    // rms Δ ≤ 0.1 % of the logits' rms (measured: ≤ 0.009 and ≤ 0.03 %); greedy tokens equal.
+    // Hugging Face transformers, f32 over the same dequantised weights. Our CPU backend keeps the
+    // weights quantised and rounds each activation block to 8 bits inside the products (as
+    // llama.cpp does, backend/quant-kernels.h), so it sits about as far from transformers as
+    // llama.cpp does. Tolerance: |Δlogit| ≤ 1, rms Δ ≤ 4 % of the logits' rms, KL(reference ‖ ours)
+    // over the reference's top 256 tokens ≤ 0.01 nat (measured on these prompts: ≤ 0.56, ≤ 2.4 %,
+    // ≤ 0.005; before quantised kernels, f32 products: ≤ 0.009 and ≤ 0.03 %). Greedy tokens: the
+    // first equal to transformers', and where ours leave transformers' run, a near tie: our logit
+    // for transformers' token there within 1 of our top one (the logit tolerance). Measured: on
+    // SmolLM2's third prompt we leave at token 8 by 0.33 (both references agree there; the portable
+    // kernels, rounding activations in the same blocks, keep transformers' token by 0.23).
     const Deviation hf = deviation(r.first_logits, c["hf"]);
+    const double hf_kl = top_kl(r.first_logits, c["hf"]);
     MESSAGE(name << ": " << ids.size() << " tokens; vs transformers max |Δlogit| " << hf.max_abs
-            << ", rms Δ " << hf.rms << " (logit rms " << hf.ref_rms << ")");
-    CHECK(hf.max_abs < 0.05);
-    CHECK(hf.rms < 0.001 * hf.ref_rms);
-    CHECK(r.output_ids == c["hf"]["greedy"].get<std::vector<int32_t>>());
+            << ", rms Δ " << hf.rms << " (logit rms " << hf.ref_rms << "), KL " << hf_kl);
+    CHECK(hf.max_abs < 1.0);
+    CHECK(hf.rms < 0.04 * hf.ref_rms);
+    CHECK(hf_kl < 0.01);
+    const auto hf_greedy = c["hf"]["greedy"].get<std::vector<int32_t>>();
+    const auto lc_greedy = c["llamacpp"]["greedy"].get<std::vector<int32_t>>();
+    const size_t same = common_prefix(r.output_ids, hf_greedy);
+    MESSAGE(name << ": greedy tokens equal to transformers' for " << same << " of " << hf_greedy.size()
+            << " (llama.cpp's for " << common_prefix(lc_greedy, hf_greedy) << ")");
+    REQUIRE(!r.output_ids.empty());
+    CHECK(r.output_ids[0] == hf_greedy[0]);
+    if (same < hf_greedy.size() && same < r.output_ids.size()) {
+      std::vector<int32_t> upto = ids;
+      upto.insert(upto.end(), hf_greedy.begin(), hf_greedy.begin() + long(same));
+      KvCache kv = m.new_kv_cache(int64_t(upto.size()) + 1);
+      Workspace ws;
+      const std::vector<float> l = m.forward(upto, kv, ws);
+      const double margin = l[size_t(argmax(l))] - l[size_t(hf_greedy[same])];
+      MESSAGE(name << ": at token " << same << " transformers' choice is " << margin << " below our top logit");
+      CHECK(margin < 1.0);
+    }
 
-    // llama.cpp rounds activations to 8 bits inside its quantised matmuls, so it sits further
-    // away (as far from transformers as from us: up to 0.92 on these prompts); tolerance: same
-    // first token, |Δlogit| ≤ 1, rms Δ ≤ 8 % of the logits' rms (measured: ≤ 0.71, ≤ 5 %).
+    // llama.cpp also rounds activations to 8 bits inside its quantised matmuls, in its own way, so
+    // it is as far from us as from transformers (up to 0.92 on these prompts); tolerance: same first
+    // token, |Δlogit| ≤ 1, rms Δ ≤ 8 % of the logits' rms (measured with our quantised kernels:
+    // ≤ 0.83, ≤ 3.4 %; with f32 products before them: ≤ 0.71, ≤ 5 %).
     const Deviation lc = deviation(r.first_logits, c["llamacpp"]);
-    MESSAGE(name << ": vs llama.cpp max |Δlogit| " << lc.max_abs << ", rms Δ " << lc.rms);
+    MESSAGE(name << ": vs llama.cpp max |Δlogit| " << lc.max_abs << ", rms Δ " << lc.rms << ", KL "
+            << top_kl(r.first_logits, c["llamacpp"]));
     CHECK(argmax(r.first_logits) == c["llamacpp"]["top"][0][0].get<int>());
     CHECK(lc.max_abs < 1.0);
     CHECK(lc.rms < 0.08 * lc.ref_rms);

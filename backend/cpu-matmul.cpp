@@ -1,0 +1,111 @@
+// CpuMatmul: y = x · Wᵀ on weights kept in their GGUF types. The activation rows are quantised in
+// the formats the weight's parts need (ActBlock32 for Q4_0 … Q8_0, ActBlock256 for the K-quants,
+// none for F16/BF16), then the weight rows are cut into tiles the threads share; each tile meets
+// every activation row (the kernels hold up to four rows in registers per weight row, so a tile
+// of weight rows read once serves the whole batch: decode steps of many sequences read each
+// weight once). Every output depends only on its row of x and its row of W (quant-kernels.h).
+#include "backend/cpu-matmul.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "backend/cpu-gemm.h"
+#include "backend/quant-kernels.h"
+
+namespace ragkv {
+
+namespace {
+
+struct Tile {
+  size_t part;
+  int64_t row0, rows;  // weight rows [row0, row0 + rows) of the part
+};
+
+// Below this many multiply-adds a call runs on the calling thread (waking the pool costs more).
+constexpr int64_t kParallelMacs = 1 << 18;
+
+}  // namespace
+
+void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs,
+                    std::span<const Weight* const> biases, int threads) {
+  const int64_t m = x.rows, k = x.cols;
+  if (m == 0) return;
+  auto out_of = [&](size_t p, float** y, int64_t* ldy) {
+    if (outs.size() == 1) {
+      *y = outs[0].as<float>() + w.parts[p].first_row;
+      *ldy = outs[0].cols;
+    } else {
+      *y = outs[p].as<float>();
+      *ldy = outs[p].cols;
+    }
+  };
+
+  bool need32 = false, need256 = false;
+  std::vector<Tile> tiles;
+  int64_t quant_rows = 0;
+  for (size_t p = 0; p < w.parts.size(); ++p) {
+    const CpuWeightPart& part = w.parts[p];
+    if (part.type == GgmlType::F32) {  // SGEMM on the f32 rows as they are
+      float* y;
+      int64_t ldy;
+      out_of(p, &y, &ldy);
+      gemm_nt(m, part.rows, k, x.as<float>(), x.cols, reinterpret_cast<const float*>(part.data), k, y, ldy, 1.f,
+              /*rows_independent=*/true);
+      continue;
+    }
+    const ActFormat f = act_format(part.type);
+    need32 |= f == ActFormat::q8_32;
+    need256 |= f == ActFormat::q8_256;
+    quant_rows += part.rows;
+    // Tiles of weight rows: few activation rows (decode) make a tile cheap, so larger tiles; a
+    // prompt's rows make each tile long, so smaller tiles spread the threads evenly.
+    const int64_t tile = m <= 8 ? 64 : 16;
+    for (int64_t r0 = 0; r0 < part.rows; r0 += tile) tiles.push_back({p, r0, std::min(tile, part.rows - r0)});
+  }
+
+  if (!tiles.empty()) {
+    const QuantKernels& qk = quant_kernels();
+    const size_t b32 = act_row_bytes(ActFormat::q8_32, k), b256 = act_row_bytes(ActFormat::q8_256, k);
+    if (need32 && act32_.size() < size_t(m) * b32) act32_.resize(size_t(m) * b32);
+    if (need256 && act256_.size() < size_t(m) * b256) act256_.resize(size_t(m) * b256);
+    const float* xp = x.as<float>();
+    const bool parallel = threads > 1 && m * k * quant_rows >= kParallelMacs;
+#pragma omp parallel num_threads(threads) if (parallel)
+    {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < m; ++i) {
+        if (need32) qk.quantize_act32(xp + i * k, reinterpret_cast<ActBlock32*>(act32_.data() + i * b32), k);
+        if (need256) qk.quantize_act256(xp + i * k, reinterpret_cast<ActBlock256*>(act256_.data() + i * b256), k);
+      }
+#pragma omp for schedule(dynamic, 1)
+      for (size_t t = 0; t < tiles.size(); ++t) {
+        const Tile& tl = tiles[t];
+        const CpuWeightPart& part = w.parts[tl.part];
+        float* y;
+        int64_t ldy;
+        out_of(tl.part, &y, &ldy);
+        const void* acts;
+        size_t stride;
+        switch (act_format(part.type)) {
+          case ActFormat::q8_32: acts = act32_.data(), stride = b32; break;
+          case ActFormat::q8_256: acts = act256_.data(), stride = b256; break;
+          default: acts = xp, stride = size_t(k) * sizeof(float); break;
+        }
+        gemm_for(qk, part.type)(m, tl.rows, k, acts, stride, part.data + tl.row0 * part.row_bytes, part.row_bytes,
+                                y + tl.row0, ldy);
+      }
+    }
+  }
+
+  for (size_t o = 0; o < biases.size(); ++o) {
+    if (!biases[o]) continue;
+    const float* b = cpu_weight(*biases[o]).values.data();
+    const Tensor& y = outs[o];
+    float* yp = y.as<float>();
+    for (int64_t i = 0; i < y.rows; ++i)
+      for (int64_t j = 0; j < y.cols; ++j) yp[i * y.cols + j] += b[j];
+  }
+}
+
+}  // namespace ragkv
