@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -90,6 +91,65 @@ TEST_CASE("model: f16, bf16 and Q8_0 weights load and give close logits to f32")
     // Same random weights, rounded: bf16 keeps 8 significant bits, Q8_0 ~2 digits per weight.
     CHECK_MESSAGE(max_abs_diff(logits, ref) < (t == GgmlType::Q8_0 || t == GgmlType::BF16 ? 0.1 : 0.01), ggml_type_name(t));
   }
+}
+
+TEST_CASE("model: sequences decoded together (GreedyBatch) equal each decoded alone, joining and leaving between steps") {
+  const test::TempDir tmp("model");
+  auto backend = make_cpu_backend(2);
+  for (const char* arch : {"llama", "qwen2", "gemma3"})
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::F32}) {
+      CAPTURE(arch);
+      CAPTURE(ggml_type_name(t));
+      Model m(random_model(tmp, arch, t), *backend);
+      // Five prompts of different lengths (past gemma's window of 8) and token budgets.
+      std::vector<std::vector<int32_t>> prompts;
+      std::vector<GenerateOptions> opts;
+      for (int s = 0; s < 5; ++s) {
+        std::vector<int32_t> ids;
+        for (int i = 0; i < 6 + 5 * s; ++i) ids.push_back((i * 37 + 11 * s + 3) % 256);
+        prompts.push_back(ids);
+        GenerateOptions o;
+        o.max_tokens = 4 + 3 * s;
+        o.stop_at_eog = false;
+        opts.push_back(o);
+      }
+      auto prefill = [&](int s, std::vector<float>* logits) {
+        KvCache kv = m.new_kv_cache(int64_t(prompts[s].size()) + opts[s].max_tokens);
+        Workspace ws;
+        *logits = m.forward(prompts[s], kv, ws);
+        return kv;
+      };
+      std::vector<DecodeResult> alone;
+      for (int s = 0; s < 5; ++s) {
+        std::vector<float> logits;
+        KvCache kv = prefill(s, &logits);
+        Workspace ws;
+        alone.push_back(decode_greedy(m, kv, ws, logits, opts[s]));
+        REQUIRE(alone.back().output_ids.size() == size_t(opts[s].max_tokens));
+      }
+      // Two start together, the others join after a step each (continuous batching).
+      GreedyBatch batch(m);
+      std::map<int, int> seq_of;  // batch id → prompt
+      std::vector<DecodeResult> together(5);
+      int next = 0;
+      auto admit = [&] {
+        std::vector<float> logits;
+        KvCache kv = prefill(next, &logits);
+        seq_of[batch.add(std::move(kv), logits, opts[next])] = next;
+        ++next;
+      };
+      admit();
+      admit();
+      while (batch.active() > 0 || next < 5) {
+        for (const int id : batch.step()) together[size_t(seq_of.at(id))] = batch.take(id);
+        if (next < 5) admit();
+      }
+      for (const int id : batch.step()) together[size_t(seq_of.at(id))] = batch.take(id);
+      for (int s = 0; s < 5; ++s) {
+        CAPTURE(s);
+        CHECK(together[s].output_ids == alone[s].output_ids);
+      }
+    }
 }
 
 TEST_CASE("model: a prompt longer than the context is refused") {
