@@ -191,8 +191,9 @@ class Backend {
   void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale);
   // y[n][out] = x[n][in] · Wᵀ (+ bias[out] if given). y must not overlap x.
   // On the CPU, quantised weights meet activations quantised per block to 8 bits (integer dot
-  // products, backend/quant-kernels.h) and f32 weights an SGEMM; either way each output row
-  // depends on its input row alone, whatever the other rows of the call.
+  // products, backend/quant-kernels.h) in calls of fewer than 32 rows (decode steps), where each
+  // output row depends on its input row alone, whatever the other rows of the call; calls of 32
+  // rows or more (prompts) and F32 weights use SGEMM on f32 (weights dequantised tile by tile).
   void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias = nullptr);
   // The parts of a stacked weight into their own outputs: outs[p] [n][part_rows[p]] = x · W_pᵀ
   // (+ biases[p] when given and not null). biases empty or one per part; outputs disjoint from x

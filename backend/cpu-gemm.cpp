@@ -47,6 +47,14 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
 #endif
 }
 
+bool gemm_is_blas() {
+#ifdef RAGKV_HAVE_OPENBLAS
+  return true;
+#else
+  return false;
+#endif
+}
+
 void gemm_set_threads(int n) {
 #ifdef RAGKV_HAVE_OPENBLAS
   openblas_set_num_threads(n);

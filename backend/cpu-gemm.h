@@ -14,6 +14,10 @@ void gemm_nt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
 void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
              int64_t ldc);
 
+// Whether gemm_nt is OpenBLAS's SGEMM (which runs on the calling thread inside a parallel region,
+// so the caller may split one product over threads); false for the plain loops.
+bool gemm_is_blas();
+
 // Sets OpenBLAS's thread count (no-op without it).
 void gemm_set_threads(int n);
 

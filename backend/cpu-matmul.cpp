@@ -4,11 +4,14 @@
 // every activation row (the kernels hold up to four rows in registers per weight row, so a tile
 // of weight rows read once serves the whole batch: decode steps of many sequences read each
 // weight once). Every output depends only on its row of x and its row of W (quant-kernels.h).
+// Calls of kDequantGemmRows rows or more (prompts) take the dequantise-tile-then-SGEMM path below.
 #include "backend/cpu-matmul.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cpu-gemm.h"
 #include "backend/quant-kernels.h"
@@ -25,6 +28,23 @@ struct Tile {
 // Below this many multiply-adds a call runs on the calling thread (waking the pool costs more).
 constexpr int64_t kParallelMacs = 1 << 18;
 
+// From this many activation rows (a prompt, not a decode step) a quantised part is dequantised
+// tile by tile into f32 and multiplied by SGEMM with f32 activations, when built with OpenBLAS:
+// measured faster for 512-token prefills than the integer block kernels (bench/results/README.md),
+// and the weights still stay quantised in memory (a tile is kDequantTile rows, per thread).
+// RAGKV_PREFILL_KERNELS=quant in the environment keeps the block kernels for every size (for
+// comparisons).
+constexpr int64_t kDequantGemmRows = 32;
+constexpr int64_t kDequantTile = 64;
+
+bool dequant_gemm_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("RAGKV_PREFILL_KERNELS");
+    return gemm_is_blas() && !(v && std::strcmp(v, "quant") == 0);
+  }();
+  return allowed;
+}
+
 }  // namespace
 
 void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs,
@@ -40,6 +60,12 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
       *ldy = outs[p].cols;
     }
   };
+
+  if (m >= kDequantGemmRows && dequant_gemm_allowed()) {
+    run_dequant_gemm(x, w, outs, threads);
+    add_biases(outs, biases);
+    return;
+  }
 
   bool need32 = false, need256 = false;
   std::vector<Tile> tiles;
@@ -98,6 +124,10 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
     }
   }
 
+  add_biases(outs, biases);
+}
+
+void CpuMatmul::add_biases(std::span<const Tensor> outs, std::span<const Weight* const> biases) {
   for (size_t o = 0; o < biases.size(); ++o) {
     if (!biases[o]) continue;
     const float* b = cpu_weight(*biases[o]).values.data();
@@ -105,6 +135,45 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
     float* yp = y.as<float>();
     for (int64_t i = 0; i < y.rows; ++i)
       for (int64_t j = 0; j < y.cols; ++j) yp[i * y.cols + j] += b[j];
+  }
+}
+
+// Each thread takes tiles of kDequantTile weight rows, dequantises one into its own f32 buffer and
+// multiplies every activation row with it by a single-threaded SGEMM into the tile's columns.
+void CpuMatmul::run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads) {
+  const int64_t m = x.rows, k = x.cols;
+  std::vector<Tile> tiles;
+  for (size_t p = 0; p < w.parts.size(); ++p)
+    for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += kDequantTile)
+      tiles.push_back({p, r0, std::min(kDequantTile, w.parts[p].rows - r0)});
+  const float* xp = x.as<float>();
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> wf;
+#pragma omp for schedule(dynamic, 1)
+    for (size_t t = 0; t < tiles.size(); ++t) {
+      const Tile& tl = tiles[t];
+      const CpuWeightPart& part = w.parts[tl.part];
+      float* y;
+      int64_t ldy;
+      if (outs.size() == 1) {
+        y = outs[0].as<float>() + part.first_row;
+        ldy = outs[0].cols;
+      } else {
+        y = outs[tl.part].as<float>();
+        ldy = outs[tl.part].cols;
+      }
+      const float* wt;
+      if (part.type == GgmlType::F32) {
+        wt = reinterpret_cast<const float*>(part.data + tl.row0 * part.row_bytes);
+      } else {
+        wf.resize(size_t(tl.rows * k));
+        for (int64_t r = 0; r < tl.rows; ++r)
+          dequantize_row(part.type, part.data + (tl.row0 + r) * part.row_bytes, wf.data() + r * k, k);
+        wt = wf.data();
+      }
+      gemm_nt(m, tl.rows, k, xp, k, wt, k, y + tl.row0, ldy, 1.f, /*rows_independent=*/true);
+    }
   }
 }
 

@@ -17,6 +17,8 @@ class CpuMatmul {
            int threads);
 
  private:
+  void run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads);
+  static void add_biases(std::span<const Tensor> outs, std::span<const Weight* const> biases);
   std::vector<uint8_t> act32_;   // ActBlock32 rows of x   [x.rows][x.cols / 32]
   std::vector<uint8_t> act256_;  // ActBlock256 rows of x  [x.rows][x.cols / 256]
 };

@@ -7,8 +7,9 @@
 //
 // Every kernel computes each output y[i][j] from activation row i and weight row j alone, in an
 // order fixed by k: a row's result does not depend on the other rows of the call (how many
-// queries are decoded together, how a prompt is split into micro-batches), so batched decode
-// equals unbatched decode and a prompt's exact prefix equals its full recompute bit for bit.
+// queries are decoded together), so batched decode equals unbatched decode bit for bit. (The CPU
+// backend gives calls of 32 rows or more — prompts — to a dequantise-then-SGEMM path instead,
+// backend/cpu-matmul.cpp, so this holds for batches of up to 31 rows.)
 //
 // One table per instruction set: the portable scalar table (quant-kernels-scalar.cpp, the
 // reference) and AVX2 + FMA + F16C (quant-kernels-avx2.cpp, compiled for that ISA alone and

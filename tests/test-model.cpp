@@ -239,22 +239,22 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
     const GenerateResult r = generate_greedy(m, ids, opt);
 
     // Hugging Face transformers, f32 over the same dequantised weights. Our CPU backend keeps the
-    // weights quantised and rounds each activation block to 8 bits inside the products (as
-    // llama.cpp does, backend/quant-kernels.h), so it sits about as far from transformers as
-    // llama.cpp does. Tolerance: |Δlogit| ≤ 1, rms Δ ≤ 4 % of the logits' rms, KL(reference ‖ ours)
-    // over the reference's top 256 tokens ≤ 0.01 nat (measured on these prompts: ≤ 0.56, ≤ 2.4 %,
-    // ≤ 0.005; before quantised kernels, f32 products: ≤ 0.009 and ≤ 0.03 %). Greedy tokens: the
-    // first equal to transformers', and where ours leave transformers' run, a near tie: our logit
-    // for transformers' token there within 1 of our top one (the logit tolerance). Measured: on
-    // SmolLM2's third prompt we leave at token 8 by 0.33 (both references agree there; the portable
-    // kernels, rounding activations in the same blocks, keep transformers' token by 0.23).
+    // weights quantised: a prompt's rows meet them dequantised tile by tile (f32 SGEMM), but one
+    // row — the output head on the last token, every decode step — meets them in the integer
+    // block kernels with its activations rounded to 8 bits per block (as llama.cpp does,
+    // backend/quant-kernels.h). Tolerance: |Δlogit| ≤ 0.5, rms Δ ≤ 1 % of the logits' rms,
+    // KL(reference ‖ ours) over the reference's top 256 tokens ≤ 0.002 nat (measured on these
+    // prompts: ≤ 0.31, ≤ 0.5 %, ≤ 0.0006; with f32 products everywhere before: ≤ 0.009, ≤ 0.03 %).
+    // Greedy tokens: the first equal to transformers', and where our run leaves transformers', a
+    // near tie in our decode step's logits: transformers' token within 0.25 of our top one
+    // (measured: Gemma 3 leaves on three prompts, by ≤ 0.05; llama.cpp leaves on three too).
     const Deviation hf = deviation(r.first_logits, c["hf"]);
     const double hf_kl = top_kl(r.first_logits, c["hf"]);
     MESSAGE(name << ": " << ids.size() << " tokens; vs transformers max |Δlogit| " << hf.max_abs
             << ", rms Δ " << hf.rms << " (logit rms " << hf.ref_rms << "), KL " << hf_kl);
-    CHECK(hf.max_abs < 1.0);
-    CHECK(hf.rms < 0.04 * hf.ref_rms);
-    CHECK(hf_kl < 0.01);
+    CHECK(hf.max_abs < 0.5);
+    CHECK(hf.rms < 0.01 * hf.ref_rms);
+    CHECK(hf_kl < 0.002);
     const auto hf_greedy = c["hf"]["greedy"].get<std::vector<int32_t>>();
     const auto lc_greedy = c["llamacpp"]["greedy"].get<std::vector<int32_t>>();
     const size_t same = common_prefix(r.output_ids, hf_greedy);
@@ -263,20 +263,21 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
     REQUIRE(!r.output_ids.empty());
     CHECK(r.output_ids[0] == hf_greedy[0]);
     if (same < hf_greedy.size() && same < r.output_ids.size()) {
-      std::vector<int32_t> upto = ids;
-      upto.insert(upto.end(), hf_greedy.begin(), hf_greedy.begin() + long(same));
-      KvCache kv = m.new_kv_cache(int64_t(upto.size()) + 1);
+      // The logits our decoding had there: the prompt prefilled, then transformers' tokens fed
+      // one at a time (decode steps, as generate_greedy's).
+      KvCache kv = m.new_kv_cache(int64_t(ids.size() + same) + 1);
       Workspace ws;
-      const std::vector<float> l = m.forward(upto, kv, ws);
+      std::vector<float> l = m.forward(ids, kv, ws);
+      for (size_t t = 0; t < same; ++t) l = m.forward(std::span(&hf_greedy[t], 1), kv, ws);
       const double margin = l[size_t(argmax(l))] - l[size_t(hf_greedy[same])];
       MESSAGE(name << ": at token " << same << " transformers' choice is " << margin << " below our top logit");
-      CHECK(margin < 1.0);
+      CHECK(margin < 0.25);
     }
 
     // llama.cpp also rounds activations to 8 bits inside its quantised matmuls, in its own way, so
     // it is as far from us as from transformers (up to 0.92 on these prompts); tolerance: same first
     // token, |Δlogit| ≤ 1, rms Δ ≤ 8 % of the logits' rms (measured with our quantised kernels:
-    // ≤ 0.83, ≤ 3.4 %; with f32 products before them: ≤ 0.71, ≤ 5 %).
+    // ≤ 0.72, ≤ 5.2 %; with f32 products before them: ≤ 0.71, ≤ 5 %).
     const Deviation lc = deviation(r.first_logits, c["llamacpp"]);
     MESSAGE(name << ": vs llama.cpp max |Δlogit| " << lc.max_abs << ", rms Δ " << lc.rms << ", KL "
             << top_kl(r.first_logits, c["llamacpp"]));
