@@ -81,6 +81,11 @@ class Weight {
   int64_t out_features = 0, in_features = 0;
   std::string name;
   std::vector<int64_t> part_rows;  // out_features of each stacked part, in order (one for a plain weight)
+  // Products with this weight keep the activations in f32 where a backend would otherwise round
+  // them (the CPU backend's 8-bit activation blocks). Set on the output head: the logits' argmax
+  // and the first-token distributions eval compares are where that rounding shows (a greedy
+  // answer that flips on SmolLM2), and one matrix per token costs little.
+  bool f32_activations = false;
   const Backend* owner() const { return owner_; }  // the backend whose load_weight made it
 
  private:
@@ -193,7 +198,9 @@ class Backend {
   // On the CPU, quantised weights meet activations quantised per block to 8 bits (integer dot
   // products, backend/quant-kernels.h) in calls of fewer than 32 rows (decode steps), where each
   // output row depends on its input row alone, whatever the other rows of the call; calls of 32
-  // rows or more (prompts) and F32 weights use SGEMM on f32 (weights dequantised tile by tile).
+  // rows or more (prompts) and F32 weights use SGEMM on f32 (weights dequantised tile by tile),
+  // and so do weights marked f32_activations in calls of any size (Q8_0, F16 and BF16 by kernels
+  // on f32 activations, the other types dequantised tile by tile).
   void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias = nullptr);
   // The parts of a stacked weight into their own outputs: outs[p] [n][part_rows[p]] = x · W_pᵀ
   // (+ biases[p] when given and not null). biases empty or one per part; outputs disjoint from x

@@ -5,6 +5,8 @@
 // of weight rows read once serves the whole batch: decode steps of many sequences read each
 // weight once). Every output depends only on its row of x and its row of W (quant-kernels.h).
 // Calls of kDequantGemmRows rows or more (prompts) take the dequantise-tile-then-SGEMM path below.
+// A weight marked f32_activations (the output head) skips the activation rounding: Q8_0 parts by
+// their f32-activation kernel, other quantised parts by the dequantised tiles.
 #include "backend/cpu-matmul.h"
 
 #include <omp.h>
@@ -61,7 +63,13 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
     }
   };
 
-  if (m >= kDequantGemmRows && dequant_gemm_allowed()) {
+  // f32 activations for a weight that asks for them: Q8_0 has its own kernel on f32 activations
+  // (F16/BF16 always meet f32), any other quantised part takes the dequantised tiles.
+  bool f32_kernels = true;
+  for (const CpuWeightPart& part : w.parts)
+    f32_kernels &= act_format(part.type) == ActFormat::f32 || part.type == GgmlType::Q8_0;
+  const bool f32_acts = w.f32_activations;
+  if ((m >= kDequantGemmRows && dequant_gemm_allowed()) || (f32_acts && !f32_kernels)) {
     run_dequant_gemm(x, w, outs, threads);
     add_biases(outs, biases);
     return;
@@ -80,7 +88,7 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
               /*rows_independent=*/true);
       continue;
     }
-    const ActFormat f = act_format(part.type);
+    const ActFormat f = f32_acts ? ActFormat::f32 : act_format(part.type);
     need32 |= f == ActFormat::q8_32;
     need256 |= f == ActFormat::q8_256;
     quant_rows += part.rows;
@@ -113,12 +121,13 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
         out_of(tl.part, &y, &ldy);
         const void* acts;
         size_t stride;
-        switch (act_format(part.type)) {
+        switch (f32_acts ? ActFormat::f32 : act_format(part.type)) {
           case ActFormat::q8_32: acts = act32_.data(), stride = b32; break;
           case ActFormat::q8_256: acts = act256_.data(), stride = b256; break;
           default: acts = xp, stride = size_t(k) * sizeof(float); break;
         }
-        gemm_for(qk, part.type)(m, tl.rows, k, acts, stride, part.data + tl.row0 * part.row_bytes, part.row_bytes,
+        const GemmFn gemm = f32_acts && part.type == GgmlType::Q8_0 ? qk.gemm_q8_0_f32 : gemm_for(qk, part.type);
+        gemm(m, tl.rows, k, acts, stride, part.data + tl.row0 * part.row_bytes, part.row_bytes,
                                 y + tl.row0, ldy);
       }
     }

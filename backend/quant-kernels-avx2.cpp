@@ -414,6 +414,38 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
   gemm_tiles<Half<true>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
 }
 
+// Q8_0 rows against f32 activations: each block's 32 int8 values widened to f32 in registers,
+// multiplied into up to four activation rows, the block sum scaled by its d.
+template <int R>
+inline void row_q8_0_f32(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 32; ++b, w += 34) {
+    const __m256 d = _mm256_set1_ps(f16_at(w));
+    __m256 s[R];
+    for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_ps();
+    for (int g = 0; g < 4; ++g) {
+      const __m256 wv = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2 + 8 * g))));
+      for (int r = 0; r < R; ++r) s[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + 8 * g), s[r]);
+    }
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(d, s[r], acc[r]);
+  }
+  for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]);
+}
+
+template <int R>
+struct Q8F32Row {
+  static void run(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+    row_q8_0_f32<R>(w, x, k, y, ldy);
+  }
+};
+
+void gemm_q8_0_f32(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+                   int64_t ldy) {
+  gemm_tiles<Q8F32Row, float>(m, n, k, x, xs, w, ws, y, ldy);
+}
+
 // ---- decode attention over f16 K/V rows
 
 void dot_f16_rows(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale, float* out) {
@@ -457,6 +489,7 @@ const QuantKernels kQuantKernelsAvx2{"avx2",
                                      gemm_q6_k,
                                      gemm_f16,
                                      gemm_bf16,
+                                     gemm_q8_0_f32,
                                      dot_f16_rows,
                                      axpy_f16_rows};
 

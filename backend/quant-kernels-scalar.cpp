@@ -291,6 +291,28 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
   gemm_half(m, n, k, x, xs, w, ws, y, ldy, bf16_to_fp32);
 }
 
+// Q8_0 rows (f16 scale, 32 int8 values per block) against f32 activations: per block the exact
+// integer values times the activations, scaled once by the block's d.
+void gemm_q8_0_f32(int64_t m, int64_t n, int64_t k, const void* x, size_t x_stride, const uint8_t* w,
+                   size_t w_stride, float* y, int64_t ldy) {
+  for (int64_t i = 0; i < m; ++i) {
+    const auto* xi = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + i * x_stride);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* wj = w + j * w_stride;
+      float acc = 0.f;
+      for (int64_t b = 0; b < k / 32; ++b, wj += 34) {
+        uint16_t h;
+        std::memcpy(&h, wj, 2);
+        const auto* q = reinterpret_cast<const int8_t*>(wj + 2);
+        float s = 0.f;
+        for (int c = 0; c < 32; ++c) s += float(q[c]) * xi[b * 32 + c];
+        acc += fp16_to_fp32(h) * s;
+      }
+      y[i * ldy + j] = acc;
+    }
+  }
+}
+
 // ---- decode attention over f16 K/V rows
 
 void dot_f16_rows(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale, float* out) {
@@ -314,7 +336,8 @@ void axpy_f16_rows(const float* p, const uint16_t* v, size_t v_stride, int64_t n
 const QuantKernels& quant_kernels_scalar() {
   static const QuantKernels k{"scalar",  quantize_act32, quantize_act256, gemm_q4_0,    gemm_q4_1,
                               gemm_q5_0, gemm_q5_1,      gemm_q8_0,       gemm_q4_k,    gemm_q5_k,
-                              gemm_q6_k, gemm_f16,       gemm_bf16,       dot_f16_rows, axpy_f16_rows};
+                              gemm_q6_k, gemm_f16,       gemm_bf16,       gemm_q8_0_f32, dot_f16_rows,
+                              axpy_f16_rows};
   return k;
 }
 

@@ -58,6 +58,9 @@ struct QuantKernels {
   void (*quantize_act256)(const float* x, ActBlock256* y, int64_t k);
   GemmFn gemm_q4_0, gemm_q4_1, gemm_q5_0, gemm_q5_1, gemm_q8_0, gemm_q4_k, gemm_q5_k, gemm_q6_k;
   GemmFn gemm_f16, gemm_bf16;  // f32 activations
+  // Q8_0 weights against f32 activations (no activation rounding): the products of weights that
+  // ask for f32 activations (Weight::f32_activations, the output head).
+  GemmFn gemm_q8_0_f32;
   // Attention of one query row over f16 rows (decode): out[j] = scale · q · k_j for j < n, k_j
   // at k + j · k_stride (elements); and out += Σ_j p[j] · v_j.
   void (*dot_f16_rows)(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale,

@@ -312,3 +312,76 @@ TEST_CASE("quant kernels: the CPU backend's matmul on quantised and stacked weig
     }
   }
 }
+
+TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded activations (the output head)") {
+  // The Q8_0 kernel on f32 activations: each table against dequantised weights in double, and
+  // the portable table against AVX2.
+  for (const Case& c : kCases) {
+    const int64_t k = 32 * c.blocks;
+    const std::vector<uint8_t> w = random_rows(GgmlType::Q8_0, c.n, k, uint32_t(7 * k + c.n));
+    const size_t rb = ggml_row_bytes(GgmlType::Q8_0, k);
+    const std::vector<float> x = test::random_vec(size_t(c.m * k), uint64_t(c.m * 31 + k), 2.f);
+    std::vector<std::vector<float>> ys;
+    for (const QuantKernels* qk : tables()) {
+      CAPTURE(qk->name);
+      std::vector<float> y(size_t(c.m * c.n));
+      qk->gemm_q8_0_f32(c.m, c.n, k, x.data(), size_t(k) * sizeof(float), w.data(), rb, y.data(), c.n);
+      std::vector<float> wf(static_cast<size_t>(k));
+      for (int64_t j = 0; j < c.n; ++j) {
+        dequantize_row(GgmlType::Q8_0, w.data() + j * rb, wf.data(), k);
+        for (int64_t i = 0; i < c.m; ++i) {
+          double s = 0, mag = 0;
+          for (int64_t t = 0; t < k; ++t) {
+            s += double(wf[t]) * x[i * k + t];
+            mag += std::fabs(double(wf[t]) * x[i * k + t]);
+          }
+          CHECK(std::fabs(y[i * c.n + j] - s) <= 1e-6 * mag + 1e-7);
+        }
+      }
+      ys.push_back(std::move(y));
+    }
+    if (ys.size() == 2)
+      for (size_t i = 0; i < ys[0].size(); ++i) CHECK(std::fabs(ys[0][i] - ys[1][i]) <= 2e-5 * (std::fabs(ys[0][i]) + 1.f));
+  }
+
+  // The backend: a marked weight (Q8_0 by its kernel; Q4_K and Q6_K parts by dequantised tiles)
+  // equals dequantised weights times f32 activations for decode-sized calls, while the same
+  // weight unmarked multiplies 8-bit activations (and so differs from it).
+  auto b = make_cpu_backend(2);
+  const int64_t k = 512;
+  for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    CAPTURE(ggml_type_name(t));
+    const int64_t rows = 70;
+    std::vector<uint8_t> data = random_rows(t, rows, k, 11);
+    GgufTensor ts;
+    ts.name = "head";
+    ts.type = t;
+    ts.ne = {k, rows};
+    ts.nbytes = data.size();
+    ts.data = data.data();
+    auto marked = b->load_weight(ts), plain = b->load_weight(ts);
+    marked->f32_activations = true;
+    for (const int64_t n : {int64_t(1), int64_t(3)}) {
+      const std::vector<float> x = test::random_vec(size_t(n * k), uint64_t(n + 5), 2.f);
+      Tensor X = test::upload(*b, x, n, k), ym = b->alloc(DType::f32, n, rows), yp = b->alloc(DType::f32, n, rows);
+      b->matmul(X, *marked, ym);
+      b->matmul(X, *plain, yp);
+      const std::vector<float> vm = test::download(*b, ym), vp = test::download(*b, yp);
+      std::vector<float> wf(static_cast<size_t>(k));
+      double worst_plain = 0;
+      for (int64_t j = 0; j < rows; ++j) {
+        dequantize_row(t, data.data() + j * ggml_row_bytes(t, k), wf.data(), k);
+        for (int64_t i = 0; i < n; ++i) {
+          double s = 0, mag = 0;
+          for (int64_t c = 0; c < k; ++c) {
+            s += double(wf[c]) * x[i * k + c];
+            mag += std::fabs(double(wf[c]) * x[i * k + c]);
+          }
+          CHECK(std::fabs(vm[i * rows + j] - s) <= 1e-6 * mag + 1e-7);
+          worst_plain = std::max(worst_plain, std::fabs(vp[i * rows + j] - s) / (mag + 1e-7));
+        }
+      }
+      CHECK(worst_plain > 1e-5);  // the 8-bit activations are visibly rounded: the mark matters
+    }
+  }
+}
