@@ -19,5 +19,6 @@ std::unique_ptr<CommandFamily> model_commands();  // generate, tokenize, make-te
 std::unique_ptr<CommandFamily> index_commands();  // build-index, search
 std::unique_ptr<CommandFamily> rag_commands();    // precompute, answer, eval
 std::unique_ptr<CommandFamily> bench_commands();  // bench prefill, reuse, retrieval
+std::unique_ptr<CommandFamily> store_commands();  // store verify, repair, stats
 
 }  // namespace ragkv::cli

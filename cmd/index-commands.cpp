@@ -94,7 +94,7 @@ class IndexCommands : public CommandFamily {
       if (st != stage) {
         if (bar) bar->finish();
         stage = st;
-        bar = std::make_unique<Progress>("build-index: " + stage, int64_t(total), st == "chunk" ? "documents" : "chunks");
+        bar = std::make_unique<Progress>("build-index: " + stage, int64_t(total), st == "chunk" ? "bytes" : "chunks");
       }
       bar->set(int64_t(done));
     };

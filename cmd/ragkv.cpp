@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   families.push_back(ragkv::cli::index_commands());
   families.push_back(ragkv::cli::rag_commands());
   families.push_back(ragkv::cli::bench_commands());
+  families.push_back(ragkv::cli::store_commands());
   for (auto& f : families) f->add_to(app);
 
   try {

@@ -34,7 +34,8 @@ double recovery_of(const json& m, const char* key) {
   return m.contains("recovery") ? or_nan(m["recovery"].value(key, json()).value("mean", json())) : std::nan("");
 }
 
-// Series name → points, from the summary's modes: blend variants by method, reuse alone.
+// Series name → points, from the summary's modes: blend variants by method, craft variants by
+// ablation, reuse alone.
 std::map<std::string, std::vector<Point>> series_of(const json& s) {
   std::map<std::string, std::vector<Point>> series;
   for (const auto& [name, m] : s.at("modes").items()) {
@@ -44,11 +45,18 @@ std::map<std::string, std::vector<Point>> series_of(const json& s) {
     } catch (const Error&) {
       continue;
     }
-    if (spec.mode != ReuseMode::blend && spec.mode != ReuseMode::reuse) continue;
-    const std::string key = spec.mode == ReuseMode::reuse ? "reuse"
-                            : spec.selection               ? std::string("blend/") + selection_name(*spec.selection)
-                                                           : "blend";
-    Point p{or_nan(m.value("nominal_ratio", json())), or_nan(m.value("real_compute_fraction", json())),
+    std::string key;
+    if (spec.mode == ReuseMode::reuse)
+      key = "reuse";
+    else if (spec.mode == ReuseMode::blend)
+      key = spec.selection ? std::string("blend/") + selection_name(*spec.selection) : "blend";
+    else if (spec.mode == ReuseMode::craft)  // through its alphas (the nominal column holds α)
+      key = spec.ablation ? std::string("craft/") + craft_ablation_name(*spec.ablation) : "craft";
+    else
+      continue;
+    const double nominal = spec.mode == ReuseMode::craft ? spec.ratio.value_or(std::nan(""))
+                                                         : or_nan(m.value("nominal_ratio", json()));
+    Point p{nominal, or_nan(m.value("real_compute_fraction", json())),
             m.at("ttft_ratio").get<double>(), spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "kl"),
             spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "first_token"), m.at("first_token_match").get<double>()};
     series[key].push_back(p);
@@ -94,7 +102,7 @@ TradeoffPlot write_tradeoff_plot(const json& summary, const fs::path& stem) {
   std::string dat = "# ragkv eval sweep: one block per method\n";
   std::vector<std::string> names;
   for (const auto& [name, pts] : series) {
-    dat += fmt::format("# {}\n# nominal_ratio real_compute ttft_ratio recovery_kl recovery_first_token first_token_match\n", name);
+    dat += fmt::format("# {}\n# nominal_ratio(craft: alpha) real_compute ttft_ratio recovery_kl recovery_first_token first_token_match\n", name);
     for (const Point& p : pts)
       dat += fmt::format("{:g} {:g} {:g} {:g} {:g} {:g}\n", p.nominal, p.real, p.ttft_ratio, p.rec_kl, p.rec_ft,
                          p.first_token);

@@ -27,6 +27,8 @@ namespace {
 constexpr std::string_view kMagic{"RKVCHKV\0", 8};
 constexpr uint32_t kVersionCanonical = 1;  // no context, no stats
 constexpr uint32_t kVersionVariant = 2;
+constexpr uint32_t kVersionChain = 3;      // a variant with flags: an exact knowledge-tree node
+constexpr uint8_t kFlagExactChain = 1;
 constexpr uint32_t kMaxHeader = 1 << 20;      // a header is a few hundred bytes; refuse absurd lengths
 constexpr size_t kPreamble = 8 + 4 + 4;       // magic, version, header_len
 
@@ -45,7 +47,7 @@ std::string encode_header(const ChunkKvMeta& m, const VariantStats* stats) {
   for (uint32_t x : {m.n_layer, m.n_kv_head, m.head_dim, m.n_tokens}) append_pod(h, x);
   append_pod(h, m.token_hash);
   append_pod(h, m.first_pos);
-  if (m.context.empty() && !stats) return h;  // version 1
+  if (m.context.empty() && !stats && !m.exact_chain) return h;  // version 1
   append_pod(h, uint32_t(m.context.size()));
   for (const std::string& c : m.context) append_str(h, c);
   append_pod(h, uint8_t(stats ? 1 : 0));
@@ -56,7 +58,13 @@ std::string encode_header(const ChunkKvMeta& m, const VariantStats* stats) {
     append_pod(h, uint32_t(stats->ranked.size()));
     for (uint32_t x : stats->ranked) append_pod(h, x);
   }
+  if (m.exact_chain) append_pod(h, kFlagExactChain);  // version 3
   return h;
+}
+
+uint32_t header_version(const ChunkKvMeta& m, const VariantStats* stats) {
+  if (m.exact_chain) return kVersionChain;
+  return m.context.empty() && !stats ? kVersionCanonical : kVersionVariant;
 }
 
 struct DecodedHeader {
@@ -78,7 +86,7 @@ DecodedHeader decode_header(const std::string& name, std::string_view bytes, uin
   m.n_tokens = r.pod<uint32_t>("n_tokens");
   m.token_hash = r.pod<uint64_t>("token_hash");
   m.first_pos = r.pod<int32_t>("first_pos");
-  if (version == kVersionVariant) {
+  if (version == kVersionVariant || version == kVersionChain) {
     const uint32_t n_ctx = r.pod<uint32_t>("n_context");
     if (n_ctx > r.remaining() / 4) fail("{}: corrupt: {} context chunk ids in a {}-byte header", name, n_ctx, bytes.size());
     for (uint32_t i = 0; i < n_ctx; ++i) m.context.push_back(str("context chunk id"));
@@ -97,6 +105,11 @@ DecodedHeader decode_header(const std::string& name, std::string_view bytes, uin
         if (s.ranked.back() >= m.n_tokens) fail("{}: corrupt: ranked token {} of {}", name, s.ranked.back(), m.n_tokens);
       }
       d.stats = std::move(s);
+    }
+    if (version == kVersionChain) {
+      const uint8_t flags = r.pod<uint8_t>("flags");
+      if (flags & ~kFlagExactChain) fail("{}: corrupt: unknown flags {:#x}", name, flags);
+      m.exact_chain = (flags & kFlagExactChain) != 0;
     }
   }
   r.expect_end();
@@ -153,6 +166,9 @@ std::string header_diff(const ChunkKvMeta& got, const ChunkKvMeta& want, bool an
                             checksum_hex(got.token_hash), want.n_tokens, checksum_hex(want.token_hash)));
   if (!any_context && got.context != want.context)
     add(fmt::format("computed after [{}], expected after [{}]", fmt::join(got.context, ","), fmt::join(want.context, ",")));
+  if (!any_context && got.exact_chain != want.exact_chain)
+    add(got.exact_chain ? "an exact knowledge-tree node, expected a Cache-Craft variant"
+                        : "a Cache-Craft variant, expected an exact knowledge-tree node");
   return d;
 }
 
@@ -168,13 +184,15 @@ void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<con
     fail("{}: {} K and {} V layers given, the chunk has {}", path.string(), k.size(), v.size(), meta.n_layer);
   const auto lb = layer_size(meta);
   if (!lb || !implied_size(meta, 0)) fail("{}: chunk shape too large", path.string());
+  if (meta.exact_chain && meta.context.empty())
+    fail("internal: {}: an exact chain node needs a context (depth 1 is the canonical cache)", path.string());
   if (stats && stats->inter.size() != meta.context.size())
     fail("{}: {} inter-attention values for {} context chunks", path.string(), stats->inter.size(), meta.context.size());
   const std::string header = encode_header(meta, stats);
   if (header.size() > kMaxHeader) fail("{}: header of {} bytes exceeds {}", path.string(), header.size(), kMaxHeader);
 
   std::string head(kMagic);
-  append_pod(head, meta.context.empty() && !stats ? kVersionCanonical : kVersionVariant);
+  append_pod(head, header_version(meta, stats));
   append_pod(head, uint32_t(header.size()));
   head += header;
   append_pod(head, checksum64(head.data(), head.size()));
@@ -194,6 +212,14 @@ void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<con
 }
 
 ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected, bool any_context) : path_(path) {
+  open(path, &expected, any_context);
+}
+
+ChunkKvReader::ChunkKvReader(const fs::path& path) : path_(path) { open(path, nullptr, true); }
+
+ChunkKvReader ChunkKvReader::open_any(const fs::path& path) { return ChunkKvReader(path); }
+
+void ChunkKvReader::open(const fs::path& path, const ChunkKvMeta* expected, bool any_context) {
   const std::string name = path.string();
   auto bad = [&](const std::string& why) { throw CacheFileError(name + ": " + why); };
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -210,9 +236,9 @@ ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected, 
     uint32_t version, header_len;
     std::memcpy(&version, pre + 8, 4);
     std::memcpy(&header_len, pre + 12, 4);
-    if (version != kVersionCanonical && version != kVersionVariant)
-      bad(fmt::format("format version {}, this build reads versions {} and {}", version, kVersionCanonical,
-                      kVersionVariant));
+    if (version != kVersionCanonical && version != kVersionVariant && version != kVersionChain)
+      bad(fmt::format("format version {}, this build reads versions {} to {}", version, kVersionCanonical,
+                      kVersionChain));
     if (header_len > kMaxHeader) bad(fmt::format("corrupt: header length {} exceeds {}", header_len, kMaxHeader));
     const uint64_t header_end = kPreamble + header_len + 8;
     if (file_bytes_ < header_end)
@@ -242,7 +268,8 @@ ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected, 
       bad(fmt::format("{}: {} bytes, the header implies {} ({} layers x {} tokens x kv_dim {})",
                       file_bytes_ < *want_size ? "truncated" : "corrupt", file_bytes_, *want_size, meta_.n_layer,
                       meta_.n_tokens, meta_.kv_dim()));
-    if (const std::string diff = header_diff(meta_, expected, any_context); !diff.empty()) bad(diff);
+    if (expected)
+      if (const std::string diff = header_diff(meta_, *expected, any_context); !diff.empty()) bad(diff);
     data_offset_ = header_end;
     layer_bytes_ = size_t(*layer_size(meta_));
   } catch (...) {
@@ -290,6 +317,11 @@ void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
   if (c.digest() != stored)
     throw CacheFileError(fmt::format("{}: layer {} checksum mismatch (stored {}, computed {}): the file is corrupt",
                                      path_.string(), l, checksum_hex(stored), checksum_hex(c.digest())));
+}
+
+void ChunkKvReader::verify_all_layers() const {
+  std::vector<uint16_t> k(layer_bytes_ / 4), v(layer_bytes_ / 4);
+  for (int l = 0; l < int(meta_.n_layer); ++l) read_layer(l, k.data(), v.data());
 }
 
 void ChunkKvReader::evict_page_cache() const {

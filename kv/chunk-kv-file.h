@@ -9,7 +9,11 @@
 //           u32 n_context, str × n_context (the preceding chunk ids, in prompt order),
 //           u8 has_stats, then when set: f32 a_bar, b_bar, cci, u32 n, f32 inter × n (one per
 //           context chunk), u32 m, u32 ranked × m (token indices)
-//   A canonical cache (no context, no stats) is written as version 1, byte for byte as before.
+//   version 3 (a knowledge-tree node, RAGCache §5.1) is version 2 followed by u8 flags, bit 0
+//           set: the chunk was computed exactly as `full` computes it — one forward call per
+//           segment after an exact chain — so reusing it at its position is bit-identical
+//   A canonical cache (no context, no stats) is written as version 1, byte for byte as before;
+//   a variant as version 2; version 3 only for an exact chain.
 //   then per layer l: K f16 [n_tokens][kv_dim] | V f16 [n_tokens][kv_dim] | u64 XXH64 of K and V
 // so layer l can be read and verified alone (pipelined loading reads layer l+1 while layer l
 // computes). Files are written to a unique temporary name and renamed into place.
@@ -33,6 +37,9 @@ class CacheFileError : public Error {
   using Error::Error;
 };
 
+// The chunk id of the instruction prefix's cache (the root of every prompt).
+inline constexpr const char* kPrefixChunkId = "@prefix";
+
 struct ChunkKvMeta {
   std::string model_fingerprint;  // identifies the model weights (opaque string, <= 256 bytes)
   std::string chunk_id;           // e.g. "Super_Bowl_50#0"
@@ -41,6 +48,11 @@ struct ChunkKvMeta {
   // chunk): empty for the canonical cache. Part of the identity: two variants of one chunk differ
   // here, and a cache is an exact prefix only when its whole chain matches (never by position).
   std::vector<std::string> context;
+  // A knowledge-tree node (RAGCache §5.1): computed as `full` computes the prompt — each segment
+  // one forward call, after an exact chain — so its KV is bit-identical to full's at first_pos.
+  // A Cache-Craft variant (false) may have been computed after approximated KV (write-back) or in
+  // other micro-batches. Part of the identity: the store names the two apart.
+  bool exact_chain = false;
   uint32_t n_layer = 0, n_kv_head = 0, head_dim = 0;
   uint32_t n_tokens = 0;
   uint64_t token_hash = 0;  // token_ids_hash() of the chunk's token ids
@@ -75,6 +87,11 @@ class ChunkKvReader {
   // informational). CacheFileError naming the file and what differs; also for a missing file.
   // any_context: accept whatever context the file names (listing a chunk's variants).
   ChunkKvReader(const std::filesystem::path& path, const ChunkKvMeta& expected, bool any_context = false);
+  // The same checks without an expected header: whatever chunk the file holds, for listing and
+  // verifying a store's files; the caller checks meta() itself (model, shape, and that the name
+  // is its address). open_any is the same, named for call sites.
+  explicit ChunkKvReader(const std::filesystem::path& path);
+  static ChunkKvReader open_any(const std::filesystem::path& path);
   ~ChunkKvReader();
   ChunkKvReader(ChunkKvReader&& o) noexcept;
   ChunkKvReader& operator=(ChunkKvReader&& o) noexcept;
@@ -87,6 +104,9 @@ class ChunkKvReader {
   // Reads layer l's K and V (n_tokens * kv_dim f16 each) with pread and verifies its checksum;
   // CacheFileError on a short read or mismatch. Thread-safe for concurrent calls.
   void read_layer(int l, uint16_t* k_out, uint16_t* v_out) const;
+  // Reads every layer and checks its checksum (store verify, precompute's resume check);
+  // CacheFileError naming the first bad layer.
+  void verify_all_layers() const;
   size_t layer_bytes() const { return layer_bytes_; }  // bytes of one layer's K+V
   uint64_t file_bytes() const { return file_bytes_; }
 
@@ -102,6 +122,7 @@ class ChunkKvReader {
   uint64_t data_offset_ = 0;  // where layer 0 starts
   size_t layer_bytes_ = 0;
   uint64_t file_bytes_ = 0;
+  void open(const std::filesystem::path& path, const ChunkKvMeta* expected, bool any_context);
 };
 
 }  // namespace ragkv

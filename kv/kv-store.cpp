@@ -18,6 +18,7 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kStoreJson = "store.json";
+constexpr const char* kVerifiedLog = "verified.log";
 
 json store_json(const KvStoreInfo& i) {
   return json{{"format", "ragkv-store"},   {"format_version", i.format_version},
@@ -67,6 +68,7 @@ KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& info) {
   KvStore s;
   s.dir_ = dir;
   s.info_ = info;
+  s.verified_ = std::make_shared<VerifiedRecord>(dir / kVerifiedLog);
   const fs::path sj = dir / kStoreJson;
   if (fs::exists(sj)) {
     const KvStoreInfo old = read_store_json(sj);
@@ -88,12 +90,14 @@ KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& info) {
 }
 
 size_t KvStore::remove_stale_temporaries() const {
-  // A writer killed mid-write (kill -9) leaves "<name>.rkv.tmp.<pid>.<hex>"; a live writer's
-  // (another process sharing the store) is left alone.
+  // A writer killed mid-write (kill -9) leaves "<name>.rkv.ragkv-tmp.<host>.<pid>.<hex>"; only
+  // those of dead processes on this machine go (util/file-io.h): a live writer's (another process
+  // sharing the store), another machine's, and files ragkv did not name are left alone.
   size_t removed = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_ / "kv", ec)) {
-    if (e.path().filename().string().find(".rkv.tmp.") == std::string::npos || !is_stale_temporary(e.path())) continue;
+    const auto owner = temporary_owner(e.path());
+    if (!owner || !owner->target.ends_with(".rkv") || !is_stale_temporary(e.path())) continue;
     std::error_code rm;
     if (fs::remove(e.path(), rm)) ++removed;
   }
@@ -107,6 +111,7 @@ KvStore KvStore::open_for_read(const fs::path& dir, const std::string& model_fin
   KvStore s;
   s.dir_ = dir;
   s.info_ = read_store_json(sj);
+  s.verified_ = std::make_shared<VerifiedRecord>(dir / kVerifiedLog);
   s.foreign_ = s.info_.model_fingerprint != model_fingerprint;
   return s;
 }
@@ -133,6 +138,7 @@ fs::path KvStore::chunk_path(const ChunkKvMeta& m) const {
     }
     name += '.';  // (not "." + …: GCC 12 warns falsely, -Wrestrict)
     name += checksum_hex(c.digest());
+    if (m.exact_chain) name += ".chain";
   }
   return dir_ / "kv" / (name + ".rkv");
 }
@@ -169,8 +175,14 @@ std::vector<ChunkKvReader> KvStore::variants(const ChunkKvMeta& canonical, int* 
 
 bool KvStore::has_valid(const ChunkKvMeta& m) const {
   if (foreign_) return false;
+  const fs::path p = chunk_path(m);
+  const auto before = file_stamp(p);
+  if (!before) return false;
   try {
-    ChunkKvReader r(chunk_path(m), m);
+    ChunkKvReader r(p, m);
+    if (verified_->verified(p, *before)) return true;
+    r.verify_all_layers();
+    if (file_stamp(p) == before) verified_->add(p, *before);  // (not when replaced meanwhile)
     return true;
   } catch (const CacheFileError&) {
     return false;
@@ -191,6 +203,7 @@ void KvStore::put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std:
   std::error_code ec;
   fs::create_directories(p.parent_path(), ec);
   write_chunk_kv(p, m, k, v, stats);
+  if (const auto stamp = file_stamp(p)) verified_->add(p, *stamp);  // its checksums were just computed from k and v
   if (listed_ && !m.context.empty()) {
     auto& names = variant_files_[chunk_stem(m)];
     const std::string name = p.filename().string();

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kv/chunk-kv-file.h"
+#include "kv/verified-record.h"
 
 namespace ragkv {
 
@@ -42,14 +44,20 @@ class KvStore {
   // kv/<16 hex>.rkv, the hex being XXH64 over model_fingerprint, prefix, chunk_id, token_hash;
   // a variant (non-empty context) is kv/<the same 16 hex>.<16 hex of its context>.rkv, so a
   // chunk's variants are found by name and each is a file of its own (created atomically: two
-  // processes adding variants never lose one).
+  // processes adding variants never lose one). An exact knowledge-tree node (m.exact_chain) is
+  // kv/<16 hex>.<16 hex of its chain>.chain.rkv: never listed as a Cache-Craft variant, never
+  // confused with a variant of the same context computed approximately.
   std::filesystem::path chunk_path(const ChunkKvMeta& m) const;
   // The headers of every variant of canonical's chunk (context non-empty), verified; files that
   // fail their header checks are counted in *bad and skipped. Read from a listing of kv/ taken
   // on first use (variants another process adds later are seen by the next run).
   std::vector<ChunkKvReader> variants(const ChunkKvMeta& canonical, int* bad = nullptr) const;
-  // The file exists and its header verifies against m (header only; for resuming precompute).
+  // The file exists, its header verifies against m and every layer passes its checksum: read
+  // in full once, then taken from STORE/verified.log while the file is unchanged
+  // (kv/verified-record.h). precompute recomputes a chunk for which this is false.
   bool has_valid(const ChunkKvMeta& m) const;
+  // STORE/verified.log (put records each file it writes; has_valid each file it verifies).
+  const VerifiedRecord& verified_record() const { return *verified_; }
   // Error when the store is foreign or m's model/shape differ from the store's.
   // stats: a variant's Cache-Craft metadata (kv/chunk-kv-file.h).
   void put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v,
@@ -68,6 +76,7 @@ class KvStore {
   // variant file names by their chunk's 16-hex stem; listed on first use, extended by put
   mutable std::map<std::string, std::vector<std::string>> variant_files_;
   mutable bool listed_ = false;
+  std::shared_ptr<const VerifiedRecord> verified_;
   std::string chunk_stem(const ChunkKvMeta& m) const;
 };
 

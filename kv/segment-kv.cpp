@@ -69,3 +69,72 @@ std::shared_ptr<const DeviceSegmentKv> DeviceSegmentKv::load(Backend& backend, c
 }
 
 }  // namespace ragkv
+
+namespace ragkv {
+
+namespace {
+size_t layer_bytes_of(const ChunkKvMeta& m) { return size_t(m.n_tokens) * m.kv_dim() * 2 * sizeof(uint16_t); }
+}  // namespace
+
+std::shared_ptr<const HostSegmentKv> HostSegmentKv::from_data(ChunkKvMeta meta, std::vector<uint16_t> data) {
+  const size_t lb = layer_bytes_of(meta);
+  if (data.size() * sizeof(uint16_t) != lb * meta.n_layer)
+    fail("internal: {} KV values for chunk '{}' of {} layers x {} bytes", data.size(), meta.chunk_id, meta.n_layer, lb);
+  return std::shared_ptr<const HostSegmentKv>(new HostSegmentKv(std::move(meta), lb, std::move(data)));
+}
+
+std::shared_ptr<const HostSegmentKv> HostSegmentKv::download(Backend& backend, const SegmentKv& device) {
+  const ChunkKvMeta& m = device.meta();
+  const size_t elems = device.layer_bytes() / sizeof(uint16_t);
+  std::vector<uint16_t> all(size_t(m.n_layer) * elems);
+  for (uint32_t l = 0; l < m.n_layer; ++l) {
+    uint16_t* layer = all.data() + size_t(l) * elems;
+    backend.download(*device.device_k(int(l)), layer);
+    backend.download(*device.device_v(int(l)), layer + elems / 2);
+  }
+  return from_data(m, std::move(all));
+}
+
+std::shared_ptr<const HostSegmentKv> HostSegmentKv::from_rows(Backend& backend, ChunkKvMeta meta,
+                                                              const std::vector<Tensor>& k, const std::vector<Tensor>& v,
+                                                              int64_t begin) {
+  const size_t elems = layer_bytes_of(meta) / sizeof(uint16_t);
+  std::vector<uint16_t> all(size_t(meta.n_layer) * elems);
+  for (uint32_t l = 0; l < meta.n_layer; ++l) {
+    uint16_t* layer = all.data() + size_t(l) * elems;
+    backend.download(k.at(l).slice_rows(begin, meta.n_tokens), layer);
+    backend.download(v.at(l).slice_rows(begin, meta.n_tokens), layer + elems / 2);
+  }
+  return from_data(std::move(meta), std::move(all));
+}
+
+std::shared_ptr<const DeviceSegmentKv> DeviceSegmentKv::upload(Backend& backend, const SegmentKv& host) {
+  const ChunkKvMeta& m = host.meta();
+  std::shared_ptr<DeviceSegmentKv> r(new DeviceSegmentKv(m, host.layer_bytes()));
+  std::vector<uint16_t> staging;
+  for (uint32_t l = 0; l < m.n_layer; ++l) {
+    const HostKvLayer layer = host.host_layer(int(l), staging);
+    r->k_.push_back(backend.alloc(DType::f16, m.n_tokens, m.kv_dim()));
+    r->v_.push_back(backend.alloc(DType::f16, m.n_tokens, m.kv_dim()));
+    backend.upload(r->k_.back(), layer.k);
+    backend.upload(r->v_.back(), layer.v);
+  }
+  return r;
+}
+
+std::shared_ptr<const DeviceSegmentKv> DeviceSegmentKv::from_rows(Backend& backend, ChunkKvMeta meta,
+                                                                  const std::vector<Tensor>& k,
+                                                                  const std::vector<Tensor>& v, int64_t begin) {
+  const size_t lb = layer_bytes_of(meta);
+  std::shared_ptr<DeviceSegmentKv> r(new DeviceSegmentKv(std::move(meta), lb));
+  const ChunkKvMeta& m = r->meta();
+  for (uint32_t l = 0; l < m.n_layer; ++l) {
+    r->k_.push_back(backend.alloc(DType::f16, m.n_tokens, m.kv_dim()));
+    r->v_.push_back(backend.alloc(DType::f16, m.n_tokens, m.kv_dim()));
+    backend.copy(k.at(l).slice_rows(begin, m.n_tokens), r->k_.back());
+    backend.copy(v.at(l).slice_rows(begin, m.n_tokens), r->v_.back());
+  }
+  return r;
+}
+
+}  // namespace ragkv

@@ -68,6 +68,13 @@ class DiskSegmentKv final : public SegmentKv {
 class HostSegmentKv final : public SegmentKv {
  public:
   static std::shared_ptr<const HostSegmentKv> load(const ChunkKvReader& file);
+  // From KV already in memory: per layer K then V, f16 [n_tokens][kv_dim] each (meta's shape).
+  static std::shared_ptr<const HostSegmentKv> from_data(ChunkKvMeta meta, std::vector<uint16_t> data);
+  // A device copy brought back (RAGCache's swap-out to host memory).
+  static std::shared_ptr<const HostSegmentKv> download(Backend& backend, const SegmentKv& device);
+  // Rows [begin, begin + meta.n_tokens) of a prompt's per-layer K and V tensors.
+  static std::shared_ptr<const HostSegmentKv> from_rows(Backend& backend, ChunkKvMeta meta, const std::vector<Tensor>& k,
+                                                        const std::vector<Tensor>& v, int64_t begin);
   KvTier tier() const override { return KvTier::host; }
   HostKvLayer host_layer(int l, std::vector<uint16_t>& staging) const override;
 
@@ -82,6 +89,11 @@ class HostSegmentKv final : public SegmentKv {
 class DeviceSegmentKv final : public SegmentKv {
  public:
   static std::shared_ptr<const DeviceSegmentKv> load(Backend& backend, const ChunkKvReader& file);
+  static std::shared_ptr<const DeviceSegmentKv> upload(Backend& backend, const SegmentKv& host);
+  // Rows [begin, begin + meta.n_tokens) of a prompt's per-layer K and V tensors, copied on the device.
+  static std::shared_ptr<const DeviceSegmentKv> from_rows(Backend& backend, ChunkKvMeta meta,
+                                                          const std::vector<Tensor>& k, const std::vector<Tensor>& v,
+                                                          int64_t begin);
   KvTier tier() const override { return KvTier::device; }
   const Tensor* device_k(int l) const override { return &k_.at(size_t(l)); }
   const Tensor* device_v(int l) const override { return &v_.at(size_t(l)); }

@@ -4,7 +4,9 @@
 //      (each one splits the pieces of the previous one, keeping matches and gaps: "isolated");
 //   3. each piece's bytes become GPT-2's printable characters (bytes_to_unicode) and are merged
 //      pairwise, lowest merge rank first (tokenizer.ggml.merges order), leftmost on ties.
-// Results per piece are cached: prose repeats its words, so most pieces skip step 3.
+// Results per piece are cached: prose repeats its words, so most pieces skip step 3. Pieces
+// longer than kMaxRunBytes (a megabyte of '[') are cut first (tokenizer.h), so merging is bounded
+// per byte on any input; the merges themselves run on a heap, O(log n) each.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -243,7 +245,13 @@ class BpeTokenizer final : public Tokenizer {
         for (std::string_view w : words) re->split(w, next);
         words.swap(next);
       }
-      for (std::string_view w : words) encode_word(w, out);
+      for (std::string_view w : words) {
+        if (w.size() <= kMaxRunBytes) {
+          encode_word(w, out);
+          continue;
+        }
+        for (std::string_view piece : split_giant_runs(w)) encode_word(piece, out);  // bounded work (tokenizer.h)
+      }
     }
     return out;
   }
@@ -275,6 +283,7 @@ class BpeTokenizer final : public Tokenizer {
     }
     std::vector<TokenId> ids = bpe(word);
     out.insert(out.end(), ids.begin(), ids.end());
+    if (word.size() > kCacheWordMax) return;  // long pieces (rare) would only fill the cache
     std::lock_guard lock(cache_mutex_);
     if (cache_.size() >= kCacheMax) cache_.clear();
     cache_.emplace(std::string(word), std::move(ids));
@@ -337,6 +346,7 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   static constexpr size_t kCacheMax = 1 << 18;
+  static constexpr size_t kCacheWordMax = 256;  // bytes: the cache holds at most 64 MiB of pieces
   struct StringHash {  // lets the cache be searched with a string_view
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }

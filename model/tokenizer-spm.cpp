@@ -192,17 +192,20 @@ class SpmTokenizer final : public Tokenizer {
         after_special = true;
         continue;
       }
-      std::string_view piece = f.text;
-      if (add_space_prefix_ && after_special) {
-        buf.clear();
-        buf.push_back(' ');
-        buf.append(piece);
-        piece = buf;
+      // A fragment with a run longer than kMaxRunBytes is encoded in pieces (bounded work per
+      // byte, tokenizer.h); the space prefix goes before the first only.
+      for (std::string_view piece : split_giant_runs(f.text)) {
+        if (add_space_prefix_ && after_special) {
+          buf.clear();
+          buf.push_back(' ');
+          buf.append(piece);
+          piece = buf;
+        }
+        after_special = false;
+        const auto status = sp_.Encode(piece, &ids);
+        if (!status.ok()) fail("sentencepiece failed to encode {} bytes of text: {}", piece.size(), status.ToString());
+        out.insert(out.end(), ids.begin(), ids.end());
       }
-      after_special = false;
-      const auto status = sp_.Encode(piece, &ids);
-      if (!status.ok()) fail("sentencepiece failed to encode {} bytes of text: {}", piece.size(), status.ToString());
-      out.insert(out.end(), ids.begin(), ids.end());
     }
     return out;
   }

@@ -95,6 +95,26 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
   return out;
 }
 
+std::vector<std::string_view> split_giant_runs(std::string_view s, size_t max_run) {
+  std::vector<std::string_view> out;
+  if (max_run < 4) max_run = 4;  // room for one whole UTF-8 character
+  auto space = [](unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+  size_t start = 0;  // start of the pending piece
+  size_t run = 0;    // start of the current run (same whitespace class)
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > run && space(static_cast<unsigned char>(s[i])) != space(static_cast<unsigned char>(s[i - 1]))) run = i;
+    if (i - run < max_run) continue;
+    // The run reached max_run bytes: cut before the character that i falls in.
+    size_t cut = i;
+    while (cut > run && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    if (cut == run) continue;  // (max_run >= 4: never happens for valid UTF-8)
+    out.push_back(s.substr(start, cut - start));
+    start = run = cut;
+  }
+  if (start < s.size()) out.push_back(s.substr(start));
+  return out;
+}
+
 std::string Tokenizer::decode(const std::vector<TokenId>& ids) const {
   std::string out;
   for (TokenId id : ids) out += token_to_piece(id);

@@ -74,6 +74,17 @@ class Tokenizer {
 // (and merges), e.g. "gpt2/smollm/49152/1f0c...". Recorded in indexes built with it.
 std::string tokenizer_fingerprint(const GgufFile& gguf);
 
+// Bounded work on hostile text (a megabyte of '[' or of spaces): every run of non-whitespace or
+// of whitespace longer than kMaxRunBytes is cut into pieces of at most that many bytes (on UTF-8
+// character boundaries) before a tokenizer merges it, so merging costs O(log kMaxRunBytes) per
+// byte whatever the input. This is what production tokenizers do: Meta's Llama 3 tokenizer splits
+// its input into stretches of at most 25,000 consecutive whitespace or non-whitespace characters
+// before tiktoken's BPE (MAX_NO_WHITESPACES_CHARS). No natural text has such a run (a word, a
+// URL, a base64 line are far shorter), so normal text tokenizes exactly as without the cap.
+constexpr size_t kMaxRunBytes = 25000;
+// The pieces of s, in order, concatenating to s: s itself when no run exceeds max_run.
+std::vector<std::string_view> split_giant_runs(std::string_view s, size_t max_run = kMaxRunBytes);
+
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(const GgufFile& gguf);
 std::unique_ptr<Tokenizer> make_spm_tokenizer(const GgufFile& gguf);
 

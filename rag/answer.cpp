@@ -1,9 +1,11 @@
 // RagAnswerer: plan, prefill with retry on a cache that fails mid-load, greedy decode, metrics.
 #include "rag/answer.h"
 
+#include <chrono>
 #include <cmath>
 #include <optional>
 
+#include "format/checksum.h"
 #include "util/error.h"
 #include "kv/layer-loader.h"
 #include "rag/variant-compute.h"
@@ -28,9 +30,13 @@ nlohmann::json AnswerRecord::metrics() const {
           {"output_tokens", output_ids.size()},
           {"cache_hits", {{"device", cache.device_hits}, {"host", cache.host_hits}, {"disk", cache.disk_hits}}},
           {"cache_exact_hits", cache.exact_hits},
+          {"exact_path_chunks", exact_path_chunks},
+          {"chunk_hits", chunk_hits},
+          {"chunk_memory_hits", chunk_memory_hits},
           {"cache_misses", cache.misses},
           {"cache_bad", cache.bad}};
   if (written_back > 0) j["variants_written"] = written_back;
+  if (cache_update_ms > 0) j["cache_update_ms"] = cache_update_ms;
   if (!craft.empty()) j["craft"] = craft_metrics();
   return j;
 }
@@ -54,8 +60,59 @@ nlohmann::json AnswerRecord::craft_metrics() const {
           {"focused_chunks", prefill.focused_chunks}};
 }
 
-RagAnswerer::RagAnswerer(const Model& model, const PromptFormat& format, const KvTiers* tiers, VariantLedger* ledger)
+RagAnswerer::RagAnswerer(const Model& model, const PromptFormat& format, KvTiers* tiers, VariantLedger* ledger)
     : model_(model), format_(format), tiers_(tiers), ledger_(ledger), keys_(model, format) {}
+
+uint64_t RagAnswerer::prompt_hash(const std::string& question, const std::vector<const Chunk*>& chunks) const {
+  const RagPrompt prompt = format_.build(chunks, question);
+  return checksum64(prompt.ids.data(), prompt.ids.size() * sizeof(int32_t));
+}
+
+// The prompt's knowledge-tree segments in prompt order (RAGCache §5.1): the exact path it reused,
+// the canonical caches it reused elsewhere (depth-1 nodes), and — for the dense modes, whose every
+// computed segment is computed as `full` computes it — the segments it computed, as new nodes.
+// Cache-Craft's approximate variants are not tree nodes. Cost per token (Formula 4): the profiled
+// T(α, β)/β of this prompt for computed nodes, the measured read time per token for disk reads.
+std::vector<PromptNode> RagAnswerer::tree_nodes(const RagPrompt& prompt, const PrefillPlan& plan,
+                                                const PrefillStats& st, const AnswerOptions& opt) const {
+  std::vector<PromptNode> out;
+  const double alpha = double(st.reused_tokens);
+  const double beta = double(prompt.n_tokens()) - alpha;
+  const double compute_cost = beta > 0 ? tiers_->cost().estimate_ms(alpha, beta) / beta : 0.0;
+  const double disk_cost = tiers_->cost().load_ms_per_token(int(KvTier::disk));
+  std::vector<std::string> chain;
+  bool promote = true;  // CRAFT: every chunk so far passed the promotion threshold
+  size_t chunk = 0;
+  for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) {
+    const PromptSegment& seg = prompt.segments[s];
+    const SegmentPlan& sp = plan.segments[s];
+    const bool is_chunk = seg.kind == PromptSegment::Kind::chunk;
+    if (is_chunk) promote = promote && (opt.promote.empty() || (chunk < opt.promote.size() && opt.promote[chunk]));
+    PromptNode node;
+    node.row = seg.begin;
+    const ChunkKvMeta own = s == 0 || chain.empty() ? keys_.segment(seg) : keys_.chain_node(seg, chain);
+    if (sp.kv && sp.exact() && sp.kv->meta().exact_chain == own.exact_chain) {
+      node.key = own;
+      node.served_from = sp.kv->tier();
+    } else if (sp.kv && sp.kv->meta().context.empty()) {
+      node.key = keys_.segment(seg);  // a canonical cache reused at another position
+      node.served_from = sp.kv->tier();
+    } else if (!sp.kv && !plan.sparse()) {
+      node.key = own;
+      node.cost_per_token = compute_cost;
+      node.admit = promote;
+    } else {
+      node.key.chunk_id.clear();  // an approximate variant, or computed approximately: not a node
+    }
+    if (node.served_from == KvTier::disk) node.cost_per_token = disk_cost;
+    if (!node.key.chunk_id.empty()) out.push_back(std::move(node));
+    if (is_chunk) {
+      chain.push_back(seg.chunk_id);
+      ++chunk;
+    }
+  }
+  return out;
+}
 
 AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<const Chunk*>& chunks,
                                  const AnswerOptions& opt) {
@@ -71,7 +128,7 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
 
   const VariantSource variants = tier_variants(keys_, tiers_);
   PrefillPlan plan = plan_prefill(prompt, opt.mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_),
-                                  &variants, opt.craft);
+                                  &variants, opt.craft, tier_chain_lookup(keys_, tiers_));
   KvCache kv = model_.new_kv_cache(n_ctx);
   // Write-back: the chunks after the first that this prompt computes, with their metadata.
   std::vector<size_t> chunk_segs;
@@ -99,6 +156,7 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
       pre = prefill_prompt(model_, prompt, plan, kv, ws_, acc ? &*acc : nullptr);
       break;
     } catch (const ChunkLoadFailed& e) {  // a layer block failed its checksum: recompute that segment
+      if (tiers_ && plan.segments.at(e.job).kv) tiers_->discard(plan.segments[e.job].kv->meta());
       plan.drop_cache(e.job);
     }
   }
@@ -118,10 +176,18 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
       const size_t i = size_t(&sp - plan.segments.data());
       rec.craft.push_back({prompt.segments[i].chunk_id, sp.kv->meta().context.size(), sp.exact(), c.beta, c.gamma,
                            c.cci, c.cfo, int64_t(sp.fix.size()),
-                           tiers_ ? tiers_->store().chunk_path(sp.kv->meta()).filename().string() : std::string()});
+                           tiers_ && !sp.kv->meta().exact_chain  // a chain node is the tree's, not a variant
+                               ? tiers_->store().chunk_path(sp.kv->meta()).filename().string()
+                               : std::string()});
     }
   rec.prefill = pre.stats;
   rec.first_logits = pre.logits;
+  rec.exact_path_chunks = plan.exact_path > 1 ? plan.exact_path - 1 : 0;
+  for (size_t s = 0; s < plan.segments.size(); ++s)  // RAGCache's hit rate counts chunks, not the prefix
+    if (prompt.segments[s].kind == PromptSegment::Kind::chunk && plan.segments[s].kv) {
+      ++rec.chunk_hits;
+      rec.chunk_memory_hits += plan.segments[s].kv->tier() != KvTier::disk;
+    }
 
   GenerateOptions gen = opt.gen;
   gen.stop_at_newline = true;
@@ -129,6 +195,22 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
   rec.answer = std::move(d.text);
   rec.output_ids = std::move(d.output_ids);
   rec.decode_ms = d.decode_ms;
+
+  if (tiers_ && tiers_->managed() && opt.record_in_tiers) {
+    const auto t0 = std::chrono::steady_clock::now();
+    PrefillCostModel& cost = tiers_->cost();
+    const int64_t computed = rec.prefill.prompt_tokens - rec.prefill.reused_tokens;
+    if (!plan.sparse() && computed > 0)  // the online fit of T(α, β) when no profile was measured
+      cost.observe(double(rec.prefill.reused_tokens), double(computed), rec.prefill.prefill_ms);
+    if (rec.cache.disk_hits > 0 && rec.cache.disk_hits == rec.cache.hits() &&
+        rec.prefill.reused_tokens > 0) {  // every cached segment read from disk: its rate
+      const double rate = rec.prefill.load_ms / double(rec.prefill.reused_tokens);
+      const double old = cost.load_ms_per_token(int(KvTier::disk));
+      cost.set_load_ms_per_token(int(KvTier::disk), old > 0 ? 0.9 * old + 0.1 * rate : rate);
+    }
+    tiers_->record_prompt(tree_nodes(prompt, plan, rec.prefill, opt), kv.k, kv.v);
+    rec.cache_update_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   return rec;
 }
 

@@ -27,6 +27,13 @@ struct AnswerOptions {
   // Store the chunks this prompt computes (no cache) as variants of their context (Cache-Craft
   // §3.3 write-back; sparse modes, chunks after the first; under the store's variant budget).
   bool write_back = false;
+  // Managed tiers (KvTiers with budgets): record what this prompt used and computed exactly, so
+  // the knowledge tree keeps, promotes, admits and evicts (RAGCache Algorithm 1). Off for the
+  // runs a measurement compares against (answer --compare, eval), which must not warm the cache.
+  bool record_in_tiers = false;
+  // CRAFT §4.2 (CP-Tree promotion): chunk i of the prompt may enter the tree as a node only when
+  // every chunk up to it is marked here; empty: every chunk may.
+  std::vector<uint8_t> promote;
   GenerateOptions gen;  // max_tokens; stop_at_newline is set by the answerer
 };
 
@@ -50,7 +57,11 @@ struct AnswerRecord {
   CacheCounts cache;
   std::vector<CraftChunkRecord> craft;  // craft: per cached chunk, in prompt order
   int written_back = 0;                 // variants this answer stored (write-back)
+  size_t exact_path_chunks = 0;         // chunks reused on the knowledge tree's exact path
+  size_t chunk_hits = 0;                // chunks whose KV came from a tier (exact or not; not the prefix)
+  size_t chunk_memory_hits = 0;         // of those, from device or host memory
   double retrieval_ms = 0, decode_ms = 0;
+  double cache_update_ms = 0;           // recording the prompt in the managed tiers (after decode)
   double ttft_ms() const { return retrieval_ms + prefill.prefill_ms; }
   // The metrics object of ANSWERS.jsonl (DESIGN.md §1 "Files").
   nlohmann::json metrics() const;
@@ -61,17 +72,23 @@ class RagAnswerer {
  public:
   // tiers may be null (every mode then computes everything, like `full`); ledger (write-back's
   // budget) may be null.
-  RagAnswerer(const Model& model, const PromptFormat& format, const KvTiers* tiers, VariantLedger* ledger = nullptr);
+  RagAnswerer(const Model& model, const PromptFormat& format, KvTiers* tiers, VariantLedger* ledger = nullptr);
 
   AnswerRecord answer(const std::string& question, const std::vector<const Chunk*>& chunks,
                       const AnswerOptions& opt);
 
   const CacheKeys& keys() const { return keys_; }
+  // XXH64 of the prompt's token ids: equal exactly when answer() would prefill the same tokens.
+  uint64_t prompt_hash(const std::string& question, const std::vector<const Chunk*>& chunks) const;
 
  private:
+  // The knowledge-tree segments of a prefilled prompt, for KvTiers::record_prompt.
+  std::vector<PromptNode> tree_nodes(const RagPrompt& prompt, const PrefillPlan& plan, const PrefillStats& st,
+                                     const AnswerOptions& opt) const;
+
   const Model& model_;
   const PromptFormat& format_;
-  const KvTiers* tiers_;
+  KvTiers* tiers_;
   VariantLedger* ledger_;
   CacheKeys keys_;
   Workspace ws_;

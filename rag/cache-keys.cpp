@@ -53,4 +53,14 @@ ChunkKvMeta CacheKeys::segment(const PromptSegment& seg) const {
   fail("internal: the question segment has no cache key");
 }
 
+ChunkKvMeta CacheKeys::chain_node(const PromptSegment& seg, const std::vector<std::string>& chain) const {
+  if (seg.kind != PromptSegment::Kind::chunk || chain.empty())
+    fail("internal: a knowledge-tree node is a chunk after a non-empty chain");
+  ChunkKvMeta m = chunk(seg.chunk_id, seg.ids);
+  m.context = chain;
+  m.exact_chain = true;
+  m.first_pos = int32_t(seg.begin);
+  return m;
+}
+
 }  // namespace ragkv

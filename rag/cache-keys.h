@@ -12,8 +12,6 @@
 
 namespace ragkv {
 
-inline constexpr const char* kPrefixChunkId = "@prefix";
-
 class CacheKeys {
  public:
   CacheKeys(const Model& model, const PromptFormat& format);
@@ -23,6 +21,9 @@ class CacheKeys {
   ChunkKvMeta chunk(const std::string& chunk_id, const std::vector<int32_t>& ids) const;
   // The key of a prompt segment: the prefix's, or its chunk's (the question has none).
   ChunkKvMeta segment(const PromptSegment& seg) const;
+  // The knowledge-tree node of a chunk segment computed exactly after `chain` (non-empty: the
+  // chunk ids before it, in prompt order) at the segment's position (RAGCache §5.1).
+  ChunkKvMeta chain_node(const PromptSegment& seg, const std::vector<std::string>& chain) const;
 
  private:
   const Model& model_;

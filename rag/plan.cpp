@@ -110,9 +110,7 @@ namespace {
 void derive_rows(PrefillPlan& p) {
   const size_t n_seg = p.segments.size();
   p.dense_groups.clear();
-  p.dense_groups.push_back({0, 1});
-  if (n_seg > 2) p.dense_groups.push_back({1, 2});
-  p.dense_groups.push_back({p.dense_groups.back().second, n_seg});
+  for (size_t s = 0; s < n_seg; ++s) p.dense_groups.push_back({s, s + 1});
   p.loaded_groups = 0;
   if (p.mode == ReuseMode::prefix) {
     // Leading groups whose segments all have exact caches are loaded; the question is always computed.
@@ -239,12 +237,32 @@ void PrefillPlan::drop_cache(size_t segment) {
   counts.add_hit(s.kv->tier(), -1);
   ++counts.bad;
   s.kv.reset();
+  if (segment < exact_path) {
+    // The path ends here. `prefix` loads only a leading run, so the path's later segments are
+    // computed too: no longer hits (nor bad).
+    if (mode == ReuseMode::prefix)
+      for (size_t t = segment + 1; t < exact_path; ++t) {
+        SegmentPlan& later = segments[t];
+        if (!later.kv) continue;
+        --counts.exact_hits;
+        counts.add_hit(later.kv->tier(), -1);
+        later.kv.reset();
+      }
+    exact_path = segment;
+  }
   derive_rows(*this);
 }
 
 SegmentLookup tier_lookup(const CacheKeys& keys, const KvTiers* tiers) {
   if (!tiers) return {};
   return [&keys, tiers](const PromptSegment& seg) { return tiers->find(keys.segment(seg)); };
+}
+
+ChainLookup tier_chain_lookup(const CacheKeys& keys, const KvTiers* tiers) {
+  if (!tiers) return {};
+  return [&keys, tiers](const PromptSegment& seg, const std::vector<std::string>& chain) {
+    return tiers->find(keys.chain_node(seg, chain));
+  };
 }
 
 VariantSource tier_variants(const CacheKeys& keys, const KvTiers* tiers) {
@@ -264,7 +282,7 @@ VariantSource tier_variants(const CacheKeys& keys, const KvTiers* tiers) {
 }
 
 PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
-                         const SegmentLookup& lookup, const VariantSource* variants, const CraftParams& craft) {
+                         const SegmentLookup& lookup, const VariantSource* variants, const CraftParams& craft, const ChainLookup& chain) {
   if (prompt.segments.empty() || prompt.segments.back().kind != PromptSegment::Kind::suffix ||
       prompt.segments.back().ids.empty())
     fail("internal: a RAG prompt must end with a non-empty question segment");
@@ -283,8 +301,59 @@ PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendPar
     p.segments.push_back(std::move(sp));
     if (seg.kind == PromptSegment::Kind::chunk) before.push_back(seg.chunk_id);
   }
+  if (mode == ReuseMode::full || !lookup) {
+    derive_rows(p);
+    return p;
+  }
+
+  // RAGCache §5.1: the longest exact path of the knowledge tree, matched segment by segment from
+  // the root (the prefix); the traversal stops at the first segment without an exact node.
+  bool path_missed = false;
+  size_t rest = 0;  // the first segment the sparse modes look up after the path
+  for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) {
+    const PromptSegment& seg = prompt.segments[s];
+    SegmentPlan& sp = p.segments[s];
+    if (s > 0 && seg.kind != PromptSegment::Kind::chunk) break;
+    std::shared_ptr<const SegmentKv> kv;
+    try {
+      if (sp.context.empty())
+        kv = lookup(seg);  // the prefix, chunk 1: canonical caches are computed exactly there
+      else if (chain)
+        kv = chain(seg, sp.context);
+      else
+        break;
+    } catch (const CacheFileError&) {
+      ++p.counts.bad;
+      if (sp.context.empty()) rest = s + 1;  // that canonical cache is bad: computed, not looked up again
+      break;
+    }
+    if (!kv) {
+      path_missed = true;
+      break;
+    }
+    sp.kv = std::move(kv);
+    if (!sp.exact()) {  // a cache, but not for this position (cannot happen for a sound store)
+      sp.kv.reset();
+      break;
+    }
+    p.counts.add_hit(sp.kv->tier());
+    ++p.counts.exact_hits;
+    p.exact_path = rest = s + 1;
+  }
+  if (mode == ReuseMode::prefix) {
+    if (path_missed) ++p.counts.misses;
+    derive_rows(p);
+    return p;
+  }
+  if (mode == ReuseMode::craft || mode == ReuseMode::auto_)
+    for (size_t s = 1; s < p.exact_path; ++s) {  // Cache-Craft's exact chain: reused as is, CFO 0
+      VariantChoice exact;
+      exact.exact = true;
+      p.segments[s].choice = exact;
+    }
+
   if ((mode == ReuseMode::craft || mode == ReuseMode::auto_) && variants && variants->candidates) {
-    for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) {
+    for (size_t s = rest; s + 1 < prompt.segments.size(); ++s) {
       const PromptSegment& seg = prompt.segments[s];
       SegmentPlan& sp = p.segments[s];
       try {
@@ -318,11 +387,9 @@ PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendPar
       p.counts.add_hit(sp.kv->tier());
       if (sp.exact()) ++p.counts.exact_hits;
     }
-  } else if (lookup && mode != ReuseMode::full) {
-    // `prefix` needs only the segments an exact prefix can cover; the question is never cached.
-    const size_t last = mode == ReuseMode::prefix ? std::min<size_t>(2, prompt.segments.size() - 1)
-                                                  : prompt.segments.size() - 1;
-    for (size_t s = 0; s < last; ++s) {
+  } else {
+    // The segments after the exact path, from their canonical caches; the question is never cached.
+    for (size_t s = rest; s + 1 < prompt.segments.size(); ++s) {
       try {
         p.segments[s].kv = lookup(prompt.segments[s]);
       } catch (const CacheFileError&) {

@@ -92,10 +92,14 @@ struct PrefillPlan {
   std::vector<SegmentPlan> segments;  // one per prompt segment, in prompt order
   CacheCounts counts;
   int64_t n_tokens = 0;
+  // Leading segments (the prefix included) whose KV is the knowledge tree's exact path (RAGCache
+  // §5.1): the prefix, chunk 1's canonical cache, then chain nodes — bit-identical to full's rows.
+  size_t exact_path = 0;
 
-  // full, prefix: groups of segments computed by one Model::forward call each —
-  // [prefix], [chunk 1], [chunks 2.. + question] — the calls precompute makes, so a reused exact
-  // prefix is bit-identical to a recomputed one; the first `loaded_groups` are loaded instead.
+  // full, prefix: groups of segments computed by one Model::forward call each — one per segment,
+  // [prefix], [chunk 1], …, [chunk k], [question]: the calls precompute makes for the canonical
+  // caches and the answerer for knowledge-tree nodes, so a reused exact path is bit-identical to a
+  // recomputed one; the first `loaded_groups` are loaded instead.
   std::vector<std::pair<size_t, size_t>> dense_groups;
   size_t loaded_groups = 0;
 
@@ -131,6 +135,12 @@ struct PrefillPlan {
 using SegmentLookup = std::function<std::shared_ptr<const SegmentKv>(const PromptSegment&)>;
 // The lookup of a segment's key (keys) in the tiers; an empty lookup when tiers is null.
 SegmentLookup tier_lookup(const CacheKeys& keys, const KvTiers* tiers);
+// The knowledge-tree node of a segment computed exactly after `chain` (the ids of the chunk
+// segments before it, non-empty; RAGCache §5.1): nullptr when none is cached; CacheFileError
+// for one that fails its header checks.
+using ChainLookup =
+    std::function<std::shared_ptr<const SegmentKv>(const PromptSegment&, const std::vector<std::string>& chain)>;
+ChainLookup tier_chain_lookup(const CacheKeys& keys, const KvTiers* tiers);
 
 // craft: a chunk's cached variants (the canonical cache first when there is one), and the KV of
 // the one chosen.
@@ -141,14 +151,17 @@ struct VariantSource {
 VariantSource tier_variants(const CacheKeys& keys, const KvTiers* tiers);
 
 // Looks every cacheable segment of prompt up (an empty lookup: nothing is cached) and plans the
-// prefill of `mode`. `full` looks nothing up; `prefix` only the segments an exact prefix can
-// cover; the question is never cached. Caches that fail their header checks count as bad.
-// craft chooses each chunk's variant from `variants` (Cache-Craft §3.2: lowest CFO; the prefix
-// by `lookup`) and recomputes its fix tokens; auto does so for the chunks with variant metadata
-// (or an exact chain) and leaves the others to blend's selection.
+// prefill of `mode`. `full` looks nothing up. Every other mode first walks the knowledge tree
+// (RAGCache §5.1): the prefix and chunk 1 by `lookup` (their canonical caches are exact), then
+// chunk i by `chain` after chunks 1..i−1, as far as exact nodes go; that path is reused as is.
+// `prefix` stops there; the sparse modes look the remaining segments up as before. The question
+// is never cached. Caches that fail their header checks count as bad.
+// craft chooses each remaining chunk's variant from `variants` (Cache-Craft §3.2: lowest CFO)
+// and recomputes its fix tokens; auto does so for the chunks with variant metadata (or an exact
+// chain) and leaves the others to blend's selection.
 PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
                          const SegmentLookup& lookup, const VariantSource* variants = nullptr,
-                         const CraftParams& craft = {});
+                         const CraftParams& craft = {}, const ChainLookup& chain = {});
 
 // Gradual filtering schedule (CacheBlend §4.3): the fraction of the candidate tokens kept after
 // each of `checks` check layers, from a little above r down to r.

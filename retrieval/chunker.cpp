@@ -14,6 +14,9 @@ namespace ragkv {
 
 namespace {
 
+constexpr int kMaxClosers = 8;          // closing quotes/brackets skipped before a sentence end
+constexpr size_t kMaxSpaceScan = 256;   // whitespace bytes looked at on each side of a cut
+
 bool is_space(unsigned char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
@@ -58,8 +61,9 @@ std::vector<size_t> token_offsets(std::string_view text, const std::vector<Token
 // Does t end a sentence? 1: ASCII/Latin terminator (needs whitespace after it to count),
 // 2: a CJK full-width terminator (counts without whitespace), 0: no.
 int sentence_end_kind(std::string_view t) {
-  // Skip closing quotes and brackets: `He said "no."` ends a sentence.
-  for (;;) {
+  // Skip closing quotes and brackets: `He said "no."` ends a sentence. At most kMaxClosers of
+  // them: a megabyte of ']' must not be walked back at every candidate cut.
+  for (int closers = 0; closers < kMaxClosers; ++closers) {
     if (!t.empty() && std::string_view(")]}\"'").find(t.back()) != std::string_view::npos)
       t.remove_suffix(1);
     else if (t.ends_with("\xE2\x80\x9D") || t.ends_with("\xE2\x80\x99"))  // ” ’
@@ -77,10 +81,12 @@ int sentence_end_kind(std::string_view t) {
 }
 
 // How good a cut at byte p is: 3 paragraph end (a blank line), 2 sentence end, 1 line end, 0 none.
+// The whitespace around p is looked at up to kMaxSpaceScan bytes each way, so a call costs O(1)
+// however long a run of spaces the text holds (bounded work per byte: chunker.h).
 int boundary_score(std::string_view t, size_t p) {
   size_t l = p, r = p;
-  while (l > 0 && is_space(static_cast<unsigned char>(t[l - 1]))) --l;
-  while (r < t.size() && is_space(static_cast<unsigned char>(t[r]))) ++r;
+  while (l > 0 && p - l < kMaxSpaceScan && is_space(static_cast<unsigned char>(t[l - 1]))) --l;
+  while (r < t.size() && r - p < kMaxSpaceScan && is_space(static_cast<unsigned char>(t[r]))) ++r;
   const auto newlines = std::count(t.begin() + l, t.begin() + r, '\n');
   if (newlines >= 2) return 3;
   const int s = sentence_end_kind(t.substr(0, l));
@@ -99,7 +105,8 @@ void check_chunk_params(const ChunkParams& p) {
     fail("snap_fraction must be in [0, 1), got {}", p.snap_fraction);
 }
 
-std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, const ChunkParams& p) {
+std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, const ChunkParams& p,
+                                  const std::function<void(size_t)>& advanced) {
   check_chunk_params(p);
   const std::string_view text = doc.text;
   const auto ids = tok.encode(text, false);
@@ -157,6 +164,7 @@ std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, con
       --e;
     }
     if (e >= n) break;
+    if (advanced) advanced(end_byte(e));
     s = std::max(s + 1, e > overlap ? e - overlap : size_t(0));
   }
   return chunks;
@@ -168,26 +176,32 @@ std::vector<Chunk> chunk_corpus(const std::vector<Document>& docs, const Tokeniz
   std::vector<std::vector<Chunk>> per_doc(docs.size());
   std::exception_ptr error;
   std::mutex mu;
-  size_t done = 0;  // guarded by mu
+  size_t total = 0, done = 0;  // text bytes; done guarded by mu
+  for (const Document& d : docs) total += d.text.size();
   const long n_docs = long(docs.size());
 #pragma omp parallel for schedule(dynamic, 4)
   for (long i = 0; i < n_docs; ++i) {
+    size_t reported = 0;  // bytes of this document counted in done
+    auto advance_to = [&](size_t at) {
+      if (!progress || at <= reported) return;
+      std::lock_guard lock(mu);
+      done += at - reported;
+      reported = at;
+      progress(done, total);
+    };
     try {
-      per_doc[size_t(i)] = chunk_document(docs[size_t(i)], tok, p);
+      per_doc[size_t(i)] = chunk_document(docs[size_t(i)], tok, p, advance_to);
     } catch (...) {
       std::lock_guard lock(mu);
       if (!error) error = std::current_exception();
     }
-    if (progress) {
-      std::lock_guard lock(mu);
-      progress(++done, docs.size());
-    }
+    advance_to(docs[size_t(i)].text.size());
   }
   if (error) std::rethrow_exception(error);
   std::vector<Chunk> all;
-  size_t total = 0;
-  for (const auto& v : per_doc) total += v.size();
-  all.reserve(total);
+  size_t n_chunks = 0;
+  for (const auto& v : per_doc) n_chunks += v.size();
+  all.reserve(n_chunks);
   for (auto& v : per_doc)
     for (auto& c : v) all.push_back(std::move(c));
   return all;

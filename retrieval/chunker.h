@@ -37,10 +37,16 @@ struct Chunk {
   int n_tokens = 0;   // LLM tokens of text encoded alone (no BOS)
 };
 
-std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, const ChunkParams& p);
+// Bounded work per byte on any text: the document is tokenized once (tokenizers bound their own
+// work, model/tokenizer.h), each window looks at a bounded stretch around its candidate cuts, and
+// advanced(bytes) reports how far into the text the chunks have got, after each window (progress
+// during one long document).
+std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, const ChunkParams& p,
+                                  const std::function<void(size_t)>& advanced = {});
 
 // All documents, chunks in document order (documents are chunked in parallel; the result does
-// not depend on the thread count). progress(done_docs, total_docs) is called from one thread.
+// not depend on the thread count). progress(done_bytes, total_bytes) counts document text bytes,
+// rises strictly, ends at the total, and is called under a lock (one thread at a time).
 std::vector<Chunk> chunk_corpus(const std::vector<Document>& docs, const Tokenizer& tok, const ChunkParams& p,
                                 const std::function<void(size_t, size_t)>& progress = {});
 

@@ -4,11 +4,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "util/error.h"
 #include "format/checked-file.h"
+#include "format/checksum.h"
+#include "util/file-io.h"
 #include "util/json-files.h"
 
 namespace ragkv {
@@ -176,36 +179,56 @@ IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chu
   for (const auto& e : fs::directory_iterator(dir, ec)) {  // temporaries a killed build left
     const std::string f = e.path().filename().string();
     for (const char* name : {kChunksFile, kEmbeddingsFile, kHnswFile, kManifest})
-      if (f.starts_with(std::string(name) + ".tmp.")) fs::remove(e.path(), ec);
+      if (const auto owner = temporary_owner(e.path());
+          (owner && owner->target == name) || f.starts_with(std::string(name) + ".tmp."))  // (older builds' names)
+        fs::remove(e.path(), ec);
   }
 
   const std::string chunk_lines = chunks_jsonl(chunks);
   write_file_atomic(dir / kChunksFile, {chunk_lines});
 
-  // Embed in batches; rows f32 [n][dim], L2-normalised.
+  // Embed in batches of distinct texts; rows f32 [n][dim], L2-normalised. A text seen before (a
+  // repeated boilerplate passage, or the identical windows of a megabyte of '[') takes the row of
+  // its first chunk instead of being embedded again: the embedder is a function of the text.
   const size_t n = chunks.size();
   size_t dim = 0;
   std::vector<float> rows;
-  for (size_t b = 0; b < n; b += opt.embed_batch) {
-    const size_t e = std::min(n, b + opt.embed_batch);
+  std::unordered_map<uint64_t, size_t> first_with_text;  // XXH64 of an embedding text -> first chunk
+  std::vector<size_t> source(n);                         // the chunk whose row chunk i copies
+  for (size_t b = 0; b < n;) {
     std::vector<std::string> texts;
-    texts.reserve(e - b);
-    for (size_t i = b; i < e; ++i) texts.push_back(chunk_embedding_text(chunks[i]));
-    std::vector<float> out = embed(texts);
-    if (out.empty() || out.size() % texts.size() != 0)
+    std::vector<size_t> embedded;  // chunk of each text
+    size_t e = b;
+    for (; e < n && texts.size() < opt.embed_batch; ++e) {
+      std::string t = chunk_embedding_text(chunks[e]);
+      const auto [it, fresh] = first_with_text.emplace(checksum64(t.data(), t.size()), e);
+      source[e] = fresh || chunk_embedding_text(chunks[it->second]) != t ? e : it->second;  // (a collision: embed)
+      if (source[e] != e) continue;
+      texts.push_back(std::move(t));
+      embedded.push_back(e);
+    }
+    std::vector<float> out = texts.empty() ? std::vector<float>() : embed(texts);
+    if (!texts.empty() && (out.empty() || out.size() % texts.size() != 0))
       fail("embedder returned {} floats for {} texts (expected texts × dim)", out.size(), texts.size());
-    const size_t d = out.size() / texts.size();
-    if (dim == 0) {
-      dim = d;
-      rows.reserve(n * dim);
-    } else if (d != dim) {
-      fail("embedder returned {}-dimensional vectors for chunks {}..{}, {}-dimensional before", d, chunks[b].id,
-           chunks[e - 1].id, dim);
+    if (!texts.empty()) {
+      const size_t d = out.size() / texts.size();
+      if (dim == 0) {
+        dim = d;
+      } else if (d != dim) {
+        fail("embedder returned {}-dimensional vectors for chunks {}..{}, {}-dimensional before", d, chunks[b].id,
+             chunks[e - 1].id, dim);
+      }
+    }
+    rows.resize(e * dim);
+    for (size_t k = 0; k < embedded.size(); ++k) {
+      const std::span<float> row(out.data() + k * dim, dim);
+      l2_normalize(row, "embedding of chunk " + chunks[embedded[k]].id);
+      std::copy(row.begin(), row.end(), rows.begin() + ptrdiff_t(embedded[k] * dim));
     }
     for (size_t i = b; i < e; ++i)
-      l2_normalize(std::span<float>(out).subspan((i - b) * dim, dim), "embedding of chunk " + chunks[i].id);
-    rows.insert(rows.end(), out.begin(), out.end());
+      if (source[i] != i) std::copy_n(rows.begin() + ptrdiff_t(source[i] * dim), dim, rows.begin() + ptrdiff_t(i * dim));
     if (progress) progress("embed", e, n);
+    b = e;
   }
 
   std::string emb_header;
@@ -236,6 +259,7 @@ IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chu
 }
 
 struct IndexDir::Impl {
+  fs::path dir;
   IndexManifest manifest;
   std::vector<Chunk> chunks;
   std::vector<float> rows;  // f32 [n_chunks][dim], L2-normalised
@@ -263,6 +287,7 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
   }
   IndexDir d;
   Impl& x = *d.impl_;
+  x.dir = dir;
   x.manifest = parse_manifest(mpath, j);
   const IndexManifest& m = x.manifest;
   if (!embedder_fingerprint.empty() && m.embedder_fingerprint != embedder_fingerprint)
@@ -310,6 +335,13 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
 }
 
 const IndexManifest& IndexDir::manifest() const { return impl_->manifest; }
+std::string IndexDir::tokenizer_mismatch(std::string_view tokenizer_fingerprint) const {
+  const std::string& built = impl_->manifest.tokenizer_fingerprint;
+  if (built == tokenizer_fingerprint) return "";
+  return fmt::format("{}: built with tokenizer {}, this model's is {}: its chunk lengths are in the other model's "
+                     "tokens (rebuild it with build-index --model for chunks of --chunk-tokens of this model)",
+                     impl_->dir.string(), built, tokenizer_fingerprint);
+}
 const std::vector<Chunk>& IndexDir::chunks() const { return impl_->chunks; }
 std::span<const float> IndexDir::embeddings() const { return impl_->rows; }
 const HnswIndex& IndexDir::hnsw() const { return *impl_->hnsw; }

@@ -28,7 +28,7 @@ namespace ragkv {
 // Embeds a batch of texts: returns texts.size() × dim floats, row-major (any norm; the index
 // normalises). The real one is the BERT embedder; tests pass a deterministic fake.
 using EmbedFn = std::function<std::vector<float>(const std::vector<std::string>& texts)>;
-// Build progress: stage is "chunk" (documents), "embed" (chunks) or "index" (HNSW inserts).
+// Build progress: stage is "chunk" (document text bytes), "embed" (chunks) or "index" (HNSW inserts).
 using BuildProgressFn = std::function<void(std::string_view stage, size_t done, size_t total)>;
 
 struct IndexBuildOptions {
@@ -68,6 +68,12 @@ class IndexDir {
   ~IndexDir();
 
   const IndexManifest& manifest() const;
+  // "" when the index was built with the tokenizer of this fingerprint (model/tokenizer.h), else
+  // one line saying so: its chunk lengths were counted in another model's tokens. Callers warn
+  // rather than fail — a chunk is tokenized again by the model that uses it, so answers are
+  // right, only the chunk lengths differ from --chunk-tokens (the Gemma evaluations in
+  // bench/results use an index built with SmolLM2's tokenizer on purpose).
+  std::string tokenizer_mismatch(std::string_view tokenizer_fingerprint) const;
   const std::vector<Chunk>& chunks() const;
   std::span<const float> embeddings() const;  // f32 [n_chunks][dim]
   const HnswIndex& hnsw() const;

@@ -219,6 +219,66 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
             " --modes prefix --limit 1 --max-tokens 4 --top-k 3 --min-quality-ratio 10");
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("prefix: FAIL gold-F1 ratio to the baseline 1.000 < 10.000") != std::string::npos);
+
+  // The cache manager and query order (RAGCache §5.1–5.2): two pairs of queries over the same
+  // chunk sequences, interleaved. Reordered, each pair is answered back to back; answers are still
+  // written in input order, and the second of a pair reuses the knowledge-tree path its first
+  // computed (both chunks, exactly: the answers are full's). With a disk budget the chain nodes
+  // persist in the store, and a later run in input order finds them there.
+  const fs::path pairs = m.dir.path / "pairs.jsonl";
+  {
+    std::ofstream f(pairs);
+    f << R"({"id": "w1", "question": "What was Maria Curie the first female recipient of?", "passages": ["Warsaw#0", "Normans#5"]})" "\n"
+      << R"({"id": "m1", "question": "Who was Martin Luther?", "passages": ["Martin_Luther#2", "Nikola_Tesla#5"]})" "\n"
+      << R"({"id": "w2", "question": "Where did Curie study?", "passages": ["Warsaw#0", "Normans#5"]})" "\n"
+      << R"({"id": "m2", "question": "Where did Tesla work?", "passages": ["Martin_Luther#2", "Nikola_Tesla#5"]})" "\n";
+  }
+  const std::string pair_args = "answer " + q(pairs) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+                                " --mode prefix --max-tokens 4 --compare full";
+  const fs::path reordered = m.dir.path / "reordered.jsonl", reordered_sum = m.dir.path / "reordered.json";
+  r = m.run(pair_args + " --host-budget 64MiB --disk-budget 64MiB --out " + q(reordered) + " --summary " + q(reordered_sum));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto ra = read_jsonl(reordered);
+  REQUIRE(ra.size() == 4);
+  const std::vector<std::string> ids{"w1", "m1", "w2", "m2"};
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(ra[i]["id"] == ids[i]);
+    CHECK(ra[i]["answer"] == ra[i]["full_answer"]);
+    CHECK(ra[i]["metrics"]["first_token_match"] == true);
+  }
+  // Within a pair the first answered computes the second chunk, the other reuses it.
+  for (size_t i = 0; i < 2; ++i)
+    CHECK(ra[i]["metrics"]["exact_path_chunks"].get<int>() + ra[i + 2]["metrics"]["exact_path_chunks"].get<int>() == 3);
+  const json rs = json::parse(std::ifstream(reordered_sum));
+  CHECK(rs["reordered"] == true);
+  CHECK(rs["order_runs"] == 4);  // the m pair, then the w pair: no two consecutive in input order
+  CHECK(rs["cache_manager"]["policy"] == "pgdsf");
+  CHECK(rs["cache_manager"]["tiers"]["host"]["bytes"].get<uint64_t>() <= rs["cache_manager"]["tiers"]["host"]["budget"].get<uint64_t>());
+  CHECK(rs["cache_hits_per_tier"]["host"].get<double>() > 0);
+  size_t chain_files = 0;
+  for (const auto& e : fs::directory_iterator(m.store / "kv")) chain_files += e.path().filename().string().ends_with(".chain.rkv");
+  CHECK(chain_files == 0);  // the host budget held them: nothing was evicted to the disk
+
+  // A host budget too small for any chunk: computed chain nodes go to the disk store, and a run in
+  // input order reads them back from there.
+  r = m.run(pair_args + " --host-budget 1 --disk-budget 64MiB --no-reorder --out " + q(reordered));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  for (const auto& e : fs::directory_iterator(m.store / "kv")) chain_files += e.path().filename().string().ends_with(".chain.rkv");
+  CHECK(chain_files == 2);
+  const fs::path again = m.dir.path / "again.jsonl", again_sum = m.dir.path / "again.json";
+  r = m.run(pair_args + " --host-budget 1 --disk-budget 64MiB --no-reorder --out " + q(again) + " --summary " + q(again_sum));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto aa = read_jsonl(again);
+  REQUIRE(aa.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(aa[i]["id"] == ids[i]);
+    CHECK(aa[i]["answer"] == ra[i]["answer"]);
+    CHECK(aa[i]["metrics"]["exact_path_chunks"] == 2);  // from the store's chain files
+  }
+  const json as = json::parse(std::ifstream(again_sum));
+  CHECK(as["reordered"] == false);
+  CHECK(as["order_runs"] == 1);
+  CHECK(as["exact_path_chunks"] == 8.0);
 }
 
 TEST_CASE("cli rag: Cache-Craft variants, craft and auto, write-back under a budget, alpha fitted") {
@@ -284,6 +344,55 @@ TEST_CASE("cli rag: Cache-Craft variants, craft and auto, write-back under a bud
   }
   CHECK(variants >= 1);
   CHECK(variants <= 2);
+}
+
+TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the prompt and settings match") {
+  MiniIndex m;
+  Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store) + " --limit 2");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const fs::path cache = m.dir.path / "baseline.jsonl";
+  const std::string args = "eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+                           " --modes reuse --limit 2 --top-k 3 --min-agreement 0 --max-kl -1 --baseline-cache " +
+                           q(cache);
+  r = m.run(args + " --max-tokens 4");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json first = json::parse(r.out);
+  CHECK(first["baseline_cache"]["taken"] == 0);
+  CHECK(read_jsonl(cache).size() == 2);
+  // The same run again: both baselines from the file, the comparison exactly as computed.
+  r = m.run(args + " --max-tokens 4");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json second = json::parse(r.out);
+  CHECK(second["baseline_cache"]["taken"] == 2);
+  CHECK(read_jsonl(cache).size() == 2);
+  for (const char* k : {"f1", "f1_vs_baseline", "first_token_match", "identical_output", "kl_first_token"}) {
+    CHECK_MESSAGE(second["modes"]["reuse"][k] == first["modes"]["reuse"][k], k);
+    CHECK_MESSAGE(second["modes"]["full"][k] == first["modes"]["full"][k], k);
+  }
+  CHECK(second["modes"]["full"]["ttft_ms"] == first["modes"]["full"]["ttft_ms"]);  // the recorded timing
+  // Another answer length is another baseline: computed and added.
+  r = m.run(args + " --max-tokens 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(json::parse(r.out)["baseline_cache"]["taken"] == 0);
+  REQUIRE(read_jsonl(cache).size() == 4);
+  // A damaged entry (a writer killed mid-line) is never used: that baseline is computed again,
+  // and the entry appended after the cut line still reads.
+  {
+    const std::string text = slurp(cache);
+    const size_t last = text.rfind('\n', text.size() - 2) + 1;
+    std::ofstream(cache, std::ios::trunc) << text.substr(0, last + (text.size() - last) / 2);
+  }
+  r = m.run(args + " --max-tokens 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(json::parse(r.out)["baseline_cache"]["taken"] == 1);
+  CHECK(r.err.find("1 unreadable entries") != std::string::npos);
+  r = m.run(args + " --max-tokens 3");
+  CHECK(json::parse(r.out)["baseline_cache"]["taken"] == 2);
+  // Only full and prefix baselines are kept.
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes prefix --baseline reuse --limit 1 --max-tokens 3 --baseline-cache " + q(cache));
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("--baseline-cache keeps full and prefix baselines") != std::string::npos);
 }
 
 TEST_CASE("cli rag: usage errors exit 2") {

@@ -166,22 +166,24 @@ TEST_CASE("gate: JUnit XML has a test case per mode and threshold, failures with
   CHECK(j["verdicts"].size() == 2);
 }
 
-TEST_CASE("gate: a sweep's trade-off data holds one block per method, points by real compute") {
+TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft variant, points by real compute") {
   std::vector<EvalItem> items = recorded(10);
   for (auto& it : items) {
     it.by_mode["blend@0.1"] = answer(1, 0.2, "x", 0.1);
     it.by_mode["blend@0.3"] = answer(1, 0.1, "x", 0.3);
     it.by_mode["blend/v@0.1"] = answer(1, 0.15, "x", 0.1);
+    it.by_mode["craft@0.5"] = answer(1, 0.2, "x", 0.08);  // craft runs through its alphas
+    it.by_mode["craft@0.05"] = answer(1, 0.3, "x", 0.01);
   }
-  const nlohmann::json s =
-      eval_summary(items, "full", {"reuse", "blend@0.1", "blend@0.3", "blend/v@0.1"}, "reuse",
-                   {{"blend@0.1", 0.1}, {"blend@0.3", 0.3}, {"blend/v@0.1", 0.1}});
+  const nlohmann::json s = eval_summary(items, "full", {"reuse", "blend@0.1", "blend@0.3", "blend/v@0.1", "craft@0.5",
+                                                        "craft@0.05"},
+                                        "reuse", {{"blend@0.1", 0.1}, {"blend@0.3", 0.3}, {"blend/v@0.1", 0.1}});
   CHECK(has_sweep(s));
   CHECK_FALSE(has_sweep(eval_summary(recorded(10), "full", {"reuse", "blend"}, "reuse")));
   test::TempDir dir("gate-plot");
   const TradeoffPlot p = write_tradeoff_plot(s, dir.path / "report");
   const std::string dat = read_file(p.data);
-  // Blocks in name order: blend, blend/v, reuse; blend's two points by real compute.
+  // Blocks in name order: blend, blend/v, craft, reuse; blend's two points by real compute.
   const size_t b = dat.find("# blend\n"), v = dat.find("# blend/v\n"), r = dat.find("# reuse\n");
   REQUIRE(b != std::string::npos);
   REQUIRE(v != std::string::npos);
@@ -189,6 +191,12 @@ TEST_CASE("gate: a sweep's trade-off data holds one block per method, points by 
   CHECK(b < v);
   CHECK(v < r);
   CHECK(dat.find("0.1 0.1 1 0.5 1 1\n0.3 0.3 1 0.75 1 1\n") != std::string::npos);
+  // craft's block: α in the first column, its points by real compute too, after blend/v.
+  const size_t c = dat.find("# craft\n");
+  REQUIRE(c != std::string::npos);
+  CHECK(v < c);
+  CHECK(c < r);
+  CHECK(dat.find("0.05 0.01 1 0.25 1 1\n0.5 0.08 1 0.5 1 1\n", c) != std::string::npos);
   CHECK(read_file(p.script).find("plot 'report.dat' index 0 using 2:4") != std::string::npos);
   // The SVG exists when gnuplot ran; otherwise the note says why.
   if (p.svg.empty()) MESSAGE("no SVG: " << p.note);

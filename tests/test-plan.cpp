@@ -130,8 +130,9 @@ TEST_CASE("plan: reuse computes the question only, and full looks nothing up") {
   CHECK_FALSE(full.sparse());
   CHECK(full.reused_tokens() == 0);
   CHECK(full.loaded_groups == 0);
-  // The dense groups are precompute's calls: [prefix], [chunk 1], [the rest].
-  CHECK(full.dense_groups == std::vector<std::pair<size_t, size_t>>{{0, 1}, {1, 2}, {2, 5}});
+  // The dense groups are one forward call per segment: precompute's calls for the prefix and
+  // chunk 1, the answerer's for knowledge-tree nodes.
+  CHECK(full.dense_groups == std::vector<std::pair<size_t, size_t>>{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}});
   // No lookup at all (no store): every mode computes everything.
   const PrefillPlan none = plan_prefill(p, ReuseMode::blend, BlendParams{}, 8, SegmentLookup{});
   CHECK(none.active == range(0, 20));

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "rag/answer.h"
 #include "rag/cache-keys.h"
+#include "rag/cost-profile.h"
 #include "rag/fusor.h"
 #include "rag/plan.h"
 #include "rag/precompute.h"
@@ -131,7 +132,7 @@ TEST_CASE("rag: the prompt lays out prefix, chunks and question, each tokenized 
 TEST_CASE("rag: prefix mode is bit-identical to full") {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
-  const KvTiers store_tiers(store);
+  KvTiers store_tiers(store);
   RagAnswerer ans(*f.model, *f.format, &store_tiers);
   for (const auto& ctx : {f.pick({0, 1, 2}), f.pick({3, 0, 5})}) {
     const AnswerRecord full = ans.answer(f.questions[0], ctx, opts(ReuseMode::full, 0.15, 12));
@@ -147,7 +148,7 @@ TEST_CASE("rag: prefix mode is bit-identical to full") {
 TEST_CASE("rag: blend recomputing every reused token matches full") {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
-  const KvTiers store_tiers(store);
+  KvTiers store_tiers(store);
   RagAnswerer ans(*f.model, *f.format, &store_tiers);
   const auto ctx = f.pick({2, 4, 1});
   const AnswerRecord full = ans.answer(f.questions[4], ctx, opts(ReuseMode::full));
@@ -161,7 +162,7 @@ TEST_CASE("rag: blend recomputing every reused token matches full") {
 TEST_CASE("rag: reuse without recompute deviates from full more than blend") {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
-  const KvTiers store_tiers(store);
+  KvTiers store_tiers(store);
   RagAnswerer ans(*f.model, *f.format, &store_tiers);
   double kl_reuse = 0, kl_blend = 0;
   for (int q : {0, 6, 10}) {
@@ -224,7 +225,7 @@ TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, neve
     fs::remove(chunk_file(s, f.chunks[3]));
   }
   const KvStore s_missing = KvStore::open_for_read(missing, fp);
-  const KvTiers s_missing_tiers(s_missing);
+  KvTiers s_missing_tiers(s_missing);
   RagAnswerer a_missing(*f.model, *f.format, &s_missing_tiers);
   const AnswerRecord ref = a_missing.answer(f.questions[2], ctx, opts(ReuseMode::blend));
   CHECK(ref.cache.misses == 2);
@@ -250,7 +251,7 @@ TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, neve
     fs::resize_file(p3, fs::file_size(p3) - 100);
   }
   const KvStore s_bad = KvStore::open_for_read(bad, fp);
-  const KvTiers s_bad_tiers(s_bad);
+  KvTiers s_bad_tiers(s_bad);
   RagAnswerer a_bad(*f.model, *f.format, &s_bad_tiers);
   for (ReuseMode m : {ReuseMode::blend, ReuseMode::reuse}) {
     const AnswerRecord r = a_bad.answer(f.questions[2], ctx, opts(m));
@@ -275,7 +276,7 @@ TEST_CASE("rag: a store of another model is never used") {
   }
   const KvStore s = KvStore::open_for_read(other, fp);
   CHECK(s.foreign());
-  const KvTiers s_tiers(s);
+  KvTiers s_tiers(s);
   RagAnswerer with(*f.model, *f.format, &s_tiers), without(*f.model, *f.format, nullptr);
   const auto ctx = f.pick({4, 5});
   const AnswerRecord a = with.answer(f.questions[8], ctx, opts(ReuseMode::blend));
@@ -303,4 +304,198 @@ TEST_CASE("rag: precompute resumes without redoing stored chunks") {
     const std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
     CHECK(sa == sb);
   }
+}
+
+namespace {
+
+// Managed tiers over a store (RAGCache's cache manager): generous budgets unless given.
+KvTierConfig tier_config(uint64_t device, uint64_t host, uint64_t disk, CachePolicy p = CachePolicy::pgdsf) {
+  KvTierConfig c;
+  c.policy = p;
+  c.budgets.bytes = {device, host, disk};
+  return c;
+}
+
+AnswerOptions recorded(ReuseMode m, int max_tokens = 6) {
+  AnswerOptions o = opts(m, 0.15, max_tokens);
+  o.record_in_tiers = true;
+  return o;
+}
+
+size_t chain_files(const fs::path& store) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(store / "kv")) n += e.path().filename().string().ends_with(".chain.rkv");
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("rag: a knowledge-tree path is an exact prefix: prefix over it is bit-identical to full, from memory and from disk") {
+  Fixture& f = fixture();
+  const test::TempDir copy = store_dir().copy("rag-tree");
+  const KvStore store = KvStore::open_for_read(copy.path, CacheKeys(*f.model, *f.format).model_fingerprint());
+  const uint64_t big = uint64_t(1) << 32;
+  const auto ctx = f.pick({0, 1, 2});
+  {
+    KvTiers tiers(store, tier_config(big, big, 0), *f.backend);
+    RagAnswerer ans(*f.model, *f.format, &tiers);
+    const AnswerRecord first = ans.answer(f.questions[0], ctx, recorded(ReuseMode::prefix));
+    CHECK(first.exact_path_chunks == 1);  // chunk 1's canonical cache; chunks 2 and 3 computed, admitted
+    CHECK(first.cache.disk_hits == 2);
+    CHECK(tiers.tree()->stats(KvTier::device).nodes == 4);  // prefix, chunk 1, [1]→2, [1,2]→3
+    for (int q : {1, 3}) {
+      const AnswerRecord pre = ans.answer(f.questions[size_t(q)], ctx, recorded(ReuseMode::prefix, 12));
+      const AnswerRecord full = ans.answer(f.questions[size_t(q)], ctx, opts(ReuseMode::full, 0.15, 12));
+      CHECK(pre.exact_path_chunks == 3);
+      CHECK(pre.cache.device_hits == 4);
+      CHECK(pre.prefill.reused_tokens == f.format->build(ctx, f.questions[size_t(q)]).segments.back().begin);
+      CHECK(pre.first_logits == full.first_logits);  // bit for bit
+      CHECK(pre.output_ids == full.output_ids);
+    }
+    // Another chunk 3 after the same [1, 2]: the path covers two chunks.
+    const AnswerRecord fork = ans.answer(f.questions[2], f.pick({0, 1, 3}), recorded(ReuseMode::prefix));
+    CHECK(fork.exact_path_chunks == 2);
+    CHECK(chain_files(copy.path) == 0);  // no disk budget: nothing written
+  }
+  {
+    // No memory tiers, a disk budget: computed chain nodes go straight to the store.
+    KvTiers tiers(store, tier_config(0, 0, big), *f.backend);
+    RagAnswerer ans(*f.model, *f.format, &tiers);
+    ans.answer(f.questions[0], ctx, recorded(ReuseMode::prefix));
+    CHECK(chain_files(copy.path) == 2);
+  }
+  // A later run finds them on disk (headers listed and verified), and they are exact.
+  KvTiers tiers(store, tier_config(0, 0, big), *f.backend);
+  CHECK(tiers.tree()->stats(KvTier::disk).nodes == 2);
+  CHECK(tiers.bad_files() == 0);
+  RagAnswerer ans(*f.model, *f.format, &tiers);
+  const AnswerRecord pre = ans.answer(f.questions[6], ctx, recorded(ReuseMode::prefix, 12));
+  const AnswerRecord full = ans.answer(f.questions[6], ctx, opts(ReuseMode::full, 0.15, 12));
+  CHECK(pre.exact_path_chunks == 3);
+  CHECK(pre.cache.disk_hits == 4);
+  CHECK(pre.first_logits == full.first_logits);
+  CHECK(pre.output_ids == full.output_ids);
+
+  // A chain file with a flipped byte is recomputed, never used: the answer stays full's.
+  for (const auto& e : fs::directory_iterator(copy.path / "kv")) {
+    if (!e.path().filename().string().ends_with(".chain.rkv")) continue;
+    std::fstream io(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(std::streamoff(fs::file_size(e.path()) - 20));
+    io.put('\x7f');
+  }
+  KvTiers damaged(store, tier_config(0, 0, big), *f.backend);
+  RagAnswerer again(*f.model, *f.format, &damaged);
+  const AnswerRecord fixed = again.answer(f.questions[6], ctx, opts(ReuseMode::prefix, 0.15, 12));
+  CHECK(fixed.cache.bad >= 1);
+  CHECK(fixed.first_logits == full.first_logits);
+  CHECK(fixed.output_ids == full.output_ids);
+}
+
+TEST_CASE("rag: blend, craft and auto reuse the tree path as is: its KV rows are full's, bit for bit") {
+  Fixture& f = fixture();
+  const test::TempDir copy = store_dir().copy("rag-tree-sparse");
+  const KvStore store = KvStore::open_for_read(copy.path, CacheKeys(*f.model, *f.format).model_fingerprint());
+  const uint64_t big = uint64_t(1) << 32;
+  KvTiers tiers(store, tier_config(big, big, 0), *f.backend);
+  RagAnswerer ans(*f.model, *f.format, &tiers);
+  ans.answer(f.questions[0], f.pick({4, 2, 5}), recorded(ReuseMode::prefix));  // the tree gets [4, 2, 5]
+  const auto ctx = f.pick({4, 2, 5, 1});  // its path, then chunk 1 repositioned
+  const RagPrompt prompt = f.format->build(ctx, f.questions[7]);
+  const CacheKeys keys(*f.model, *f.format);
+  const int L = f.model->config().n_layer;
+  KvCache full_kv = f.model->new_kv_cache(prompt.n_tokens());
+  Workspace ws;
+  prefill_prompt(*f.model, prompt, plan_prefill(prompt, ReuseMode::full, BlendParams{}, L, {}), full_kv, ws);
+  const int64_t span = prompt.segments[4].begin;  // prefix + the three path chunks
+  const int64_t d = f.model->config().kv_dim();
+  auto rows = [&](const KvCache& kv, int l, bool k) {
+    std::vector<uint16_t> out(size_t(span * d));
+    f.backend->download((k ? kv.k : kv.v)[size_t(l)].slice_rows(0, span), out.data());
+    return out;
+  };
+  const VariantSource variants = tier_variants(keys, &tiers);
+  for (ReuseMode m : {ReuseMode::blend, ReuseMode::craft, ReuseMode::auto_}) {
+    CAPTURE(reuse_mode_name(m));
+    const PrefillPlan plan =
+        plan_prefill(prompt, m, BlendParams{}, L, tier_lookup(keys, &tiers), &variants, CraftParams{}, tier_chain_lookup(keys, &tiers));
+    CHECK(plan.exact_path == 4);
+    CHECK(plan.counts.exact_hits == 4);
+    CHECK(plan.counts.device_hits == 4);
+    KvCache kv = f.model->new_kv_cache(prompt.n_tokens());
+    prefill_prompt(*f.model, prompt, plan, kv, ws);
+    for (int l = 0; l < L; ++l) {
+      REQUIRE(rows(kv, l, true) == rows(full_kv, l, true));
+      REQUIRE(rows(kv, l, false) == rows(full_kv, l, false));
+    }
+  }
+}
+
+TEST_CASE("rag: managed host memory never holds more than its budget, for every policy, and its hits are counted") {
+  Fixture& f = fixture();
+  const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
+  const uint64_t budget = uint64_t(8) << 20;  // about two chunks of the small model
+  for (CachePolicy p : {CachePolicy::pgdsf, CachePolicy::gdsf, CachePolicy::lru}) {
+    CAPTURE(cache_policy_name(p));
+    KvTiers tiers(store, tier_config(0, budget, 0, p), *f.backend);
+    RagAnswerer ans(*f.model, *f.format, &tiers);
+    int host_hits = 0;
+    for (const auto& ctx : {f.pick({0, 1}), f.pick({2, 3}), f.pick({0, 1}), f.pick({4, 5}), f.pick({0, 1})}) {
+      const AnswerRecord r = ans.answer(f.questions[1], ctx, recorded(ReuseMode::prefix, 1));
+      host_hits += r.cache.host_hits;
+      CHECK(r.cache.hits() == r.cache.device_hits + r.cache.host_hits + r.cache.disk_hits);
+      CHECK(tiers.bytes(KvTier::host) <= budget);
+      CHECK(tiers.bytes(KvTier::host) == tiers.tree()->bytes(KvTier::host));  // the copies are what the tree says
+      CHECK(tiers.bytes(KvTier::device) == 0);
+    }
+    CHECK(host_hits > 0);
+    CHECK(tiers.tree()->stats(KvTier::host).evicted > 0);
+  }
+}
+
+TEST_CASE("rag: the prefill cost profile is measured on a grid, written, and read back for the same model and backend") {
+  Fixture& f = fixture();
+  const test::TempDir dir("rag-cost");
+  const fs::path path = dir.path / "cost.json";
+  const std::string fp = CacheKeys(*f.model, *f.format).model_fingerprint();
+  bool measured = false;
+  ProfileGrid grid;  // small, for the test's time
+  grid.alphas = {0, 64};
+  grid.betas = {8, 64};
+  grid.repetitions = 1;
+  const PrefillCostModel a = load_or_profile_prefill_cost(path, *f.model, fp, &measured, grid);
+  CHECK(measured);
+  REQUIRE(a.has_grid());
+  CHECK(a.estimate_ms(0, 64) > a.estimate_ms(0, 8));  // more tokens computed cost more
+  const PrefillCostModel b = load_or_profile_prefill_cost(path, *f.model, fp, &measured, grid);
+  CHECK_FALSE(measured);
+  CHECK(b.to_json() == a.to_json());
+  // Another model's profile is measured anew; a damaged file is an error naming it.
+  load_or_profile_prefill_cost(path, *f.model, fp + "x", &measured, grid);
+  CHECK(measured);
+  std::ofstream(path) << "{not json";
+  CHECK_THROWS_WITH_AS(load_or_profile_prefill_cost(path, *f.model, fp, nullptr, grid), doctest::Contains("cost.json"), Error);
+}
+
+TEST_CASE("rag: a computed chunk prefix enters the tree only as far as CRAFT's promotion marks it") {
+  Fixture& f = fixture();
+  const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
+  const uint64_t big = uint64_t(1) << 32;
+  KvTiers tiers(store, tier_config(0, big, 0), *f.backend);
+  RagAnswerer ans(*f.model, *f.format, &tiers);
+  const auto ctx = f.pick({0, 1, 2});
+  AnswerOptions o = recorded(ReuseMode::prefix, 1);
+  o.promote = {1, 1, 0};  // chunks 1 and 2 reached the threshold, chunk 3 not yet
+  ans.answer(f.questions[0], ctx, o);
+  const std::string p = kPrefixChunkId;
+  auto held = [&](const std::vector<std::string>& path) {
+    const int n = tiers.tree()->find(path);
+    return n >= 0 && tiers.tree()->node(n).live && tiers.tree()->node(n).in[size_t(KvTier::host)];
+  };
+  CHECK(held({p, ctx[0]->id}));
+  CHECK(held({p, ctx[0]->id, ctx[1]->id}));
+  CHECK_FALSE(held({p, ctx[0]->id, ctx[1]->id, ctx[2]->id}));
+  o.promote = {1, 1, 1};  // now it has
+  const AnswerRecord r = ans.answer(f.questions[1], ctx, o);
+  CHECK(r.exact_path_chunks == 2);
+  CHECK(held({p, ctx[0]->id, ctx[1]->id, ctx[2]->id}));
 }

@@ -340,15 +340,16 @@ TEST_CASE("retrieval chunker: SQuAD passages, parallel chunking equals sequentia
   ChunkParams p;
   p.chunk_tokens = 128;
   p.chunk_overlap = 16;
-  size_t calls = 0, last = 0;
+  size_t calls = 0, last = 0, bytes = 0;
+  for (const auto& d : c.docs) bytes += d.text.size();
   const auto all = ragkv::chunk_corpus(c.docs, tok, p, [&](size_t done, size_t total) {
     ++calls;
     CHECK(done > last);
-    CHECK(total == 300);
+    CHECK(total == bytes);
     last = done;
   });
-  CHECK(calls == 300);
-  CHECK(last == 300);
+  CHECK(calls >= 300);  // at least once per document, more within the long ones
+  CHECK(last == bytes);
   size_t k = 0;
   for (const auto& doc : c.docs) {
     const auto one = ragkv::chunk_document(doc, tok, p);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "util/error.h"
@@ -22,18 +23,46 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
-constexpr std::string_view kTempTag = ".tmp.";
+constexpr std::string_view kTempTag = ".ragkv-tmp.";
 
-// "<path>.tmp.<pid>.<hex>": the counter starts at a random value so that a process reusing a
-// dead one's pid does not reuse its names either.
+// 8 hex digits of this machine's host name: a pid means something only on the machine that
+// issued it (a store may sit on a file system shared by several).
+const std::string& host_tag() {
+  static const std::string tag = [] {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (const char* c = host; *c; ++c) h = (h ^ uint8_t(*c)) * 16777619u;
+    return fmt::format("{:08x}", h);
+  }();
+  return tag;
+}
+
+// "<path>.ragkv-tmp.<host>.<pid>.<hex>": the counter starts at a random value so that a process
+// reusing a dead one's pid does not reuse its names either.
 fs::path temporary_name(const fs::path& path) {
   static std::atomic<uint64_t> counter{std::random_device{}()};
-  return path.string() + fmt::format("{}{}.{:x}", kTempTag, ::getpid(), counter++);
+  return temporary_path(path, ::getpid(), counter++);
 }
+
+bool all_of_class(std::string_view s, bool (*ok)(char)) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!ok(c)) return false;
+  return true;
+}
+bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 }  // namespace
 
+fs::path temporary_path(const fs::path& target, long pid, uint64_t counter) {
+  return target.string() + fmt::format("{}{}.{}.{:x}", kTempTag, host_tag(), pid, counter);
+}
+
 std::string read_file(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail("{}: is a directory, expected a file", path.string());
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("{}: cannot open for reading: {}", path.string(), errno_text());
   std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -71,14 +100,29 @@ void write_file_atomic(const fs::path& path, std::span<const std::string_view> p
   }
 }
 
-bool is_stale_temporary(const fs::path& path) {
+std::optional<TemporaryOwner> temporary_owner(const fs::path& path) {
+  // <target>.ragkv-tmp.<8 hex host>.<decimal pid>.<hex counter>, nothing else
   const std::string name = path.filename().string();
   const size_t t = name.rfind(kTempTag);
-  if (t == std::string::npos) return false;
-  char* end = nullptr;
-  const long pid = std::strtol(name.c_str() + t + kTempTag.size(), &end, 10);
-  if (pid <= 0 || !end || *end != '.') return false;
-  return ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+  if (t == std::string::npos || t == 0) return std::nullopt;
+  const std::string_view rest = std::string_view(name).substr(t + kTempTag.size());
+  const size_t d1 = rest.find('.'), d2 = rest.find('.', d1 == rest.npos ? d1 : d1 + 1);
+  if (d1 != 8 || d2 == rest.npos) return std::nullopt;
+  const std::string_view host = rest.substr(0, 8), pid = rest.substr(9, d2 - 9), counter = rest.substr(d2 + 1);
+  if (!all_of_class(host, is_hex) || !all_of_class(pid, is_digit) || pid.size() > 9 || !all_of_class(counter, is_hex) ||
+      counter.size() > 16)
+    return std::nullopt;
+  TemporaryOwner o;
+  o.target = name.substr(0, t);
+  o.this_host = host == host_tag();
+  o.pid = std::stol(std::string(pid));
+  return o;
+}
+
+bool is_stale_temporary(const fs::path& path) {
+  const auto owner = temporary_owner(path);
+  if (!owner || !owner->this_host || owner->pid <= 0) return false;
+  return ::kill(pid_t(owner->pid), 0) != 0 && errno == ESRCH;
 }
 
 }  // namespace ragkv

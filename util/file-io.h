@@ -1,8 +1,10 @@
 // Whole files in and out: the one reader that names the file in its errors, and the one atomic
 // writer (DESIGN.md §7 "Writes are atomic") every file ragkv writes goes through.
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,7 +15,7 @@ namespace ragkv {
 std::string read_file(const std::filesystem::path& path);
 
 // Writes the concatenation of parts to path atomically: a temporary file beside it, named
-// "<path>.tmp.<pid>.<hex>" and unique to this call (no two threads or processes ever share one),
+// "<path>.ragkv-tmp.<host>.<pid>.<hex>" (host: 8 hex digits of the host name) and unique to this call (no two threads or processes ever share one),
 // is written, fsynced and renamed over path, then the directory is fsynced. Readers see the old
 // file or the whole new one, never a part; of two concurrent writers of one path the last rename
 // wins. Error naming the file on any failure (the temporary is removed).
@@ -22,8 +24,23 @@ inline void write_file_atomic(const std::filesystem::path& path, std::initialize
   write_file_atomic(path, std::span<const std::string_view>(parts.begin(), parts.size()));
 }
 
-// True for a temporary of write_file_atomic whose writer process no longer runs (it was killed
-// mid-write): safe to remove. A live writer's temporary (another process) is not stale.
+// The name write_file_atomic gives a temporary of target written by process pid on this machine
+// (counter: any value); for tests and the sweeps that must recognise them.
+std::filesystem::path temporary_path(const std::filesystem::path& target, long pid, uint64_t counter);
+
+// Who wrote a temporary of write_file_atomic, read from its name; nullopt for any other name
+// (a sweep removes only what it can prove is its own).
+struct TemporaryOwner {
+  std::string target;      // the file name it was to become
+  bool this_host = false;  // written on this machine (its pid can be checked here)
+  long pid = 0;
+};
+std::optional<TemporaryOwner> temporary_owner(const std::filesystem::path& path);
+
+// True for a temporary of write_file_atomic (its exact name pattern) written on this machine by a
+// process that no longer runs (killed mid-write): safe to remove. A live writer's temporary, one
+// from another machine sharing the file system, and any file not named by write_file_atomic are
+// never stale.
 bool is_stale_temporary(const std::filesystem::path& path);
 
 }  // namespace ragkv

@@ -1,0 +1,46 @@
+// --cache-policy and the tier budgets of `answer`, and their machine-derived defaults.
+#include "cmd/cache-flags.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "kv/cache-policy.h"
+
+namespace ragkv::cli {
+
+void CacheFlags::add_to(CLI::App* app) {
+  app->add_option("--cache-policy", policy, "Replacement policy of the memory tiers and the tree's disk files: pgdsf (RAGCache), gdsf or lru")
+      ->check(CLI::IsMember(cache_policy_names()))
+      ->capture_default_str();
+  app->add_option("--device-budget", device_bytes, "Bytes of chunk KV kept in device memory between queries (e.g. 512MiB; default 0 on the CPU, 1GiB on a GPU)")
+      ->transform(CLI::AsSizeValue(false));
+  app->add_option("--host-budget", host_bytes, "Bytes of chunk KV kept in host memory between queries (e.g. 2GiB; default a quarter of the available memory, at most 8GiB)")
+      ->transform(CLI::AsSizeValue(false));
+  app->add_option("--disk-budget", disk_bytes, "Bytes of knowledge-tree chain nodes written to the store and kept there (default 0: none written)")
+      ->transform(CLI::AsSizeValue(false));
+  app->add_option("--cost-profile", cost_profile, "PGDSF's prefill cost T(cached, computed tokens): read from this file when it was measured for this model and device, else measured now (a few seconds) and written there; without it, fitted to this run's prefills");
+}
+
+std::optional<uint64_t> available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("MemAvailable:")) continue;
+    std::istringstream ss(line.substr(13));
+    uint64_t kib = 0;
+    if (ss >> kib) return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+KvTierConfig CacheFlags::config(const Backend& backend) const {
+  constexpr uint64_t GiB = uint64_t(1) << 30;
+  KvTierConfig c;
+  c.policy = parse_cache_policy(policy);
+  const uint64_t device = backend.kind() == DeviceKind::cpu ? 0 : GiB;
+  const uint64_t host = std::min<uint64_t>(available_memory_bytes().value_or(4 * GiB) / 4, 8 * GiB);
+  c.budgets.bytes = {device_bytes.value_or(device), host_bytes.value_or(host), disk_bytes.value_or(0)};
+  return c;
+}
+
+}  // namespace ragkv::cli

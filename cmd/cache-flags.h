@@ -1,0 +1,29 @@
+// The cache manager's flags of `answer` (RAGCache §5.1, DESIGN.md §4 "Cache management"): the
+// replacement policy and a byte budget per tier, with defaults taken from this machine.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "kv/kv-tiers.h"
+
+namespace ragkv::cli {
+
+struct CacheFlags {
+  std::string policy = "pgdsf";
+  std::optional<uint64_t> device_bytes, host_bytes, disk_bytes;
+  std::string cost_profile;  // PGDSF's T(α, β) grid: read, or measured now and written there
+  void add_to(CLI::App* app);
+  // The budgets: given ones as given; by default the device tier 0 on the CPU backend (its memory
+  // is host memory, which the host tier already budgets) and 1 GiB on a GPU, host memory a quarter
+  // of the memory available now (at most 8 GiB), the disk 0 (chain nodes are not persisted).
+  KvTierConfig config(const Backend& backend) const;
+};
+
+// MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
+std::optional<uint64_t> available_memory_bytes();
+
+}  // namespace ragkv::cli

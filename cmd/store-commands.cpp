@@ -1,0 +1,189 @@
+// store verify, repair and stats (issue 16): a store's files read the way answer reads them, a
+// report, and an exit code; repair removes what fails and, given the index, computes it again.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "cmd/command-family.h"
+#include "cmd/device-flags.h"
+#include "kv/store-check.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "rag/cache-keys.h"
+#include "rag/precompute.h"
+#include "rag/prompt.h"
+#include "retrieval/index-dir.h"
+#include "util/error.h"
+#include "util/paths.h"
+#include "util/progress.h"
+
+namespace ragkv::cli {
+
+namespace {
+
+using nlohmann::json;
+
+// The report as JSON (stdout): counts, and every bad file with its problem.
+json report_json(const std::string& store, const StoreReport& rep) {
+  json bad = json::array();
+  for (const StoreFileReport& f : rep.files)
+    if (!f.problem.empty()) bad.push_back({{"file", "kv/" + f.name}, {"problem", f.problem}});
+  return json{{"store", store},
+              {"files", rep.files.size()},
+              {"intact", rep.files.size() - rep.bad()},
+              {"bad", bad},
+              {"stale_temporaries", rep.stale_temporaries},
+              {"unknown_files", rep.unknown}};
+}
+
+class StoreCommands : public CommandFamily {
+ public:
+  void add_to(CLI::App& app) override {
+    store_ = app.add_subcommand("store", "Inspect and repair a chunk-cache store (STORE_DIR)");
+    store_->require_subcommand(1);
+    verify_ = store_->add_subcommand("verify", "Read every file and every checksum; exit 1 when any file is bad");
+    verify_->add_option("--store", dir_, "Store directory")->required();
+    repair_ = store_->add_subcommand("repair", "Remove bad files and dead writers' temporaries; with --index, compute the removed chunks again");
+    repair_->add_option("--store", dir_, "Store directory")->required();
+    repair_->add_option("--index", index_, "Index the store was computed from: its chunks whose files were removed are computed again");
+    model_ = default_llm_path();
+    repair_->add_option("--model", model_, "LLM in GGUF format (with --index; the store's own model)")->capture_default_str();
+    dev_.add_to(repair_);
+    stats_ = store_->add_subcommand("stats", "Chunks, variants and bytes per model (headers only)");
+    stats_->add_option("--store", dir_, "Store directory")->required();
+  }
+
+  bool selected() const override { return store_->parsed(); }
+
+  int run() override {
+    if (*verify_) return run_verify();
+    if (*repair_) return run_repair();
+    return run_stats();
+  }
+
+ private:
+  StoreReport verify_all(const KvStore& store, const char* label) {
+    std::optional<Progress> bar;
+    return inspect_store(store, /*every_layer=*/true, [&](size_t done, size_t total) {
+      if (!bar) bar.emplace(label, int64_t(total), "files");
+      bar->set(int64_t(done));
+    });
+  }
+
+  static void print_problems(const StoreReport& rep, const KvStore& store) {
+    for (const StoreFileReport& f : rep.files)
+      if (!f.problem.empty())
+        std::fprintf(stderr, "ragkv: store: %s: %s\n", (store.dir() / "kv" / f.name).c_str(), f.problem.c_str());
+  }
+
+  int run_verify() {
+    const KvStore store = open_store_for_inspection(dir_);
+    const StoreReport rep = verify_all(store, "store verify");
+    print_problems(rep, store);
+    std::cout << report_json(dir_, rep).dump() << "\n";
+    if (rep.bad() > 0)
+      std::fprintf(stderr, "ragkv: store verify: %zu of %zu files in %s are bad: run `ragkv store repair --store %s`\n",
+                   rep.bad(), rep.files.size(), dir_.c_str(), dir_.c_str());
+    return rep.bad() > 0 ? 1 : 0;
+  }
+
+  int run_repair() {
+    const KvStore inspect = open_store_for_inspection(dir_);
+    const StoreReport rep = verify_all(inspect, "store repair: verify");
+    print_problems(rep, inspect);
+    const size_t removed = remove_bad_files(inspect, rep);
+    std::set<std::string> removed_names;
+    for (const StoreFileReport& f : rep.files)
+      if (!f.problem.empty()) removed_names.insert(f.name);
+    json out = report_json(dir_, rep);
+    out["removed"] = removed;
+    if (!index_.empty()) {
+      // Compute again the index's chunks whose files were removed (and the prefix if it was).
+      auto backend = dev_.make_backend();
+      const IndexDir index = IndexDir::open(index_, "");
+      Model model(model_, *backend);
+      const PromptFormat format(model);
+      const CacheKeys keys(model, format);
+      if (keys.model_fingerprint() != inspect.info().model_fingerprint)
+        fail("{}: the store is for model {} ({}), --model {} is another: pass the store's model", dir_,
+             inspect.info().model_name, inspect.info().model_fingerprint, model_);
+      const KvStore store = KvStore::open_for_write(dir_, keys.store_info());
+      std::vector<const Chunk*> chunks;
+      for (const Chunk& c : index.chunks())
+        if (removed_names.count(store.chunk_path(keys.chunk(c.id, format.chunk_ids(c))).filename().string()))
+          chunks.push_back(&c);
+      std::optional<Progress> bar;
+      const PrecomputeStats st = precompute_chunks(model, format, store, chunks, [&](size_t done, size_t total) {
+        if (!bar) bar.emplace("store repair: compute", int64_t(total), "chunks");
+        bar->set(int64_t(done));
+      });
+      if (bar) bar->finish();
+      out["recomputed_chunks"] = st.computed;
+    }
+    // What is still missing: all of it without --index; with it, the variants (their contexts are
+    // precompute's or answer's to choose).
+    size_t missing = 0;
+    for (const std::string& name : removed_names) missing += !std::filesystem::exists(inspect.dir() / "kv" / name);
+    out["still_missing"] = missing;
+    if (missing > 0)
+      std::fprintf(stderr, "ragkv: store repair: %zu removed files are computed again by the next `ragkv precompute` on %s%s\n",
+                   missing, dir_.c_str(), index_.empty() ? " (or by `store repair --index`)" : "");
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+
+  int run_stats() {
+    const KvStore store = open_store_for_inspection(dir_);
+    const StoreReport rep = inspect_store(store, /*every_layer=*/false);
+    struct Counts {
+      size_t chunks = 0, variants = 0, prefixes = 0;
+      uint64_t bytes = 0;
+    };
+    std::map<std::string, Counts> per_model;
+    size_t unreadable = 0;
+    uint64_t bytes = 0;
+    for (const StoreFileReport& f : rep.files) {
+      bytes += f.bytes;
+      if (f.model_fingerprint.empty()) {
+        ++unreadable;
+        continue;
+      }
+      Counts& c = per_model[f.model_fingerprint];
+      c.bytes += f.bytes;
+      if (f.prefix) ++c.prefixes;
+      else if (f.variant) ++c.variants;
+      else ++c.chunks;
+    }
+    json models = json::object();
+    for (const auto& [fp, c] : per_model)
+      models[fp] = {{"chunks", c.chunks}, {"variants", c.variants}, {"prefixes", c.prefixes}, {"bytes", c.bytes}};
+    const KvStoreInfo& info = store.info();
+    std::cout << json{{"store", dir_},
+                      {"model", info.model_name},
+                      {"model_fingerprint", info.model_fingerprint},
+                      {"files", rep.files.size()},
+                      {"bytes", bytes},
+                      {"per_model", models},
+                      {"unreadable_headers", unreadable},
+                      {"stale_temporaries", rep.stale_temporaries.size()}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+
+  CLI::App *store_ = nullptr, *verify_ = nullptr, *repair_ = nullptr, *stats_ = nullptr;
+  std::string dir_, index_, model_;
+  DeviceFlags dev_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommandFamily> store_commands() { return std::make_unique<StoreCommands>(); }
+
+}  // namespace ragkv::cli

@@ -1,0 +1,38 @@
+// CRAFT's CA-Table (craft-chunk-reordering.txt §4, "Table Update and Maintenance"): access counts
+// of the chunks retrieved by the last `window` requests (a sliding window; a chunk no request in
+// the window retrieved has no entry). It decides two things:
+//   * the promotion threshold of the CP-Tree: chunk i of a request may become a knowledge-tree
+//     node only when chunks 1..i all reach the threshold (CRAFT's default 2; 1 admits every
+//     computed prefix, as RAGCache does);
+//   * frequency chunk order (opt-in): a request's chunks sorted by access count, most accessed
+//     first (ties keep the retrieval order), so chunks shared by many requests align as prefixes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ragkv {
+
+class ChunkAccessTable {
+ public:
+  ChunkAccessTable(size_t window, int64_t promotion_threshold);
+  // A request retrieved these chunks: each count + 1; the request leaving the window − 1.
+  void record(const std::vector<std::string>& chunks);
+  int64_t count(const std::string& chunk) const;
+  // Per chunk of the request (in prompt order): whether the prefix up to it is promoted.
+  std::vector<uint8_t> promoted(const std::vector<std::string>& chunks) const;
+  // The permutation of chunks (indices) in frequency order, ties in the given order.
+  std::vector<size_t> frequency_order(const std::vector<std::string>& chunks) const;
+  size_t entries() const { return counts_.size(); }
+
+ private:
+  size_t window_;
+  int64_t threshold_;
+  std::deque<std::vector<std::string>> requests_;
+  std::unordered_map<std::string, int64_t> counts_;
+};
+
+}  // namespace ragkv
