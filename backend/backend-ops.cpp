@@ -197,20 +197,20 @@ void Backend::embed(const Weight& table, std::span<const int32_t> ids, const Ten
   embed_impl(table, ids, out, scale);
 }
 
-void Backend::matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) {
+void Backend::matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias, Activations act) {
   const Weight* biases[1] = {bias};
   check_matmul(x, w, std::span(&y, 1), bias ? std::span<const Weight* const>(biases) : std::span<const Weight* const>());
-  matmul_impl(x, w, std::span(&y, 1), biases);
+  matmul_impl(x, w, std::span(&y, 1), biases, act);
 }
 
 void Backend::matmul_parts(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
-                           std::span<const Weight* const> biases) {
+                           std::span<const Weight* const> biases, Activations act) {
   if (outs.size() != w.part_rows.size())
     fail("internal: matmul_parts of {} ({} parts) into {} outputs", w.name, w.part_rows.size(), outs.size());
   check_matmul(x, w, outs, biases);
   std::vector<const Weight*> b(outs.size(), nullptr);
   std::copy(biases.begin(), biases.end(), b.begin());
-  matmul_impl(x, w, outs, b);
+  matmul_impl(x, w, outs, b, act);
 }
 
 void Backend::check_matmul(const Tensor& x, const Weight& w, std::span<const Tensor> outs,

@@ -32,6 +32,13 @@ enum class DeviceKind : uint8_t { cpu, cuda };
 // the CPU backend neither copies nor dequantises it; copy otherwise.
 enum class WeightMemory : uint8_t { copy, in_place };
 
+// What a product may do to its activations. f32: use them as they are, so a row's result does not
+// depend on how rows are grouped into calls (prompts: full, prefix and blend agree on the rows
+// they share). block8: a backend may round them per block to 8 bits for integer dot products on
+// quantised weights, as llama.cpp does — decode steps, where reading the weights dominates (the
+// CPU backend does; weights marked Weight::f32_activations never are).
+enum class Activations : uint8_t { f32, block8 };
+
 class Backend;
 
 // Owned memory of one backend; freed through the backend that allocated it.
@@ -195,18 +202,18 @@ class Backend {
   // every id in [0, table.out).
   void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale);
   // y[n][out] = x[n][in] · Wᵀ (+ bias[out] if given). y must not overlap x.
-  // On the CPU, quantised weights meet activations quantised per block to 8 bits (integer dot
-  // products, backend/quant-kernels.h) in calls of fewer than 32 rows (decode steps), where each
-  // output row depends on its input row alone, whatever the other rows of the call; calls of 32
-  // rows or more (prompts) and F32 weights use SGEMM on f32 (weights dequantised tile by tile),
-  // and so do weights marked f32_activations in calls of any size (Q8_0, F16 and BF16 by kernels
-  // on f32 activations, the other types dequantised tile by tile).
-  void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias = nullptr);
+  // act (Activations): on the CPU, block8 lets quantised weights meet activations quantised per
+  // block to 8 bits (integer dot products, backend/quant-kernels.h); f32, and any weight marked
+  // f32_activations, keeps f32 activations (SGEMM on weights dequantised tile by tile, or for
+  // calls of fewer than 32 rows on Q8_0/F16/BF16/F32 weights, kernels on f32 activations).
+  // Either way each output row depends on its input row alone, whatever the other rows of the call.
+  void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias = nullptr,
+              Activations act = Activations::f32);
   // The parts of a stacked weight into their own outputs: outs[p] [n][part_rows[p]] = x · W_pᵀ
   // (+ biases[p] when given and not null). biases empty or one per part; outputs disjoint from x
   // and from each other.
   void matmul_parts(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
-                    std::span<const Weight* const> biases = {});
+                    std::span<const Weight* const> biases = {}, Activations act = Activations::f32);
   // Row-wise RMSNorm over the last dimension: y = x / rms(x) · w. x and y may alias.
   // With x as [n·heads][head_dim] this is per-head QK-norm.
   void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y);
@@ -260,7 +267,7 @@ class Backend {
   // outs: one output [n][out_features] for the whole weight, or one per part (matmul_parts);
   // biases: one per output, each null or a vector of that output's columns.
   virtual void matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
-                           std::span<const Weight* const> biases) = 0;
+                           std::span<const Weight* const> biases, Activations act) = 0;
   virtual void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) = 0;
   virtual void rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads,
                          int head_dim, const RopeParams& p, bool inverse) = 0;

@@ -162,8 +162,8 @@ class CpuBackend : public Backend {
   }
 
   void matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
-                   std::span<const Weight* const> biases) override {
-    matmul_.run(x, cpu_weight(w), outs, biases, threads_);
+                   std::span<const Weight* const> biases, Activations act) override {
+    matmul_.run(x, cpu_weight(w), outs, biases, threads_, act);
   }
 
   void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) override {

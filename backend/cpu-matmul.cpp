@@ -4,9 +4,10 @@
 // every activation row (the kernels hold up to four rows in registers per weight row, so a tile
 // of weight rows read once serves the whole batch: decode steps of many sequences read each
 // weight once). Every output depends only on its row of x and its row of W (quant-kernels.h).
-// Calls of kDequantGemmRows rows or more (prompts) take the dequantise-tile-then-SGEMM path below.
-// A weight marked f32_activations (the output head) skips the activation rounding: Q8_0 parts by
-// their f32-activation kernel, other quantised parts by the dequantised tiles.
+// That is Activations::block8 (decode steps). With f32 activations (prompts, and weights marked
+// f32_activations such as the output head) quantised parts are dequantised tile by tile into
+// SGEMM, except in calls of fewer than kDequantGemmRows rows on Q8_0/F16/BF16/F32 parts only,
+// which run kernels on f32 activations.
 #include "backend/cpu-matmul.h"
 
 #include <omp.h>
@@ -30,27 +31,27 @@ struct Tile {
 // Below this many multiply-adds a call runs on the calling thread (waking the pool costs more).
 constexpr int64_t kParallelMacs = 1 << 18;
 
-// From this many activation rows (a prompt, not a decode step) a quantised part is dequantised
-// tile by tile into f32 and multiplied by SGEMM with f32 activations, when built with OpenBLAS:
-// measured faster for 512-token prefills than the integer block kernels (bench/results/README.md),
-// and the weights still stay quantised in memory (a tile is kDequantTile rows, per thread).
-// RAGKV_PREFILL_KERNELS=quant in the environment keeps the block kernels for every size (for
-// comparisons).
+// With f32 activations, from this many rows (a prompt) a quantised part is dequantised tile by
+// tile into f32 and multiplied by SGEMM: measured faster for 512-token prefills than the integer
+// block kernels (bench/results/README.md), and the weights still stay quantised in memory (a tile
+// is kDequantTile rows, per thread). Fewer rows on types with f32-activation kernels use those.
 constexpr int64_t kDequantGemmRows = 32;
 constexpr int64_t kDequantTile = 64;
 
-bool dequant_gemm_allowed() {
-  static const bool allowed = [] {
+// RAGKV_PREFILL_KERNELS=quant in the environment lets every product round its activations to 8
+// bits (the block kernels for prompts too), except weights marked f32_activations: for comparisons.
+bool block8_everywhere() {
+  static const bool on = [] {
     const char* v = std::getenv("RAGKV_PREFILL_KERNELS");
-    return gemm_is_blas() && !(v && std::strcmp(v, "quant") == 0);
+    return v && std::strcmp(v, "quant") == 0;
   }();
-  return allowed;
+  return on;
 }
 
 }  // namespace
 
 void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs,
-                    std::span<const Weight* const> biases, int threads) {
+                    std::span<const Weight* const> biases, int threads, Activations act) {
   const int64_t m = x.rows, k = x.cols;
   if (m == 0) return;
   auto out_of = [&](size_t p, float** y, int64_t* ldy) {
@@ -63,13 +64,15 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
     }
   };
 
-  // f32 activations for a weight that asks for them: Q8_0 has its own kernel on f32 activations
-  // (F16/BF16 always meet f32), any other quantised part takes the dequantised tiles.
-  bool f32_kernels = true;
-  for (const CpuWeightPart& part : w.parts)
+  // f32 activations: Q8_0 has its own kernel on them (F16/BF16 always meet f32), any other
+  // quantised part, and every call of a prompt's size, takes the dequantised tiles.
+  const bool f32_acts = w.f32_activations || (act == Activations::f32 && !block8_everywhere());
+  bool f32_kernels = true, all_f32 = true;
+  for (const CpuWeightPart& part : w.parts) {
     f32_kernels &= act_format(part.type) == ActFormat::f32 || part.type == GgmlType::Q8_0;
-  const bool f32_acts = w.f32_activations;
-  if ((m >= kDequantGemmRows && dequant_gemm_allowed()) || (f32_acts && !f32_kernels)) {
+    all_f32 &= part.type == GgmlType::F32;
+  }
+  if (f32_acts && !all_f32 && (m >= kDequantGemmRows || !f32_kernels)) {
     run_dequant_gemm(x, w, outs, threads);
     add_biases(outs, biases);
     return;

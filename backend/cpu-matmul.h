@@ -1,6 +1,7 @@
-// The CPU backend's matmul over a CpuWeight's parts (backend/cpu-weight.h): F32 parts by SGEMM,
-// every other type by the block kernels of backend/quant-kernels.h on the weight's own bytes,
-// with the activation rows quantised once per call into this object's scratch.
+// The CPU backend's matmul over a CpuWeight's parts (backend/cpu-weight.h): F32 parts by SGEMM;
+// with Activations::block8 the quantised types by the block kernels of backend/quant-kernels.h on
+// the weight's own bytes, the activation rows quantised once per call into this object's scratch;
+// with f32 activations by SGEMM on dequantised tiles (or f32-activation kernels for short calls).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -14,7 +15,7 @@ class CpuMatmul {
  public:
   // outs: one output for the whole weight, or one per part; biases one per output (may be null).
   void run(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, std::span<const Weight* const> biases,
-           int threads);
+           int threads, Activations act);
 
  private:
   void run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads);

@@ -407,7 +407,7 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
 }
 
 void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
-                              std::span<const Weight* const> biases) {
+                              std::span<const Weight* const> biases, Activations /*act*/) {
   const CudaWeight& cw = cuda_weight(w);
   const int64_t n = x.rows, in = w.in_features, out = w.out_features;
   if (n == 0) return;

@@ -97,8 +97,9 @@ class CudaBackend : public Backend {
   // ---- ops
   void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
                   float scale) override;
+  // act is ignored: f16 weights always meet f32 activations here.
   void matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
-                   std::span<const Weight* const> biases) override;
+                   std::span<const Weight* const> biases, Activations act) override;
   void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) override;
   void rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
                  const RopeParams& p, bool inverse) override;

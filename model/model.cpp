@@ -123,7 +123,7 @@ void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace&
   b.rms_norm(x, *w.attn_norm, c.norm_eps, xn);
   const Tensor qkv[3] = {q, k, v};
   const Weight* biases[3] = {w.bq.get(), w.bk.get(), w.bv.get()};
-  b.matmul_parts(xn, *w.wqkv, qkv, biases);
+  b.matmul_parts(xn, *w.wqkv, qkv, biases, ws.act);
   if (c.qk_norm) {
     b.rms_norm(q.reshape(n * c.n_head, c.head_dim), *w.q_norm, c.norm_eps, q.reshape(n * c.n_head, c.head_dim));
     b.rms_norm(k.reshape(n * c.n_head_kv, c.head_dim), *w.k_norm, c.norm_eps, k.reshape(n * c.n_head_kv, c.head_dim));
@@ -149,17 +149,17 @@ void Model::layer_output_ffn(int l, int64_t n, Workspace& ws) const {
   const ModelConfig& c = cfg_;
   Backend& b = backend_;
   const Tensor x = ws.x.slice_rows(0, n), xn = ws.xn.slice_rows(0, n), proj = ws.proj.slice_rows(0, n);
-  b.matmul(ws.attn.slice_rows(0, n), *w.wo, proj);
+  b.matmul(ws.attn.slice_rows(0, n), *w.wo, proj, nullptr, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_attn_norm, c.norm_eps, proj);
   b.add(x, proj);
 
   b.rms_norm(x, *w.ffn_norm, c.norm_eps, xn);
   const Tensor gate = ws.gate.slice_rows(0, n), up = ws.up.slice_rows(0, n);
   const Tensor gate_up[2] = {gate, up};
-  b.matmul_parts(xn, *w.w_gate_up, gate_up);
+  b.matmul_parts(xn, *w.w_gate_up, gate_up, {}, ws.act);
   if (c.gelu) b.geglu(gate, up, gate);
   else b.swiglu(gate, up, gate);
-  b.matmul(gate, *w.w_down, proj);
+  b.matmul(gate, *w.w_down, proj, nullptr, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_ffn_norm, c.norm_eps, proj);
   b.add(x, proj);
 }
@@ -212,6 +212,14 @@ std::vector<float> Model::decode_step(std::span<const int32_t> ids, std::span<Kv
     pos[i] = int32_t(kv.n_used);
     kv.pos[kv.n_used] = pos[i];
   }
+  // Decode reads every weight for a few rows: 8-bit activation blocks and integer dot products
+  // (backend.h, Activations::block8), the head excepted (it keeps f32, see the constructor).
+  struct ActScope {
+    Workspace& ws;
+    Activations saved;
+    ~ActScope() { ws.act = saved; }
+  } scope{ws, ws.act};
+  ws.act = Activations::block8;
   embed(ids, ws);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     layer_qkv(l, n, pos, ws);

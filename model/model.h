@@ -36,6 +36,9 @@ struct Workspace {
   Tensor attn;   // f32 [rows][n_head * head_dim]
   Tensor proj;   // f32 [rows][n_embd]
   Tensor gate, up;  // f32 [rows][n_ff]
+  // The layers' products' activations (backend.h): f32 for prompts; decode_step uses block8 for
+  // its own calls and restores this.
+  Activations act = Activations::f32;
   void ensure(Backend& b, const ModelConfig& c, int64_t n);
 };
 

@@ -58,7 +58,7 @@ class RecordingBackend : public Backend {
     return std::make_unique<Weight>();
   }
   void embed_impl(const Weight&, std::span<const int32_t>, const Tensor&, float) override { ++impl_calls; }
-  void matmul_impl(const Tensor&, const Weight&, std::span<const Tensor>, std::span<const Weight* const>) override {
+  void matmul_impl(const Tensor&, const Weight&, std::span<const Tensor>, std::span<const Weight* const>, Activations) override {
     ++impl_calls;
   }
   void rms_norm_impl(const Tensor&, const Weight&, float, const Tensor&) override { ++impl_calls; }

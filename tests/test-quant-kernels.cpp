@@ -278,16 +278,16 @@ TEST_CASE("quant kernels: the CPU backend's matmul on quantised and stacked weig
     auto stack = b->load_weight_stack(ptrs, "stack", mem);
     REQUIRE(stack->out_features == 67 + 5 + 130);
     Tensor outs[3] = {b->alloc(DType::f32, n, rows[0]), b->alloc(DType::f32, n, rows[1]), b->alloc(DType::f32, n, rows[2])};
-    b->matmul_parts(X, *stack, outs);
+    b->matmul_parts(X, *stack, outs, {}, Activations::block8);
     Tensor whole = b->alloc(DType::f32, n, stack->out_features);
-    b->matmul(X, *stack, whole);
+    b->matmul(X, *stack, whole, nullptr, Activations::block8);
     const std::vector<float> wh = test::download(*b, whole);
     int64_t first = 0;
     for (int p = 0; p < 3; ++p) {
       CAPTURE(ggml_type_name(parts_t[p]));
       auto alone = b->load_weight(ts[p], mem);
       Tensor y = b->alloc(DType::f32, n, rows[p]);
-      b->matmul(X, *alone, y);
+      b->matmul(X, *alone, y, nullptr, Activations::block8);
       const std::vector<float> ya = test::download(*b, y), yp = test::download(*b, outs[p]);
       CHECK(ya == yp);  // a part of a stack computes exactly what it computes alone
       for (int64_t i = 0; i < n; ++i)
@@ -345,8 +345,9 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
   }
 
   // The backend: a marked weight (Q8_0 by its kernel; Q4_K and Q6_K parts by dequantised tiles)
-  // equals dequantised weights times f32 activations for decode-sized calls, while the same
-  // weight unmarked multiplies 8-bit activations (and so differs from it).
+  // equals dequantised weights times f32 activations in decode-sized calls even when the call
+  // allows 8-bit activations (block8), while the same weight unmarked rounds them (and so differs);
+  // and with Activations::f32 the unmarked weight equals the marked one exactly.
   auto b = make_cpu_backend(2);
   const int64_t k = 512;
   for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
@@ -364,8 +365,8 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
     for (const int64_t n : {int64_t(1), int64_t(3)}) {
       const std::vector<float> x = test::random_vec(size_t(n * k), uint64_t(n + 5), 2.f);
       Tensor X = test::upload(*b, x, n, k), ym = b->alloc(DType::f32, n, rows), yp = b->alloc(DType::f32, n, rows);
-      b->matmul(X, *marked, ym);
-      b->matmul(X, *plain, yp);
+      b->matmul(X, *marked, ym, nullptr, Activations::block8);
+      b->matmul(X, *plain, yp, nullptr, Activations::block8);
       const std::vector<float> vm = test::download(*b, ym), vp = test::download(*b, yp);
       std::vector<float> wf(static_cast<size_t>(k));
       double worst_plain = 0;
@@ -382,6 +383,9 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
         }
       }
       CHECK(worst_plain > 1e-5);  // the 8-bit activations are visibly rounded: the mark matters
+      Tensor yf = b->alloc(DType::f32, n, rows);
+      b->matmul(X, *plain, yf);  // Activations::f32, the default
+      CHECK(test::download(*b, yf) == vm);
     }
   }
 }
