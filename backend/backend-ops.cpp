@@ -129,7 +129,10 @@ void Backend::copy(const Tensor& src, const Tensor& dst) {
   copy_impl(src, dst);
 }
 
-std::unique_ptr<Weight> Backend::load_weight(const GgufTensor& t) {
+namespace {
+
+// Error unless t is a tensor a weight can be made of: a supported type, values, data for them.
+void check_weight_tensor(const GgufTensor& t) {
   if (!ggml_type_supported(t.type))
     fail("tensor '{}' has type {}, which ragkv does not support", t.name, ggml_type_name(t.type));
   int64_t n = t.ne.empty() ? 0 : 1;
@@ -140,8 +143,40 @@ std::unique_ptr<Weight> Backend::load_weight(const GgufTensor& t) {
   if (t.data == nullptr || (t.nbytes != 0 && t.nbytes < data_bytes))
     fail("tensor '{}' ({} {}) holds {} bytes of data, expected {}", t.name, ggml_type_name(t.type), t.shape_str(),
          t.data ? t.nbytes : 0, data_bytes);
-  std::unique_ptr<Weight> w = load_weight_impl(t);
+}
+
+}  // namespace
+
+std::unique_ptr<Weight> Backend::load_weight(const GgufTensor& t, WeightMemory mem) {
+  check_weight_tensor(t);
+  const GgufTensor* parts[1] = {&t};
+  std::unique_ptr<Weight> w = load_weight_impl(parts, mem);
   w->owner_ = this;
+  w->name = t.name;
+  w->in_features = t.ne[0];
+  w->out_features = t.rows();
+  w->part_rows = {w->out_features};
+  return w;
+}
+
+std::unique_ptr<Weight> Backend::load_weight_stack(std::span<const GgufTensor* const> parts, const std::string& name,
+                                                   WeightMemory mem) {
+  if (parts.empty()) fail("internal: weight stack {} of no tensors", name);
+  std::vector<int64_t> rows;
+  for (const GgufTensor* t : parts) {
+    check_weight_tensor(*t);
+    if (t->ne[0] != parts[0]->ne[0])
+      fail("cannot stack '{}' {} with '{}' {}: rows of {} and {} values", parts[0]->name, parts[0]->shape_str(),
+           t->name, t->shape_str(), parts[0]->ne[0], t->ne[0]);
+    rows.push_back(t->rows());
+  }
+  std::unique_ptr<Weight> w = load_weight_impl(parts, mem);
+  w->owner_ = this;
+  w->name = name;
+  w->in_features = parts[0]->ne[0];
+  w->out_features = 0;
+  for (const int64_t r : rows) w->out_features += r;
+  w->part_rows = std::move(rows);
   return w;
 }
 
@@ -162,20 +197,47 @@ void Backend::embed(const Weight& table, std::span<const int32_t> ids, const Ten
   embed_impl(table, ids, out, scale);
 }
 
-void Backend::matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) {
+void Backend::matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias, Activations act) {
+  const Weight* biases[1] = {bias};
+  check_matmul(x, w, std::span(&y, 1), bias ? std::span<const Weight* const>(biases) : std::span<const Weight* const>());
+  matmul_impl(x, w, std::span(&y, 1), biases, act);
+}
+
+void Backend::matmul_parts(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                           std::span<const Weight* const> biases, Activations act) {
+  if (outs.size() != w.part_rows.size())
+    fail("internal: matmul_parts of {} ({} parts) into {} outputs", w.name, w.part_rows.size(), outs.size());
+  check_matmul(x, w, outs, biases);
+  std::vector<const Weight*> b(outs.size(), nullptr);
+  std::copy(biases.begin(), biases.end(), b.begin());
+  matmul_impl(x, w, outs, b, act);
+}
+
+void Backend::check_matmul(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                           std::span<const Weight* const> biases) const {
   check_weight(w, "matmul");
-  if (bias) check_weight(*bias, "matmul");
   check_tensor(x, "matmul", "x");
-  check_tensor(y, "matmul", "y");
   check_dtype(x, DType::f32, "matmul", "x");
-  check_dtype(y, DType::f32, "matmul", "y");
-  if (x.cols != w.in_features || y.cols != w.out_features || x.rows != y.rows)
-    fail("internal: matmul [{}][{}] x {}ᵀ [{}][{}] -> [{}][{}]", x.rows, x.cols, w.name, w.out_features,
-         w.in_features, y.rows, y.cols);
-  if (bias) check_vector(*bias, w.out_features, "matmul", "bias");
-  check_disjoint(x, y, "matmul", "x", "y");
+  if (x.cols != w.in_features)
+    fail("internal: matmul [{}][{}] x {}ᵀ [{}][{}]", x.rows, x.cols, w.name, w.out_features, w.in_features);
+  if (!biases.empty() && biases.size() != outs.size())
+    fail("internal: matmul of {} with {} biases for {} outputs", w.name, biases.size(), outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Tensor& y = outs[i];
+    const int64_t cols = outs.size() == 1 ? w.out_features : w.part_rows[i];
+    check_tensor(y, "matmul", "y");
+    check_dtype(y, DType::f32, "matmul", "y");
+    if (y.cols != cols || x.rows != y.rows)
+      fail("internal: matmul [{}][{}] x {}ᵀ [{}][{}] -> [{}][{}]", x.rows, x.cols, w.name, cols, w.in_features,
+           y.rows, y.cols);
+    check_disjoint(x, y, "matmul", "x", "y");
+    for (size_t j = 0; j < i; ++j) check_disjoint(outs[j], y, "matmul", "y", "y");
+    if (!biases.empty() && biases[i]) {
+      check_weight(*biases[i], "matmul");
+      check_vector(*biases[i], cols, "matmul", "bias");
+    }
+  }
   check_supported(BackendOp::matmul, x.dtype);
-  matmul_impl(x, w, y, bias);
 }
 
 void Backend::rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y) {

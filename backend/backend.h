@@ -27,6 +27,18 @@ const char* dtype_name(DType t);
 
 enum class DeviceKind : uint8_t { cpu, cuda };
 
+// Whether a backend may compute on a weight tensor's bytes where they lie (load_weight): in_place
+// when the caller keeps the mapped file open for the weight's lifetime (Model keeps its GGUF), so
+// the CPU backend neither copies nor dequantises it; copy otherwise.
+enum class WeightMemory : uint8_t { copy, in_place };
+
+// What a product may do to its activations. f32: use them as they are, so a row's result does not
+// depend on how rows are grouped into calls (prompts: full, prefix and blend agree on the rows
+// they share). block8: a backend may round them per block to 8 bits for integer dot products on
+// quantised weights, as llama.cpp does — decode steps, where reading the weights dominates (the
+// CPU backend does; weights marked Weight::f32_activations never are).
+enum class Activations : uint8_t { f32, block8 };
+
 class Backend;
 
 // Owned memory of one backend; freed through the backend that allocated it.
@@ -66,13 +78,21 @@ struct Tensor {
   bool empty() const { return numel() == 0; }
 };
 
-// A weight matrix W [out][in] (y = x · Wᵀ), prepared once for the backend (dequantised or kept
-// quantised, as the backend prefers). Vectors (norm weights, biases) are Weights with out == 1.
+// A weight matrix W [out][in] (y = x · Wᵀ), prepared once for the backend (kept in its GGUF type
+// by the CPU backend, f16 on CUDA). Vectors (norm weights, biases) are Weights with out == 1.
+// A stack (Backend::load_weight_stack) is several matrices sharing their input — Q, K and V, or
+// gate and up — as one [Σ out][in] weight, so one product computes them all.
 class Weight {
  public:
   virtual ~Weight() = default;
   int64_t out_features = 0, in_features = 0;
   std::string name;
+  std::vector<int64_t> part_rows;  // out_features of each stacked part, in order (one for a plain weight)
+  // Products with this weight keep the activations in f32 where a backend would otherwise round
+  // them (the CPU backend's 8-bit activation blocks). Set on the output head: the logits' argmax
+  // and the first-token distributions eval compares are where that rounding shows (a greedy
+  // answer that flips on SmolLM2), and one matrix per token costs little.
+  bool f32_activations = false;
   const Backend* owner() const { return owner_; }  // the backend whose load_weight made it
 
  private:
@@ -171,14 +191,29 @@ class Backend {
   // ---- weights
   // Error naming the tensor for a type ragkv does not dequantise, no values, or data shorter
   // than the shape; the backend may refuse more (the CUDA backend: values f16 cannot hold).
-  std::unique_ptr<Weight> load_weight(const GgufTensor& t);
+  std::unique_ptr<Weight> load_weight(const GgufTensor& t, WeightMemory mem = WeightMemory::copy);
+  // Matrices with one in_features stacked in order into one weight named `name` (each part keeps
+  // its own type on the CPU). Error as load_weight, or naming the part whose in_features differs.
+  std::unique_ptr<Weight> load_weight_stack(std::span<const GgufTensor* const> parts, const std::string& name,
+                                            WeightMemory mem = WeightMemory::copy);
 
   // ---- ops (all write their output; inputs and outputs are f32 unless stated)
   // out[i] = table row ids[i] (token embedding lookup), times scale. out [ids.size()][table.in];
   // every id in [0, table.out).
   void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale);
   // y[n][out] = x[n][in] · Wᵀ (+ bias[out] if given). y must not overlap x.
-  void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias = nullptr);
+  // act (Activations): on the CPU, block8 lets quantised weights meet activations quantised per
+  // block to 8 bits (integer dot products, backend/quant-kernels.h); f32, and any weight marked
+  // f32_activations, keeps f32 activations (SGEMM on weights dequantised tile by tile, or for
+  // calls of fewer than 32 rows on Q8_0/F16/BF16/F32 weights, kernels on f32 activations).
+  // Either way each output row depends on its input row alone, whatever the other rows of the call.
+  void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias = nullptr,
+              Activations act = Activations::f32);
+  // The parts of a stacked weight into their own outputs: outs[p] [n][part_rows[p]] = x · W_pᵀ
+  // (+ biases[p] when given and not null). biases empty or one per part; outputs disjoint from x
+  // and from each other.
+  void matmul_parts(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                    std::span<const Weight* const> biases = {}, Activations act = Activations::f32);
   // Row-wise RMSNorm over the last dimension: y = x / rms(x) · w. x and y may alias.
   // With x as [n·heads][head_dim] this is per-head QK-norm.
   void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y);
@@ -225,10 +260,14 @@ class Backend {
   // tensors on it, dtypes it supports()), so an implementation checks only what is its own
   // (the CUDA backend: grid and cuBLAS int limits, weights stored as it needs them).
   virtual void copy_impl(const Tensor& src, const Tensor& dst) = 0;
-  virtual std::unique_ptr<Weight> load_weight_impl(const GgufTensor& t) = 0;
+  // parts: one tensor, or a stack's parts (checked: supported types, one in_features, data).
+  virtual std::unique_ptr<Weight> load_weight_impl(std::span<const GgufTensor* const> parts, WeightMemory mem) = 0;
   virtual void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
                           float scale) = 0;
-  virtual void matmul_impl(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) = 0;
+  // outs: one output [n][out_features] for the whole weight, or one per part (matmul_parts);
+  // biases: one per output, each null or a vector of that output's columns.
+  virtual void matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                           std::span<const Weight* const> biases, Activations act) = 0;
   virtual void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) = 0;
   virtual void rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads,
                          int head_dim, const RopeParams& p, bool inverse) = 0;
@@ -257,6 +296,9 @@ class Backend {
   void check_weight(const Weight& w, const char* op) const;
   // Error naming this backend unless it supports (op, dtype).
   void check_supported(BackendOp op, DType dtype) const;
+  // matmul's and matmul_parts' checks (outs: one for the whole weight, or one per part).
+  void check_matmul(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                    std::span<const Weight* const> biases) const;
 };
 
 }  // namespace ragkv

@@ -1,6 +1,7 @@
-// The CPU backend: OpenBLAS SGEMM for projections and attention scores, OpenMP-threaded
-// kernels for the rest. It is the numerical reference the CUDA backend is checked against.
-// Weights are dequantised to f32 once at load.
+// The CPU backend: weights kept in their GGUF types and multiplied by block kernels
+// (backend/cpu-matmul.h, backend/quant-kernels.h; F32 weights by OpenBLAS SGEMM), attention
+// scores by SGEMM (one query row — a decode step — by f16 row kernels), OpenMP-threaded kernels
+// for the rest. It is the numerical reference the CUDA backend is checked against.
 #include <omp.h>
 
 #include <algorithm>
@@ -11,63 +12,17 @@
 #include <limits>
 
 #include "backend/cpu-backend.h"
+#include "backend/cpu-gemm.h"
+#include "backend/cpu-matmul.h"
+#include "backend/cpu-weight.h"
+#include "backend/quant-kernels.h"
 #include "util/error.h"
 #include "format/fp16.h"
 #include "format/gguf.h"
 
-#ifdef RAGKV_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
-
 namespace ragkv {
 
 namespace {
-
-class CpuWeight : public Weight {
- public:
-  std::vector<float> data;  // f32 [out_features][in_features]
-};
-
-const CpuWeight& cpu(const Weight& w) { return static_cast<const CpuWeight&>(w); }
-
-// C[m][n] = A[m][k] · B[n][k]ᵀ with leading dimensions; the one GEMM shape the engine needs.
-void gemm_nt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-             int64_t ldb, float* c, int64_t ldc, float alpha) {
-#ifdef RAGKV_HAVE_OPENBLAS
-  if (m == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b, ldb, a, 1, 0.f, c, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, alpha, a, lda, b, ldb, 0.f, c, ldc);
-  }
-#else
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      float s = 0.f;
-      for (int64_t p = 0; p < k; ++p) s += a[i * lda + p] * b[j * ldb + p];
-      c[i * ldc + j] = alpha * s;
-    }
-#endif
-}
-
-// C[m][n] = A[m][k] · B[k][n].
-void gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-             int64_t ldb, float* c, int64_t ldc) {
-#ifdef RAGKV_HAVE_OPENBLAS
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, ldc);
-#else
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < m; ++i) {
-    float* ci = c + i * ldc;
-    std::fill(ci, ci + n, 0.f);
-    for (int64_t p = 0; p < k; ++p) {
-      const float aip = a[i * lda + p];
-      const float* bp = b + p * ldb;
-      for (int64_t j = 0; j < n; ++j) ci[j] += aip * bp[j];
-    }
-  }
-#endif
-}
 
 float gelu_tanh(float x) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -172,9 +127,7 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
   void set_threads(int n) override {
     threads_ = n > 0 ? n : std::max(1, omp_get_num_procs());
-#ifdef RAGKV_HAVE_OPENBLAS
-    openblas_set_num_threads(threads_);
-#endif
+    gemm_set_threads(threads_);
     omp_set_num_threads(threads_);
   }
 
@@ -196,47 +149,29 @@ class CpuBackend : public Backend {
     std::memcpy(dst.data(), src.data(), src.bytes());
   }
 
-  std::unique_ptr<Weight> load_weight_impl(const GgufTensor& t) override {
-    auto w = std::make_unique<CpuWeight>();
-    w->name = t.name;
-    w->in_features = t.ne[0];
-    w->out_features = t.rows();
-    w->data.resize(static_cast<size_t>(t.n_elements()));
-    const size_t row_bytes = ggml_row_bytes(t.type, t.ne[0]);
-    const int64_t rows = t.rows(), cols = t.ne[0];
-#pragma omp parallel for schedule(static) num_threads(threads_)
-    for (int64_t r = 0; r < rows; ++r)
-      dequantize_row(t.type, t.data + r * row_bytes, w->data.data() + r * cols, cols);
-    return w;
-  }
+  std::unique_ptr<Weight> load_weight_impl(std::span<const GgufTensor* const> parts, WeightMemory mem) override;
 
   void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale) override {
-    const CpuWeight& w = cpu(table);
+    const CpuWeight& w = cpu_weight(table);
+    const CpuWeightPart& part = w.parts[0];
     for (size_t i = 0; i < ids.size(); ++i) {
-      const float* src = w.data.data() + static_cast<int64_t>(ids[i]) * w.in_features;
       float* dst = out.as<float>() + i * out.cols;
-      for (int64_t j = 0; j < w.in_features; ++j) dst[j] = src[j] * scale;
+      dequantize_row(part.type, part.data + static_cast<int64_t>(ids[i]) * part.row_bytes, dst, w.in_features);
+      for (int64_t j = 0; j < w.in_features; ++j) dst[j] *= scale;
     }
   }
 
-  void matmul_impl(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) override {
-    gemm_nt(x.rows, w.out_features, w.in_features, x.as<float>(), x.cols, cpu(w).data.data(),
-            w.in_features, y.as<float>(), y.cols, 1.f);
-    if (bias) {
-      const float* b = cpu(*bias).data.data();
-      float* yp = y.as<float>();
-#pragma omp parallel for schedule(static) num_threads(threads_)
-      for (int64_t i = 0; i < y.rows; ++i)
-        for (int64_t j = 0; j < y.cols; ++j) yp[i * y.cols + j] += b[j];
-    }
+  void matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                   std::span<const Weight* const> biases, Activations act) override {
+    matmul_.run(x, cpu_weight(w), outs, biases, threads_, act);
   }
 
   void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) override {
-    const float* wp = cpu(w).data.data();
+    const float* wp = cpu_weight(w).values.data();
     const float* xp = x.as<float>();
     float* yp = y.as<float>();
     const int64_t n = x.cols;
-#pragma omp parallel for schedule(static) num_threads(threads_)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (wide(x.numel()))
     for (int64_t i = 0; i < x.rows; ++i) {
       double ss = 0;
       for (int64_t j = 0; j < n; ++j) ss += double(xp[i * n + j]) * xp[i * n + j];
@@ -251,7 +186,7 @@ class CpuBackend : public Backend {
     const std::vector<float> inv_freq = rope_inv_freq(p);
     const float sign = inverse ? -1.f : 1.f;
     const bool f16 = x.dtype == DType::f16;
-#pragma omp parallel for schedule(static) num_threads(threads_)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (wide(x.numel()))
     for (int64_t r = 0; r < x.rows; ++r) {
       std::vector<float> cs(half), sn(half), row(x.cols);
       const float pos = float(positions[r]) * p.freq_scale;
@@ -277,12 +212,12 @@ class CpuBackend : public Backend {
   }
 
   void layer_norm_impl(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) override {
-    const float* wp = cpu(w).data.data();
-    const float* bp = cpu(b).data.data();
+    const float* wp = cpu_weight(w).values.data();
+    const float* bp = cpu_weight(b).values.data();
     const float* xp = x.as<float>();
     float* yp = y.as<float>();
     const int64_t n = x.cols;
-#pragma omp parallel for schedule(static) num_threads(threads_)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (wide(x.numel()))
     for (int64_t i = 0; i < x.rows; ++i) {
       const float* xi = xp + i * n;
       double sum = 0;
@@ -301,7 +236,7 @@ class CpuBackend : public Backend {
     const float* xp = x.as<float>();
     float* yp = y.as<float>();
     const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) num_threads(threads_)
+#pragma omp parallel for simd schedule(static) num_threads(threads_) if (wide(n))
     for (int64_t i = 0; i < n; ++i) yp[i] = gelu_erf_f32(xp[i]);
   }
 
@@ -316,7 +251,7 @@ class CpuBackend : public Backend {
     float* ap = a.as<float>();
     const float* bp = b.as<float>();
     const int64_t n = a.numel();
-#pragma omp parallel for schedule(static) num_threads(threads_)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (wide(n))
     for (int64_t i = 0; i < n; ++i) ap[i] += bp[i];
   }
 
@@ -334,7 +269,7 @@ class CpuBackend : public Backend {
   }
 
   void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows, const Tensor& out) override {
-#pragma omp parallel for schedule(static) num_threads(threads_)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (wide(a.numel()))
     for (int64_t i = 0; i < a.rows; ++i) {
       std::vector<float> brow(static_cast<size_t>(b.cols));
       if (b.dtype == DType::f16) fp16_to_fp32_row(b.as<f16_t>() + rows[i] * b.cols, brow.data(), b.cols);
@@ -355,6 +290,14 @@ class CpuBackend : public Backend {
 
  private:
   int threads_ = 1;
+  CpuMatmul matmul_;
+
+  // Whether an element-wise or row-wise op over this many values is worth waking the threads
+  // (a decode step's few rows are not). Either way every value is computed the same.
+  bool wide(int64_t values) const { return threads_ > 1 && values >= (1 << 15); }
+
+  void attention_one_query(const Tensor& q, int32_t q_pos, const Tensor& k, const Tensor& v,
+                           std::span<const int32_t> k_pos, const AttentionParams& p, const Tensor& out);
 
   void attention_all_visible(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_kv,
                              const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass);
@@ -365,7 +308,7 @@ class CpuBackend : public Backend {
     const float* u = up.as<float>();
     float* o = out.as<float>();
     const int64_t n = gate.numel();
-#pragma omp parallel for schedule(static) num_threads(threads_)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (wide(n))
     for (int64_t i = 0; i < n; ++i) o[i] = act(g[i]) * u[i];
   }
 };
@@ -383,6 +326,10 @@ void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos,
   const int64_t q_cols = int64_t(p.n_head) * hd, kv_cols = int64_t(p.n_kv_head) * hd;
   if (!p.causal) {
     attention_all_visible(q, k, v, n_kv, p, out, seg_mass);
+    return;
+  }
+  if (n_q == 1 && k.dtype == DType::f16 && !seg_mass) {  // a decode step
+    attention_one_query(q, q_pos[0], k, v, k_pos.first(static_cast<size_t>(n_kv)), p, out);
     return;
   }
   const int group = p.n_head / p.n_kv_head;
@@ -468,6 +415,77 @@ void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos,
   }
 }
 
+
+// One query row (a decode step) against f16 K/V: per head, scores by f16 row dot products, the
+// softmax over the visible keys, the values accumulated in place; no f32 copy of the cache. Heads
+// run in parallel when the cache is long enough to pay for it.
+void CpuBackend::attention_one_query(const Tensor& q, int32_t qp, const Tensor& k, const Tensor& v,
+                                     std::span<const int32_t> kp, const AttentionParams& p, const Tensor& out) {
+  const QuantKernels& qk = quant_kernels();
+  const int hd = p.head_dim, group = p.n_head / p.n_kv_head;
+  const int64_t kv_cols = int64_t(p.n_kv_head) * hd;
+  // Keys in ascending positions (every prefill, and chunks reused in order): the visible ones are
+  // one run [lo, hi); otherwise all of them, masked by position.
+  const bool ascending = std::is_sorted(kp.begin(), kp.end());
+  int64_t lo = 0, hi = int64_t(kp.size());
+  if (ascending) {
+    hi = std::upper_bound(kp.begin(), kp.end(), qp) - kp.begin();
+    if (p.sliding_window > 0) lo = std::upper_bound(kp.begin(), kp.begin() + hi, qp - p.sliding_window) - kp.begin();
+  }
+  const int64_t w = hi - lo;
+#pragma omp parallel for schedule(static) num_threads(threads_) if (wide(w * hd * p.n_head))
+  for (int h = 0; h < p.n_head; ++h) {
+    float* o = out.as<float>() + int64_t(h) * hd;
+    std::fill(o, o + hd, 0.f);
+    if (w <= 0) continue;
+    const int64_t col = int64_t(h / group) * hd;
+    std::vector<float> s(static_cast<size_t>(w));
+    qk.dot_f16_rows(q.as<float>() + int64_t(h) * hd, k.as<f16_t>() + lo * kv_cols + col, size_t(kv_cols), w, hd,
+                    p.scale, s.data());
+    if (ascending) softmax_row_all_visible(s.data(), w, p.softcap);
+    else softmax_row_masked(s.data(), w, kp.data() + lo, qp, p);
+    qk.axpy_f16_rows(s.data(), v.as<f16_t>() + lo * kv_cols + col, size_t(kv_cols), w, hd, o);
+  }
+}
+
+std::unique_ptr<Weight> CpuBackend::load_weight_impl(std::span<const GgufTensor* const> parts, WeightMemory mem) {
+  auto w = std::make_unique<CpuWeight>();
+  size_t owned_bytes = 0;
+  int64_t first = 0;
+  for (const GgufTensor* t : parts) {
+    CpuWeightPart part;
+    part.type = t->type;
+    part.rows = t->rows();
+    part.row_bytes = ggml_row_bytes(t->type, t->ne[0]);
+    part.first_row = first;
+    first += part.rows;
+    // In place: the file's bytes (an F32 part only where floats may be read, 4-byte aligned).
+    const bool aligned = t->type != GgmlType::F32 || reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0;
+    if (mem == WeightMemory::in_place && aligned) {
+      part.data = t->data;
+    } else {
+      owned_bytes = (owned_bytes + 63) / 64 * 64;
+      part.data = reinterpret_cast<const uint8_t*>(owned_bytes);  // an offset into owned, fixed below
+      owned_bytes += part.row_bytes * size_t(part.rows);
+    }
+    w->parts.push_back(part);
+  }
+  if (owned_bytes > 0) {
+    w->owned.resize(owned_bytes);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      CpuWeightPart& part = w->parts[i];
+      if (part.data == parts[i]->data) continue;
+      const size_t offset = reinterpret_cast<uintptr_t>(part.data);
+      std::memcpy(w->owned.data() + offset, parts[i]->data, part.row_bytes * size_t(part.rows));
+      part.data = w->owned.data() + offset;
+    }
+  }
+  if (parts.size() == 1 && w->parts[0].rows == 1) {  // a vector: f32 for the row ops
+    w->values.resize(static_cast<size_t>(parts[0]->ne[0]));
+    dequantize_row(w->parts[0].type, w->parts[0].data, w->values.data(), parts[0]->ne[0]);
+  }
+  return w;
+}
 
 // Non-causal attention (encoders): every query sees keys [0, n_kv). An encoder attends per
 // sentence, so this is many small products: heads run in parallel, each with single-threaded

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <string>
 
 #include "bench/bench-text.h"
 #include "bench/stats.h"
@@ -13,6 +15,26 @@
 #include "model/model-config.h"
 
 namespace ragkv {
+
+namespace {
+
+// The kernel's count of this process's peak resident memory (VmHWM) restarts from the current
+// RSS (Linux: "5" to /proc/self/clear_refs), so each model's run reports its own peak.
+void reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+}
+
+// VmHWM in MiB (0 where /proc is not there).
+double peak_rss_mib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+}  // namespace
 
 double prefill_flops(const ModelConfig& c, int64_t tokens) {
   const double t = double(tokens), d = c.n_embd, hd = c.head_dim;
@@ -30,6 +52,7 @@ double prefill_flops(const ModelConfig& c, int64_t tokens) {
 
 nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
   using clock = std::chrono::steady_clock;
+  reset_peak_rss();
   const auto t_load = clock::now();
   Model model(opt.model_path, backend);
   const double load_ms = std::chrono::duration<double, std::milli>(clock::now() - t_load).count();
@@ -57,6 +80,26 @@ nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
   g.stop_at_eog = false;
   const GenerateResult r = generate_greedy(model, ids, g);
   const double decode_tps = opt.decode_tokens / (r.decode_ms / 1000.0);
+  const double peak_single = peak_rss_mib();
+
+  // decode_batch sequences decoded together (GreedyBatch: one decode step for all of them), each
+  // after its own prefill of a prompt of up to 128 tokens (lengths differ by one).
+  double batch_tps = 0;
+  if (opt.decode_batch > 1) {
+    const int64_t len = std::min<int64_t>(opt.prompt_tokens, 128);
+    GreedyBatch batch(model);
+    for (int s = 0; s < opt.decode_batch; ++s) {
+      const int64_t n = std::max<int64_t>(1, len - s);
+      KvCache kvb = model.new_kv_cache(n + opt.decode_tokens + 1);
+      Workspace wsb;
+      const std::vector<float> logits = model.forward(std::span(ids).first(size_t(n)), kvb, wsb);
+      batch.add(std::move(kvb), logits, g);
+    }
+    const auto t0 = clock::now();
+    while (batch.active() > 0) batch.step();
+    const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    batch_tps = double(opt.decode_batch) * opt.decode_tokens / (ms / 1000.0);
+  }
 
   return {
       {"model", opt.model_path},
@@ -72,6 +115,10 @@ nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
       {"prefill_tokens_per_s_median", opt.prompt_tokens / (median / 1000.0)},
       {"decode_tokens", opt.decode_tokens},
       {"decode_tokens_per_s", decode_tps},
+      {"decode_batch", opt.decode_batch},
+      {"decode_batch_tokens_per_s", batch_tps},
+      {"peak_rss_mib", peak_single},
+      {"peak_rss_mib_with_batch", peak_rss_mib()},
   };
 }
 

@@ -13,6 +13,7 @@ struct PrefillBenchOptions {
   int prompt_tokens = 512;
   int decode_tokens = 32;
   int repetitions = 3;
+  int decode_batch = 4;  // sequences decoded together for decode_batch_tokens_per_s (1: none)
 };
 
 class Backend;
@@ -26,7 +27,9 @@ struct ModelConfig;
 double prefill_flops(const ModelConfig& c, int64_t tokens);
 
 // Runs a warm-up, then `repetitions` timed prefills of a prompt_tokens-long real-text prompt
-// and one greedy decode of decode_tokens; reports the best and median rates.
+// and one greedy decode of decode_tokens; reports the best and median rates, then decode_batch
+// sequences decoded together (tokens/s summed over them), and the peak RSS (VmHWM) of the
+// model's run: of load, prefills and the single decode, and with the batch as well.
 nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt);
 
 }  // namespace ragkv

@@ -309,13 +309,16 @@ bool CudaBackend::supports(BackendOp op, DType dtype) const {
 
 // ---- weights
 
-// Backend::load_weight has checked the type, that there are values, and that the data covers them.
-std::unique_ptr<Weight> CudaBackend::load_weight_impl(const GgufTensor& t) {
-  const int64_t n = t.n_elements();
-  const int64_t cols = t.ne[0], rows = n / cols;
-  const size_t row_bytes = ggml_row_bytes(t.type, cols);
+// Backend::load_weight(_stack) has checked the types, that there are values, that the data covers
+// them and that the parts share in_features. The file's bytes are always copied to the device
+// (WeightMemory does not matter here).
+std::unique_ptr<Weight> CudaBackend::load_weight_impl(std::span<const GgufTensor* const> parts, WeightMemory) {
+  const int64_t cols = parts[0]->ne[0];
+  int64_t rows = 0;
+  for (const GgufTensor* t : parts) rows += t->rows();
 
-  if (rows == 1) {  // a vector: f32, dequantised on the host
+  if (parts.size() == 1 && rows == 1) {  // a vector: f32, dequantised on the host
+    const GgufTensor& t = *parts[0];
     std::vector<float> host(static_cast<size_t>(cols));
     dequantize_row(t.type, t.data, host.data(), cols);
     auto w = std::make_unique<CudaWeight>(this, raw_alloc(host.size() * sizeof(float)), DType::f32);
@@ -328,12 +331,27 @@ std::unique_ptr<Weight> CudaBackend::load_weight_impl(const GgufTensor& t) {
     return w;
   }
 
-  // A matrix: f16 [rows][cols] (why f16: cuda-backend.h). Made before the conversion so that a
-  // failure part-way frees the device memory.
-  auto w = std::make_unique<CudaWeight>(this, raw_alloc(static_cast<size_t>(n) * sizeof(__half)), DType::f16);
-  w->name = t.name;
+  // A matrix (or a stack of them, part after part): f16 [rows][cols] (why f16: cuda-backend.h).
+  // Made before the conversion so that a failure part-way frees the device memory.
+  auto w = std::make_unique<CudaWeight>(this, raw_alloc(static_cast<size_t>(rows * cols) * sizeof(__half)),
+                                        DType::f16);
+  w->name = parts[0]->name;
   w->out_features = rows;
   w->in_features = cols;
+  int64_t first = 0;
+  for (const GgufTensor* t : parts) {
+    upload_f16_rows(*t, w->f16() + first * cols);
+    first += t->rows();
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return w;
+}
+
+// One GGUF matrix into f16 rows at dst (device), checking that f16 holds every value.
+void CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
+  const int64_t n = t.n_elements();
+  const int64_t cols = t.ne[0], rows = n / cols;
+  const size_t row_bytes = ggml_row_bytes(t.type, cols);
   const auto out_of_range = [&](int64_t r, int64_t c, float v) {
     fail("CUDA backend: weight '{}' ({}) holds {} at [{}][{}]: the CUDA backend stores weight "
          "matrices in f16, which holds finite values of magnitude ≤ 65504 only",
@@ -347,10 +365,10 @@ std::unique_ptr<Weight> CudaBackend::load_weight_impl(const GgufTensor& t) {
       const uint16_t h = uint16_t(t.data[2 * i] | (t.data[2 * i + 1] << 8));
       if ((h & 0x7c00u) == 0x7c00u) out_of_range(i / cols, i % cols, fp16_to_fp32(h));
     }
-    CUDA_CHECK(cudaMemcpyAsync(w->f16(), t.data, static_cast<size_t>(n) * sizeof(__half),
-                               cudaMemcpyHostToDevice, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return w;
+    CUDA_CHECK(cudaMemcpyAsync(dst, t.data, static_cast<size_t>(n) * sizeof(__half), cudaMemcpyHostToDevice,
+                               stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // t.data may be unmapped after the load
+    return;
   }
 
   // Every other type: dequantise a chunk of rows to f32 on the host (as the CPU backend does),
@@ -368,10 +386,9 @@ std::unique_ptr<Weight> CudaBackend::load_weight_impl(const GgufTensor& t) {
       if (!(std::fabs(host[i]) <= kF16Max)) out_of_range(r0 + i / cols, i % cols, host[i]);
     CUDA_CHECK(cudaMemcpyAsync(staged, host.data(), static_cast<size_t>(nr * cols) * sizeof(float),
                                cudaMemcpyHostToDevice, stream_));
-    convert_f32_to_f16_cuda(staged, w->f16() + r0 * cols, nr * cols, stream_);
+    convert_f32_to_f16_cuda(staged, dst + r0 * cols, nr * cols, stream_);
   }
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return w;
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the work buffer is reused by the next part
 }
 
 // ---- ops (arguments checked by Backend; see backend/backend-ops.cpp)
@@ -389,38 +406,65 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
   else embed_f32_cuda(cw.f32(), d_ids, out.as<float>(), n, out.cols, scale, stream_);
 }
 
-void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) {
+void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                              std::span<const Weight* const> biases, Activations /*act*/) {
   const CudaWeight& cw = cuda_weight(w);
-  const float* d_bias = bias ? cuda_vector(*bias, "matmul bias").f32() : nullptr;
   const int64_t n = x.rows, in = w.in_features, out = w.out_features;
   if (n == 0) return;
   check_int_dim(n, "rows", "matmul");
   check_int_dim(in, "in_features", "matmul");
   check_int_dim(out, "out_features", "matmul");
   check_grid_rows(n, "matmul");
+  const bool split = outs.size() > 1;  // a stack's parts into their own outputs
+  const float* d_bias = !split && biases[0] ? cuda_vector(*biases[0], "matmul bias").f32() : nullptr;
 
   // Row-major y[n][out] = x[n][in] · W[out][in]ᵀ is, column-major, yᵀ (out × n, ld out) =
   // op(A) · B with A = W seen as an in × out column-major matrix (transposed: CUBLAS_OP_T) and
   // B = x seen as in × n (CUBLAS_OP_N). f32 accumulation (CUBLAS_COMPUTE_32F), tensor cores for
   // f16 operands; the default math mode keeps f32 operands in full f32 (no TF32).
+  // A stack's parts split into several outputs: one GEMM into y [n][out] in the work buffer, then
+  // each part's columns copied out (cudaMemcpy2DAsync) and its bias added.
   const float one = 1.f, zero = 0.f;
+  const size_t y_bytes = split ? (static_cast<size_t>(n * out) * sizeof(float) + 255) / 256 * 256 : 0;
   if (cw.dtype() == DType::f16) {
     // x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM,
     // then y row scales and bias.
     const size_t xh_bytes = (static_cast<size_t>(n * in) * sizeof(__half) + 255) / 256 * 256;
-    auto* work = static_cast<uint8_t*>(work_reserve(xh_bytes + static_cast<size_t>(n) * sizeof(float)));
-    auto* xh = reinterpret_cast<__half*>(work);
-    auto* row_unscale = reinterpret_cast<float*>(work + xh_bytes);
+    auto* work = static_cast<uint8_t*>(work_reserve(y_bytes + xh_bytes + static_cast<size_t>(n) * sizeof(float)));
+    float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
+    auto* xh = reinterpret_cast<__half*>(work + y_bytes);
+    auto* row_unscale = reinterpret_cast<float*>(work + y_bytes + xh_bytes);
     convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
     CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
                               cw.f16(), CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero,
-                              y.as<float>(), CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    matmul_epilogue_f32_cuda(y.as<float>(), row_unscale, d_bias, n, out, stream_);
+                              y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    matmul_epilogue_f32_cuda(y, row_unscale, d_bias, n, out, stream_);
+    if (split) matmul_split_outputs(y, w, outs, biases);
   } else {  // an f32 vector weight (out_features == 1)
+    auto* work = static_cast<uint8_t*>(split ? work_reserve(y_bytes) : nullptr);
+    float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
     CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
                               cw.f32(), CUDA_R_32F, int(in), x.as<float>(), CUDA_R_32F, int(in), &zero,
-                              y.as<float>(), CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    matmul_epilogue_f32_cuda(y.as<float>(), nullptr, d_bias, n, out, stream_);
+                              y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    matmul_epilogue_f32_cuda(y, nullptr, d_bias, n, out, stream_);
+    if (split) matmul_split_outputs(y, w, outs, biases);
+  }
+}
+
+// y [n][out] (device, the whole stack's product) → outs[p] [n][part_rows[p]], plus each bias.
+void CudaBackend::matmul_split_outputs(const float* y, const Weight& w, std::span<const Tensor> outs,
+                                       std::span<const Weight* const> biases) {
+  const int64_t n = outs[0].rows, out = w.out_features;
+  int64_t first = 0;
+  for (size_t p = 0; p < outs.size(); ++p) {
+    const int64_t cols = w.part_rows[p];
+    CUDA_CHECK(cudaMemcpy2DAsync(outs[p].data(), size_t(cols) * sizeof(float), y + first,
+                                 size_t(out) * sizeof(float), size_t(cols) * sizeof(float), size_t(n),
+                                 cudaMemcpyDeviceToDevice, stream_));
+    if (biases[p])
+      matmul_epilogue_f32_cuda(outs[p].as<float>(), nullptr, cuda_vector(*biases[p], "matmul bias").f32(), n, cols,
+                               stream_);
+    first += cols;
   }
 }
 

@@ -36,6 +36,7 @@
 // Tensors and weights must be freed before the backend that allocated them.
 #pragma once
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -91,12 +92,14 @@ class CudaBackend : public Backend {
   // ---- weights: any type ggml_type_supported() accepts; matrices f16, vectors f32 (see above).
   // Throws ragkv::Error naming the tensor for a matrix value outside the f16 range (the type
   // and the data size were checked by Backend::load_weight).
-  std::unique_ptr<Weight> load_weight_impl(const GgufTensor& t) override;
+  std::unique_ptr<Weight> load_weight_impl(std::span<const GgufTensor* const> parts, WeightMemory mem) override;
 
   // ---- ops
   void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
                   float scale) override;
-  void matmul_impl(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias) override;
+  // act is ignored: f16 weights always meet f32 activations here.
+  void matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                   std::span<const Weight* const> biases, Activations act) override;
   void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) override;
   void rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
                  const RopeParams& p, bool inverse) override;
@@ -152,6 +155,11 @@ class CudaBackend : public Backend {
   void grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes);
   // Checks that `rows` fit one grid dimension (one block per row) for `op`.
   void check_grid_rows(int64_t rows, const char* op) const;
+  // load_weight: one GGUF matrix into f16 rows at dst (a stack's parts one after the other).
+  void upload_f16_rows(const GgufTensor& t, __half* dst);
+  // matmul of a stack into its parts' outputs: y [n][out_features] → outs[p], plus biases[p].
+  void matmul_split_outputs(const float* y, const Weight& w, std::span<const Tensor> outs,
+                            std::span<const Weight* const> biases);
 };
 
 }  // namespace ragkv

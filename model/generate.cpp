@@ -22,6 +22,39 @@ std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& te
   return ids;
 }
 
+bool GreedyChooser::choose(const float* logits, int64_t n_vocab,
+                           const std::function<void(const std::string&)>& on_piece) {
+  auto has_text = [&] { return r_.text.find_first_not_of(" \t\r\n") != std::string::npos; };
+  if (steps_ >= opt_.max_tokens) return false;
+  ++steps_;
+  int32_t best = 0;  // argmax, the first on ties
+  for (int64_t i = 1; i < n_vocab; ++i)
+    if (logits[i] > logits[best]) best = int32_t(i);
+  next_ = best;
+  if (opt_.stop_at_eog && tok_.is_eog(best)) return false;
+  std::string piece = tok_.token_to_piece(best);
+  if (opt_.stop_at_newline && has_text()) {
+    if (const auto nl = piece.find('\n'); nl != std::string::npos) {
+      r_.text += piece.substr(0, nl);
+      if (nl > 0) r_.output_ids.push_back(best);
+      return false;
+    }
+  }
+  r_.output_ids.push_back(best);
+  r_.text += piece;
+  if (on_piece) on_piece(piece);
+  return steps_ < opt_.max_tokens;
+}
+
+DecodeResult GreedyChooser::finish() {
+  if (opt_.stop_at_newline) {
+    const auto b = r_.text.find_first_not_of(" \t\r\n");
+    const auto e = r_.text.find_last_not_of(" \t\r\n");
+    r_.text = b == std::string::npos ? "" : r_.text.substr(b, e - b + 1);
+  }
+  return std::move(r_);
+}
+
 DecodeResult decode_greedy(const Model& model, KvCache& kv, Workspace& ws, std::vector<float> logits,
                            const GenerateOptions& opt,
                            const std::function<void(const std::string&)>& on_piece) {
@@ -29,34 +62,77 @@ DecodeResult decode_greedy(const Model& model, KvCache& kv, Workspace& ws, std::
   if (kv.n_used + opt.max_tokens > kv.n_ctx)
     fail("internal: {} new tokens do not fit after {} prompt rows in a context of {}", opt.max_tokens,
          kv.n_used, kv.n_ctx);
-  DecodeResult r;
   const auto t0 = clock::now();
-  const Tokenizer& tok = model.tokenizer();
-  auto has_text = [&] { return r.text.find_first_not_of(" \t\r\n") != std::string::npos; };
-  for (int i = 0; i < opt.max_tokens; ++i) {
-    const int32_t next = argmax(logits);
-    if (opt.stop_at_eog && tok.is_eog(next)) break;
-    std::string piece = tok.token_to_piece(next);
-    if (opt.stop_at_newline && has_text()) {
-      if (const auto nl = piece.find('\n'); nl != std::string::npos) {
-        r.text += piece.substr(0, nl);
-        if (nl > 0) r.output_ids.push_back(next);
-        break;
+  GreedyChooser chooser(model.tokenizer(), opt);
+  KvCache* kvs[1] = {&kv};
+  const int64_t n_vocab = model.config().n_vocab;
+  while (chooser.choose(logits.data(), n_vocab, on_piece)) {
+    const int32_t one[1] = {chooser.next()};
+    logits = model.decode_step(one, kvs, ws);
+  }
+  DecodeResult r = chooser.finish();
+  r.decode_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  return r;
+}
+
+int GreedyBatch::add(KvCache kv, const std::vector<float>& logits, const GenerateOptions& opt) {
+  if (kv.n_used + opt.max_tokens > kv.n_ctx)
+    fail("internal: {} new tokens do not fit after {} prompt rows in a context of {}", opt.max_tokens,
+         kv.n_used, kv.n_ctx);
+  const int id = next_id_++;
+  auto s = std::unique_ptr<Sequence>(
+      new Sequence{std::move(kv), GreedyChooser(model_.tokenizer(), opt), false, std::chrono::steady_clock::now(), 0});
+  if (!s->chooser.choose(logits.data(), model_.config().n_vocab)) {
+    s->done = true;
+    finished_at_add_.push_back(id);
+  }
+  seqs_.emplace(id, std::move(s));
+  return id;
+}
+
+size_t GreedyBatch::active() const {
+  size_t n = 0;
+  for (const auto& [id, s] : seqs_) n += !s->done;
+  return n;
+}
+
+std::vector<int> GreedyBatch::step() {
+  std::vector<int> finished = std::move(finished_at_add_);
+  finished_at_add_.clear();
+  std::vector<int> ids;
+  std::vector<int32_t> tokens;
+  std::vector<KvCache*> kvs;
+  for (auto& [id, s] : seqs_)
+    if (!s->done) {
+      ids.push_back(id);
+      tokens.push_back(s->chooser.next());
+      kvs.push_back(&s->kv);
+    }
+  if (!ids.empty()) {
+    const std::vector<float> logits = model_.decode_step(tokens, kvs, ws_);
+    const int64_t n_vocab = model_.config().n_vocab;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Sequence& s = *seqs_.at(ids[i]);
+      if (!s.chooser.choose(logits.data() + int64_t(i) * n_vocab, n_vocab)) {
+        s.done = true;
+        finished.push_back(ids[i]);
       }
     }
-    r.output_ids.push_back(next);
-    r.text += piece;
-    if (on_piece) on_piece(piece);
-    if (i + 1 == opt.max_tokens) break;
-    const int32_t one[1] = {next};
-    logits = model.forward(one, kv, ws);
   }
-  if (opt.stop_at_newline) {
-    const auto b = r.text.find_first_not_of(" \t\r\n");
-    const auto e = r.text.find_last_not_of(" \t\r\n");
-    r.text = b == std::string::npos ? "" : r.text.substr(b, e - b + 1);
+  const auto now = std::chrono::steady_clock::now();
+  for (const int id : finished) {
+    Sequence& s = *seqs_.at(id);
+    s.decode_ms = std::chrono::duration<double, std::milli>(now - s.start).count();
   }
-  r.decode_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  return finished;
+}
+
+DecodeResult GreedyBatch::take(int id) {
+  const auto it = seqs_.find(id);
+  if (it == seqs_.end() || !it->second->done) fail("internal: sequence {} of the decode batch is not finished", id);
+  DecodeResult r = it->second->chooser.finish();
+  r.decode_ms = it->second->decode_ms;
+  seqs_.erase(it);
   return r;
 }
 

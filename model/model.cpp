@@ -39,6 +39,9 @@ Model::Model(const std::string& gguf_path, Backend& backend)
   tok_embd_ = load("token_embd.weight", {E, cfg_.n_vocab});
   output_norm_ = load("output_norm.weight", {E});
   output_ = load("output.weight", {E, cfg_.n_vocab}, /*required=*/false);
+  // The logits keep f32 activations (backend.h): with 8-bit ones SmolLM2's greedy answer to the
+  // demo question flips (so does llama.cpp's on the same file), and the head is one product a token.
+  (output_ ? output_ : tok_embd_)->f32_activations = true;
 
   if (const GgufTensor* rf = gguf_->find_tensor("rope_freqs.weight")) {  // Llama-3 RoPE scaling
     if (rf->type != GgmlType::F32 || rf->n_elements() != c.rope_global.n_rot / 2)
@@ -54,9 +57,8 @@ Model::Model(const std::string& gguf_path, Backend& backend)
     LayerWeights& w = layers_[l];
     const std::string p = "blk." + std::to_string(l) + ".";
     w.attn_norm = load(p + "attn_norm.weight", {E});
-    w.wq = load(p + "attn_q.weight", {E, Q});
-    w.wk = load(p + "attn_k.weight", {E, KV});
-    w.wv = load(p + "attn_v.weight", {E, KV});
+    w.wqkv = load_stack(p + "attn_qkv", {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
+                        {{E, Q}, {E, KV}, {E, KV}});
     w.wo = load(p + "attn_output.weight", {Q, E});
     if (c.qkv_bias) {
       w.bq = load(p + "attn_q.bias", {Q});
@@ -72,15 +74,14 @@ Model::Model(const std::string& gguf_path, Backend& backend)
       w.post_ffn_norm = load(p + "post_ffw_norm.weight", {E});
     }
     w.ffn_norm = load(p + "ffn_norm.weight", {E});
-    w.w_gate = load(p + "ffn_gate.weight", {E, F});
-    w.w_up = load(p + "ffn_up.weight", {E, F});
+    w.w_gate_up = load_stack(p + "ffn_gate_up", {p + "ffn_gate.weight", p + "ffn_up.weight"}, {{E, F}, {E, F}});
     w.w_down = load(p + "ffn_down.weight", {F, E});
   }
 }
 
 Model::~Model() = default;
 
-std::unique_ptr<Weight> Model::load(const std::string& name, std::vector<int64_t> shape, bool required) {
+const GgufTensor* Model::checked(const std::string& name, const std::vector<int64_t>& shape, bool required) const {
   const GgufTensor* t = gguf_->find_tensor(name);
   if (!t) {
     if (required) fail("{}: tensor '{}' is missing from the model file", gguf_->path(), name);
@@ -91,7 +92,21 @@ std::unique_ptr<Weight> Model::load(const std::string& name, std::vector<int64_t
     for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
     fail("{}: expected {}] for {}, got {}", gguf_->path(), want, name, t->shape_str());
   }
-  return backend_.load_weight(*t);
+  return t;
+}
+
+// Weights are used where they lie in the mapped file (gguf_ outlives them: members are destroyed
+// in reverse order).
+std::unique_ptr<Weight> Model::load(const std::string& name, std::vector<int64_t> shape, bool required) {
+  const GgufTensor* t = checked(name, shape, required);
+  return t ? backend_.load_weight(*t, WeightMemory::in_place) : nullptr;
+}
+
+std::unique_ptr<Weight> Model::load_stack(const std::string& name, const std::vector<std::string>& parts,
+                                          const std::vector<std::vector<int64_t>>& shapes) {
+  std::vector<const GgufTensor*> ts;
+  for (size_t i = 0; i < parts.size(); ++i) ts.push_back(checked(parts[i], shapes[i]));
+  return backend_.load_weight_stack(ts, name, WeightMemory::in_place);
 }
 
 void Model::embed(std::span<const int32_t> ids, Workspace& ws) const {
@@ -106,9 +121,9 @@ void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace&
   const Tensor x = ws.x.slice_rows(0, n), xn = ws.xn.slice_rows(0, n);
   const Tensor q = ws.q.slice_rows(0, n), k = ws.k.slice_rows(0, n), v = ws.v.slice_rows(0, n);
   b.rms_norm(x, *w.attn_norm, c.norm_eps, xn);
-  b.matmul(xn, *w.wq, q, w.bq.get());
-  b.matmul(xn, *w.wk, k, w.bk.get());
-  b.matmul(xn, *w.wv, v, w.bv.get());
+  const Tensor qkv[3] = {q, k, v};
+  const Weight* biases[3] = {w.bq.get(), w.bk.get(), w.bv.get()};
+  b.matmul_parts(xn, *w.wqkv, qkv, biases, ws.act);
   if (c.qk_norm) {
     b.rms_norm(q.reshape(n * c.n_head, c.head_dim), *w.q_norm, c.norm_eps, q.reshape(n * c.n_head, c.head_dim));
     b.rms_norm(k.reshape(n * c.n_head_kv, c.head_dim), *w.k_norm, c.norm_eps, k.reshape(n * c.n_head_kv, c.head_dim));
@@ -119,24 +134,32 @@ void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace&
 
 void Model::layer_attend_ffn(int l, int64_t n, std::span<const int32_t> pos, const KvCache& kv,
                              int64_t n_kv, Workspace& ws, SegmentMass* seg_mass) const {
+  layer_attention(l, 0, n, pos, kv, n_kv, ws, seg_mass);
+  layer_output_ffn(l, n, ws);
+}
+
+void Model::layer_attention(int l, int64_t first, int64_t n, std::span<const int32_t> pos, const KvCache& kv,
+                            int64_t n_kv, Workspace& ws, SegmentMass* seg_mass) const {
+  backend_.attention(ws.q.slice_rows(first, n), pos, kv.k[l], kv.v[l], std::span(kv.pos).first(n_kv), n_kv,
+                     cfg_.attention(l), ws.attn.slice_rows(first, n), seg_mass);
+}
+
+void Model::layer_output_ffn(int l, int64_t n, Workspace& ws) const {
   const LayerWeights& w = layers_[l];
   const ModelConfig& c = cfg_;
   Backend& b = backend_;
   const Tensor x = ws.x.slice_rows(0, n), xn = ws.xn.slice_rows(0, n), proj = ws.proj.slice_rows(0, n);
-  const Tensor attn = ws.attn.slice_rows(0, n);
-  b.attention(ws.q.slice_rows(0, n), pos, kv.k[l], kv.v[l], std::span(kv.pos).first(n_kv), n_kv,
-              c.attention(l), attn, seg_mass);
-  b.matmul(attn, *w.wo, proj);
+  b.matmul(ws.attn.slice_rows(0, n), *w.wo, proj, nullptr, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_attn_norm, c.norm_eps, proj);
   b.add(x, proj);
 
   b.rms_norm(x, *w.ffn_norm, c.norm_eps, xn);
   const Tensor gate = ws.gate.slice_rows(0, n), up = ws.up.slice_rows(0, n);
-  b.matmul(xn, *w.w_gate, gate);
-  b.matmul(xn, *w.w_up, up);
+  const Tensor gate_up[2] = {gate, up};
+  b.matmul_parts(xn, *w.w_gate_up, gate_up, {}, ws.act);
   if (c.gelu) b.geglu(gate, up, gate);
   else b.swiglu(gate, up, gate);
-  b.matmul(gate, *w.w_down, proj);
+  b.matmul(gate, *w.w_down, proj, nullptr, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_ffn_norm, c.norm_eps, proj);
   b.add(x, proj);
 }
@@ -176,6 +199,41 @@ std::vector<float> Model::forward(std::span<const int32_t> ids, KvCache& kv, Wor
     if (start + n == ids.size()) last = logits(n - 1, 1, ws);  // only the last row is needed
   }
   return last;
+}
+
+std::vector<float> Model::decode_step(std::span<const int32_t> ids, std::span<KvCache* const> kvs,
+                                      Workspace& ws) const {
+  const int64_t n = int64_t(ids.size());
+  if (n == 0 || kvs.size() != ids.size()) fail("internal: decode step of {} ids for {} sequences", ids.size(), kvs.size());
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    KvCache& kv = *kvs[i];
+    if (kv.n_used + 1 > kv.n_ctx) fail("internal: a decode step past the context of {} rows", kv.n_ctx);
+    pos[i] = int32_t(kv.n_used);
+    kv.pos[kv.n_used] = pos[i];
+  }
+  // Decode reads every weight for a few rows: 8-bit activation blocks and integer dot products
+  // (backend.h, Activations::block8), the head excepted (it keeps f32, see the constructor).
+  struct ActScope {
+    Workspace& ws;
+    Activations saved;
+    ~ActScope() { ws.act = saved; }
+  } scope{ws, ws.act};
+  ws.act = Activations::block8;
+  embed(ids, ws);
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    layer_qkv(l, n, pos, ws);
+    for (int64_t i = 0; i < n; ++i) {  // each sequence's new K/V row, then its attention alone
+      KvCache& kv = *kvs[i];
+      const int32_t row[1] = {int32_t(kv.n_used)};
+      backend_.scatter_rows(ws.k.slice_rows(i, 1), kv.k[l], row);
+      backend_.scatter_rows(ws.v.slice_rows(i, 1), kv.v[l], row);
+      layer_attention(l, i, 1, std::span(pos).subspan(i, 1), kv, kv.n_used + 1, ws);
+    }
+    layer_output_ffn(l, n, ws);
+  }
+  for (KvCache* kv : kvs) ++kv->n_used;
+  return logits(0, n, ws);
 }
 
 }  // namespace ragkv

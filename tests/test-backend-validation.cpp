@@ -53,16 +53,14 @@ class RecordingBackend : public Backend {
 
  protected:
   void copy_impl(const Tensor&, const Tensor&) override { ++impl_calls; }
-  std::unique_ptr<Weight> load_weight_impl(const GgufTensor& t) override {
+  std::unique_ptr<Weight> load_weight_impl(std::span<const GgufTensor* const>, WeightMemory) override {
     ++impl_calls;
-    auto w = std::make_unique<Weight>();
-    w->name = t.name;
-    w->in_features = t.ne[0];
-    w->out_features = t.rows();
-    return w;
+    return std::make_unique<Weight>();
   }
   void embed_impl(const Weight&, std::span<const int32_t>, const Tensor&, float) override { ++impl_calls; }
-  void matmul_impl(const Tensor&, const Weight&, const Tensor&, const Weight*) override { ++impl_calls; }
+  void matmul_impl(const Tensor&, const Weight&, std::span<const Tensor>, std::span<const Weight* const>, Activations) override {
+    ++impl_calls;
+  }
   void rms_norm_impl(const Tensor&, const Weight&, float, const Tensor&) override { ++impl_calls; }
   void rope_impl(const Tensor&, std::span<const int32_t>, int, int, const RopeParams&, bool) override { ++impl_calls; }
   void layer_norm_impl(const Tensor&, const Weight&, const Weight&, float, const Tensor&) override { ++impl_calls; }
@@ -152,6 +150,16 @@ const Call kMisuse[] = {
     {"matmul: y overlaps x", "overlap", [](Fixture& f) { f.b.matmul(f.x, *f.mat, f.x.reshape(32, 4).slice_rows(0, 2)); }},
     {"matmul: a weight of another backend", "not loaded by this backend", [](Fixture& f) { f.b.matmul(f.x, *f.foreign_mat, f.y4); }},
     {"matmul: x of another backend", "another backend", [](Fixture& f) { f.b.matmul(f.foreign_x, *f.mat, f.y4); }},
+    {"matmul_parts: two outputs for a weight of one part", "1 parts) into 2 outputs",
+     [](Fixture& f) {
+       const Tensor outs[2] = {f.y4, f.big.reshape(128, 2).slice_rows(0, 2)};
+       f.b.matmul_parts(f.x, *f.mat, outs);
+     }},
+    {"matmul_parts: two biases for one output", "with 2 biases for 1 outputs",
+     [](Fixture& f) {
+       const Weight* biases[2] = {f.vec4.get(), f.vec4.get()};
+       f.b.matmul_parts(f.x, *f.mat, std::span(&f.y4, 1), biases);
+     }},
 
     {"rms_norm: a weight of 4·64 values for rows of 64", "rms_norm weight", [](Fixture& f) { f.b.rms_norm(f.x, *f.mat, f.eps, f.y); }},
     {"rms_norm: shapes differ", "shapes [2][64] and [3][64] differ", [](Fixture& f) { f.b.rms_norm(f.x, *f.vec64, f.eps, f.z); }},

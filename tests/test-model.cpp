@@ -4,9 +4,11 @@
 // greedy tokens in testdata/, made by testdata/make_logits_golden.py).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -91,6 +93,65 @@ TEST_CASE("model: f16, bf16 and Q8_0 weights load and give close logits to f32")
   }
 }
 
+TEST_CASE("model: sequences decoded together (GreedyBatch) equal each decoded alone, joining and leaving between steps") {
+  const test::TempDir tmp("model");
+  auto backend = make_cpu_backend(2);
+  for (const char* arch : {"llama", "qwen2", "gemma3"})
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::F32}) {
+      CAPTURE(arch);
+      CAPTURE(ggml_type_name(t));
+      Model m(random_model(tmp, arch, t), *backend);
+      // Five prompts of different lengths (past gemma's window of 8) and token budgets.
+      std::vector<std::vector<int32_t>> prompts;
+      std::vector<GenerateOptions> opts;
+      for (int s = 0; s < 5; ++s) {
+        std::vector<int32_t> ids;
+        for (int i = 0; i < 6 + 5 * s; ++i) ids.push_back((i * 37 + 11 * s + 3) % 256);
+        prompts.push_back(ids);
+        GenerateOptions o;
+        o.max_tokens = 4 + 3 * s;
+        o.stop_at_eog = false;
+        opts.push_back(o);
+      }
+      auto prefill = [&](int s, std::vector<float>* logits) {
+        KvCache kv = m.new_kv_cache(int64_t(prompts[s].size()) + opts[s].max_tokens);
+        Workspace ws;
+        *logits = m.forward(prompts[s], kv, ws);
+        return kv;
+      };
+      std::vector<DecodeResult> alone;
+      for (int s = 0; s < 5; ++s) {
+        std::vector<float> logits;
+        KvCache kv = prefill(s, &logits);
+        Workspace ws;
+        alone.push_back(decode_greedy(m, kv, ws, logits, opts[s]));
+        REQUIRE(alone.back().output_ids.size() == size_t(opts[s].max_tokens));
+      }
+      // Two start together, the others join after a step each (continuous batching).
+      GreedyBatch batch(m);
+      std::map<int, int> seq_of;  // batch id → prompt
+      std::vector<DecodeResult> together(5);
+      int next = 0;
+      auto admit = [&] {
+        std::vector<float> logits;
+        KvCache kv = prefill(next, &logits);
+        seq_of[batch.add(std::move(kv), logits, opts[next])] = next;
+        ++next;
+      };
+      admit();
+      admit();
+      while (batch.active() > 0 || next < 5) {
+        for (const int id : batch.step()) together[size_t(seq_of.at(id))] = batch.take(id);
+        if (next < 5) admit();
+      }
+      for (const int id : batch.step()) together[size_t(seq_of.at(id))] = batch.take(id);
+      for (int s = 0; s < 5; ++s) {
+        CAPTURE(s);
+        CHECK(together[s].output_ids == alone[s].output_ids);
+      }
+    }
+}
+
 TEST_CASE("model: a prompt longer than the context is refused") {
   const test::TempDir tmp("model");
   auto backend = make_cpu_backend(1);
@@ -129,6 +190,33 @@ Deviation deviation(const std::vector<float>& logits, const nlohmann::json& ref)
   return d;
 }
 
+// KL(reference ‖ ours) in nats over the reference's recorded top tokens, both distributions
+// renormalised over that set (the fixture holds the top 256 logits, nearly all the mass).
+double top_kl(const std::vector<float>& logits, const nlohmann::json& ref) {
+  std::vector<double> p, q;
+  for (const auto& e : ref["top"]) {
+    p.push_back(e[1].get<double>());
+    q.push_back(logits[e[0].get<int>()]);
+  }
+  auto normalise = [](std::vector<double>& v) {
+    const double mx = *std::max_element(v.begin(), v.end());
+    double z = 0;
+    for (double& x : v) z += std::exp(x - mx);
+    for (double& x : v) x = x - mx - std::log(z);  // log-probabilities
+  };
+  normalise(p);
+  normalise(q);
+  double kl = 0;
+  for (size_t i = 0; i < p.size(); ++i) kl += std::exp(p[i]) * (p[i] - q[i]);
+  return kl;
+}
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
 void check_against_golden(const std::string& model_path, const std::string& fixture) {
   REQUIRE_MESSAGE(fs::exists(model_path), "run `make setup` first: " << model_path);
   std::ifstream in(test::testdata(fixture));
@@ -150,21 +238,49 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
     opt.stop_at_eog = false;
     const GenerateResult r = generate_greedy(m, ids, opt);
 
-    // Hugging Face transformers, f32 over the same dequantised weights: the same computation up
-    // to summation order and our f16 KV buffer (DESIGN.md §4). Tolerance: |Δlogit| ≤ 0.05 and
-    // rms Δ ≤ 0.1 % of the logits' rms (measured: ≤ 0.009 and ≤ 0.03 %); greedy tokens equal.
+    // Hugging Face transformers, f32 over the same dequantised weights. Our CPU backend keeps the
+    // weights quantised: a prompt's rows meet them dequantised tile by tile (f32 SGEMM), but one
+    // row — the output head on the last token, every decode step — meets them in the integer
+    // block kernels with its activations rounded to 8 bits per block (as llama.cpp does,
+    // backend/quant-kernels.h). Tolerance: |Δlogit| ≤ 0.5, rms Δ ≤ 1 % of the logits' rms,
+    // KL(reference ‖ ours) over the reference's top 256 tokens ≤ 0.002 nat (measured on these
+    // prompts: ≤ 0.31, ≤ 0.5 %, ≤ 0.0006; with f32 products everywhere before: ≤ 0.009, ≤ 0.03 %).
+    // Greedy tokens: the first equal to transformers', and where our run leaves transformers', a
+    // near tie in our decode step's logits: transformers' token within 0.25 of our top one
+    // (measured: Gemma 3 leaves on three prompts, by ≤ 0.05; llama.cpp leaves on three too).
     const Deviation hf = deviation(r.first_logits, c["hf"]);
+    const double hf_kl = top_kl(r.first_logits, c["hf"]);
     MESSAGE(name << ": " << ids.size() << " tokens; vs transformers max |Δlogit| " << hf.max_abs
-            << ", rms Δ " << hf.rms << " (logit rms " << hf.ref_rms << ")");
-    CHECK(hf.max_abs < 0.05);
-    CHECK(hf.rms < 0.001 * hf.ref_rms);
-    CHECK(r.output_ids == c["hf"]["greedy"].get<std::vector<int32_t>>());
+            << ", rms Δ " << hf.rms << " (logit rms " << hf.ref_rms << "), KL " << hf_kl);
+    CHECK(hf.max_abs < 0.5);
+    CHECK(hf.rms < 0.01 * hf.ref_rms);
+    CHECK(hf_kl < 0.002);
+    const auto hf_greedy = c["hf"]["greedy"].get<std::vector<int32_t>>();
+    const auto lc_greedy = c["llamacpp"]["greedy"].get<std::vector<int32_t>>();
+    const size_t same = common_prefix(r.output_ids, hf_greedy);
+    MESSAGE(name << ": greedy tokens equal to transformers' for " << same << " of " << hf_greedy.size()
+            << " (llama.cpp's for " << common_prefix(lc_greedy, hf_greedy) << ")");
+    REQUIRE(!r.output_ids.empty());
+    CHECK(r.output_ids[0] == hf_greedy[0]);
+    if (same < hf_greedy.size() && same < r.output_ids.size()) {
+      // The logits our decoding had there: the prompt prefilled, then transformers' tokens fed
+      // one at a time (decode steps, as generate_greedy's).
+      KvCache kv = m.new_kv_cache(int64_t(ids.size() + same) + 1);
+      Workspace ws;
+      std::vector<float> l = m.forward(ids, kv, ws);
+      for (size_t t = 0; t < same; ++t) l = m.forward(std::span(&hf_greedy[t], 1), kv, ws);
+      const double margin = l[size_t(argmax(l))] - l[size_t(hf_greedy[same])];
+      MESSAGE(name << ": at token " << same << " transformers' choice is " << margin << " below our top logit");
+      CHECK(margin < 0.25);
+    }
 
-    // llama.cpp rounds activations to 8 bits inside its quantised matmuls, so it sits further
-    // away (as far from transformers as from us: up to 0.92 on these prompts); tolerance: same
-    // first token, |Δlogit| ≤ 1, rms Δ ≤ 8 % of the logits' rms (measured: ≤ 0.71, ≤ 5 %).
+    // llama.cpp also rounds activations to 8 bits inside its quantised matmuls, in its own way, so
+    // it is as far from us as from transformers (up to 0.92 on these prompts); tolerance: same first
+    // token, |Δlogit| ≤ 1, rms Δ ≤ 8 % of the logits' rms (measured with our quantised kernels:
+    // ≤ 0.72, ≤ 5.2 %; with f32 products before them: ≤ 0.71, ≤ 5 %).
     const Deviation lc = deviation(r.first_logits, c["llamacpp"]);
-    MESSAGE(name << ": vs llama.cpp max |Δlogit| " << lc.max_abs << ", rms Δ " << lc.rms);
+    MESSAGE(name << ": vs llama.cpp max |Δlogit| " << lc.max_abs << ", rms Δ " << lc.rms << ", KL "
+            << top_kl(r.first_logits, c["llamacpp"]));
     CHECK(argmax(r.first_logits) == c["llamacpp"]["top"][0][0].get<int>());
     CHECK(lc.max_abs < 1.0);
     CHECK(lc.rms < 0.08 * lc.ref_rms);

@@ -1,0 +1,192 @@
+// CpuMatmul: y = x · Wᵀ on weights kept in their GGUF types. The activation rows are quantised in
+// the formats the weight's parts need (ActBlock32 for Q4_0 … Q8_0, ActBlock256 for the K-quants,
+// none for F16/BF16), then the weight rows are cut into tiles the threads share; each tile meets
+// every activation row (the kernels hold up to four rows in registers per weight row, so a tile
+// of weight rows read once serves the whole batch: decode steps of many sequences read each
+// weight once). Every output depends only on its row of x and its row of W (quant-kernels.h).
+// That is Activations::block8 (decode steps). With f32 activations (prompts, and weights marked
+// f32_activations such as the output head) quantised parts are dequantised tile by tile into
+// SGEMM, except in calls of fewer than kDequantGemmRows rows on Q8_0/F16/BF16/F32 parts only,
+// which run kernels on f32 activations.
+#include "backend/cpu-matmul.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu-gemm.h"
+#include "backend/quant-kernels.h"
+
+namespace ragkv {
+
+namespace {
+
+struct Tile {
+  size_t part;
+  int64_t row0, rows;  // weight rows [row0, row0 + rows) of the part
+};
+
+// Below this many multiply-adds a call runs on the calling thread (waking the pool costs more).
+constexpr int64_t kParallelMacs = 1 << 18;
+
+// With f32 activations, from this many rows (a prompt) a quantised part is dequantised tile by
+// tile into f32 and multiplied by SGEMM: measured faster for 512-token prefills than the integer
+// block kernels (bench/results/README.md), and the weights still stay quantised in memory (a tile
+// is kDequantTile rows, per thread). Fewer rows on types with f32-activation kernels use those.
+constexpr int64_t kDequantGemmRows = 32;
+constexpr int64_t kDequantTile = 64;
+
+// RAGKV_PREFILL_KERNELS=quant in the environment lets every product round its activations to 8
+// bits (the block kernels for prompts too), except weights marked f32_activations: for comparisons.
+bool block8_everywhere() {
+  static const bool on = [] {
+    const char* v = std::getenv("RAGKV_PREFILL_KERNELS");
+    return v && std::strcmp(v, "quant") == 0;
+  }();
+  return on;
+}
+
+}  // namespace
+
+void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs,
+                    std::span<const Weight* const> biases, int threads, Activations act) {
+  const int64_t m = x.rows, k = x.cols;
+  if (m == 0) return;
+  auto out_of = [&](size_t p, float** y, int64_t* ldy) {
+    if (outs.size() == 1) {
+      *y = outs[0].as<float>() + w.parts[p].first_row;
+      *ldy = outs[0].cols;
+    } else {
+      *y = outs[p].as<float>();
+      *ldy = outs[p].cols;
+    }
+  };
+
+  // f32 activations: Q8_0 has its own kernel on them (F16/BF16 always meet f32), any other
+  // quantised part, and every call of a prompt's size, takes the dequantised tiles.
+  const bool f32_acts = w.f32_activations || (act == Activations::f32 && !block8_everywhere());
+  bool f32_kernels = true, all_f32 = true;
+  for (const CpuWeightPart& part : w.parts) {
+    f32_kernels &= act_format(part.type) == ActFormat::f32 || part.type == GgmlType::Q8_0;
+    all_f32 &= part.type == GgmlType::F32;
+  }
+  if (f32_acts && !all_f32 && (m >= kDequantGemmRows || !f32_kernels)) {
+    run_dequant_gemm(x, w, outs, threads);
+    add_biases(outs, biases);
+    return;
+  }
+
+  bool need32 = false, need256 = false;
+  std::vector<Tile> tiles;
+  int64_t quant_rows = 0;
+  for (size_t p = 0; p < w.parts.size(); ++p) {
+    const CpuWeightPart& part = w.parts[p];
+    if (part.type == GgmlType::F32) {  // SGEMM on the f32 rows as they are
+      float* y;
+      int64_t ldy;
+      out_of(p, &y, &ldy);
+      gemm_nt(m, part.rows, k, x.as<float>(), x.cols, reinterpret_cast<const float*>(part.data), k, y, ldy, 1.f,
+              /*rows_independent=*/true);
+      continue;
+    }
+    const ActFormat f = f32_acts ? ActFormat::f32 : act_format(part.type);
+    need32 |= f == ActFormat::q8_32;
+    need256 |= f == ActFormat::q8_256;
+    quant_rows += part.rows;
+    // Tiles of weight rows: few activation rows (decode) make a tile cheap, so larger tiles; a
+    // prompt's rows make each tile long, so smaller tiles spread the threads evenly.
+    const int64_t tile = m <= 8 ? 64 : 16;
+    for (int64_t r0 = 0; r0 < part.rows; r0 += tile) tiles.push_back({p, r0, std::min(tile, part.rows - r0)});
+  }
+
+  if (!tiles.empty()) {
+    const QuantKernels& qk = quant_kernels();
+    const size_t b32 = act_row_bytes(ActFormat::q8_32, k), b256 = act_row_bytes(ActFormat::q8_256, k);
+    if (need32 && act32_.size() < size_t(m) * b32) act32_.resize(size_t(m) * b32);
+    if (need256 && act256_.size() < size_t(m) * b256) act256_.resize(size_t(m) * b256);
+    const float* xp = x.as<float>();
+    const bool parallel = threads > 1 && m * k * quant_rows >= kParallelMacs;
+#pragma omp parallel num_threads(threads) if (parallel)
+    {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < m; ++i) {
+        if (need32) qk.quantize_act32(xp + i * k, reinterpret_cast<ActBlock32*>(act32_.data() + i * b32), k);
+        if (need256) qk.quantize_act256(xp + i * k, reinterpret_cast<ActBlock256*>(act256_.data() + i * b256), k);
+      }
+#pragma omp for schedule(dynamic, 1)
+      for (size_t t = 0; t < tiles.size(); ++t) {
+        const Tile& tl = tiles[t];
+        const CpuWeightPart& part = w.parts[tl.part];
+        float* y;
+        int64_t ldy;
+        out_of(tl.part, &y, &ldy);
+        const void* acts;
+        size_t stride;
+        switch (f32_acts ? ActFormat::f32 : act_format(part.type)) {
+          case ActFormat::q8_32: acts = act32_.data(), stride = b32; break;
+          case ActFormat::q8_256: acts = act256_.data(), stride = b256; break;
+          default: acts = xp, stride = size_t(k) * sizeof(float); break;
+        }
+        const GemmFn gemm = f32_acts && part.type == GgmlType::Q8_0 ? qk.gemm_q8_0_f32 : gemm_for(qk, part.type);
+        gemm(m, tl.rows, k, acts, stride, part.data + tl.row0 * part.row_bytes, part.row_bytes,
+                                y + tl.row0, ldy);
+      }
+    }
+  }
+
+  add_biases(outs, biases);
+}
+
+void CpuMatmul::add_biases(std::span<const Tensor> outs, std::span<const Weight* const> biases) {
+  for (size_t o = 0; o < biases.size(); ++o) {
+    if (!biases[o]) continue;
+    const float* b = cpu_weight(*biases[o]).values.data();
+    const Tensor& y = outs[o];
+    float* yp = y.as<float>();
+    for (int64_t i = 0; i < y.rows; ++i)
+      for (int64_t j = 0; j < y.cols; ++j) yp[i * y.cols + j] += b[j];
+  }
+}
+
+// Each thread takes tiles of kDequantTile weight rows, dequantises one into its own f32 buffer and
+// multiplies every activation row with it by a single-threaded SGEMM into the tile's columns.
+void CpuMatmul::run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads) {
+  const int64_t m = x.rows, k = x.cols;
+  std::vector<Tile> tiles;
+  for (size_t p = 0; p < w.parts.size(); ++p)
+    for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += kDequantTile)
+      tiles.push_back({p, r0, std::min(kDequantTile, w.parts[p].rows - r0)});
+  const float* xp = x.as<float>();
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> wf;
+#pragma omp for schedule(dynamic, 1)
+    for (size_t t = 0; t < tiles.size(); ++t) {
+      const Tile& tl = tiles[t];
+      const CpuWeightPart& part = w.parts[tl.part];
+      float* y;
+      int64_t ldy;
+      if (outs.size() == 1) {
+        y = outs[0].as<float>() + part.first_row;
+        ldy = outs[0].cols;
+      } else {
+        y = outs[tl.part].as<float>();
+        ldy = outs[tl.part].cols;
+      }
+      const float* wt;
+      if (part.type == GgmlType::F32) {
+        wt = reinterpret_cast<const float*>(part.data + tl.row0 * part.row_bytes);
+      } else {
+        wf.resize(size_t(tl.rows * k));
+        for (int64_t r = 0; r < tl.rows; ++r)
+          dequantize_row(part.type, part.data + (tl.row0 + r) * part.row_bytes, wf.data() + r * k, k);
+        wt = wf.data();
+      }
+      gemm_nt(m, tl.rows, k, xp, k, wt, k, y + tl.row0, ldy, 1.f, /*rows_independent=*/true);
+    }
+  }
+}
+
+}  // namespace ragkv

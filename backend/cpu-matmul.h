@@ -1,0 +1,27 @@
+// The CPU backend's matmul over a CpuWeight's parts (backend/cpu-weight.h): F32 parts by SGEMM;
+// with Activations::block8 the quantised types by the block kernels of backend/quant-kernels.h on
+// the weight's own bytes, the activation rows quantised once per call into this object's scratch;
+// with f32 activations by SGEMM on dequantised tiles (or f32-activation kernels for short calls).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cpu-weight.h"
+
+namespace ragkv {
+
+class CpuMatmul {
+ public:
+  // outs: one output for the whole weight, or one per part; biases one per output (may be null).
+  void run(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, std::span<const Weight* const> biases,
+           int threads, Activations act);
+
+ private:
+  void run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads);
+  static void add_biases(std::span<const Tensor> outs, std::span<const Weight* const> biases);
+  std::vector<uint8_t> act32_;   // ActBlock32 rows of x   [x.rows][x.cols / 32]
+  std::vector<uint8_t> act256_;  // ActBlock256 rows of x  [x.rows][x.cols / 256]
+};
+
+}  // namespace ragkv

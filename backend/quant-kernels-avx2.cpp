@@ -1,0 +1,498 @@
+// The AVX2 + FMA + F16C kernel table of quant-kernels.h. This file alone is compiled with those
+// instruction sets (CMakeLists.txt); quant-kernels.cpp hands its table out only on a CPU that has
+// them. It includes no header with inline functions shared with other files (their AVX2 copies
+// could be linked into code that runs anywhere), only the table's declarations and intrinsics.
+//
+// Each weight row meets up to four activation rows at once (a 1×R register tile): the weight
+// block is unpacked to 32 bytes once and multiplied with each row's 32 activation bytes by
+// vpmaddubsw (unsigned weight × signed activation, pairs summed to i16) and vpmaddwd (pairs
+// summed to i32, times the K-quants' sub-block scale). Legacy blocks are scaled to f32 per block,
+// K-quant super-blocks once per 256 values. Every row keeps its own accumulators and runs the
+// same instructions whatever R is, so a row's result never depends on its neighbours.
+// Worst cases stay inside i16 for vpmaddubsw: 2·31·127 (Q5), 2·63·127 (Q6_K), 2·128·127 (Q8_0
+// through |w| with w's sign moved onto the activation).
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backend/quant-kernels.h"
+
+namespace ragkv {
+
+namespace {
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return _cvtsh_ss(h);
+}
+
+inline uint32_t u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// ---- activation quantisation: the scalar table's arithmetic, eight lanes at a time
+
+// 32 values at x rounded to q with reciprocal scale id (round to nearest even), as bytes in order.
+inline void round32(const float* x, __m256 id, int8_t* q) {
+  __m256i v[4];
+  for (int i = 0; i < 4; ++i)
+    v[i] = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  // packs interleave the 128-bit lanes; the permutation restores element order.
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+inline float abs_max(const float* x, int n) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  return hmax(m);
+}
+
+void quantize_act32(const float* x, ActBlock32* y, int64_t k) {
+  for (int64_t b = 0; b < k / 32; ++b, x += 32) {
+    const float amax = abs_max(x, 32);
+    const float d = amax / 127.f, id = amax > 0.f ? 127.f / amax : 0.f;
+    round32(x, _mm256_set1_ps(id), y[b].q);
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) sum += y[b].q[i];
+    y[b].d = d;
+    y[b].dsum = d * float(sum);
+  }
+}
+
+void quantize_act256(const float* x, ActBlock256* y, int64_t k) {
+  for (int64_t b = 0; b < k / 256; ++b, x += 256) {
+    const float amax = abs_max(x, 256);
+    const float d = amax / 127.f, id = amax > 0.f ? 127.f / amax : 0.f;
+    const __m256 idv = _mm256_set1_ps(id);
+    for (int c = 0; c < 8; ++c) round32(x + 32 * c, idv, y[b].q + 32 * c);
+    y[b].d = d;
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += y[b].q[16 * g + i];
+      y[b].bsum[g] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+// ---- legacy 32-element blocks
+
+inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes → elements 0..15 (low), 16..31 (high)
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+}
+
+inline __m256i fifth_bits(uint32_t qh) {  // bit j of qh → 0x10 in byte j
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                          0x0303030303030303);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf);
+  v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+// A weight block as the kernel multiplies it: u the unsigned bytes vpmaddubsw takes, and for Q8_0
+// (signed weights) the signs to move onto the activation.
+struct WeightBlock {
+  __m256i u, s;
+  float dw, coef;  // scale; coefficient of the activation block's d·Σq
+};
+
+struct Q4_0B {
+  static constexpr size_t bytes = 18;
+  static constexpr bool has_coef = true, is_signed = false;
+  static WeightBlock load(const uint8_t* b) {
+    const float d = f16_at(b);
+    return {nibbles32(b + 2), _mm256_setzero_si256(), d, -8.f * d};
+  }
+};
+struct Q4_1B {
+  static constexpr size_t bytes = 20;
+  static constexpr bool has_coef = true, is_signed = false;
+  static WeightBlock load(const uint8_t* b) { return {nibbles32(b + 4), _mm256_setzero_si256(), f16_at(b), f16_at(b + 2)}; }
+};
+struct Q5_0B {
+  static constexpr size_t bytes = 22;
+  static constexpr bool has_coef = true, is_signed = false;
+  static WeightBlock load(const uint8_t* b) {
+    const float d = f16_at(b);
+    return {_mm256_or_si256(nibbles32(b + 6), fifth_bits(u32_at(b + 2))), _mm256_setzero_si256(), d, -16.f * d};
+  }
+};
+struct Q5_1B {
+  static constexpr size_t bytes = 24;
+  static constexpr bool has_coef = true, is_signed = false;
+  static WeightBlock load(const uint8_t* b) {
+    return {_mm256_or_si256(nibbles32(b + 8), fifth_bits(u32_at(b + 4))), _mm256_setzero_si256(), f16_at(b), f16_at(b + 2)};
+  }
+};
+struct Q8_0B {
+  static constexpr size_t bytes = 34;
+  static constexpr bool has_coef = false, is_signed = true;
+  static WeightBlock load(const uint8_t* b) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    return {_mm256_abs_epi8(w), w, f16_at(b), 0.f};
+  }
+};
+
+// One weight row (nb blocks) against R activation rows; y[r · ldy] for row r.
+template <class B, int R>
+inline void row_legacy(const uint8_t* w, const ActBlock32* const* a, int64_t nb, float* y, int64_t ldy) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  float sacc[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    sacc[r] = 0.f;
+  }
+  for (int64_t b = 0; b < nb; ++b, w += B::bytes) {
+    const WeightBlock wb = B::load(w);
+    const __m256 dw = _mm256_set1_ps(wb.dw);
+    for (int r = 0; r < R; ++r) {
+      const ActBlock32& ab = a[r][b];
+      __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q));
+      if constexpr (B::is_signed) av = _mm256_sign_epi8(av, wb.s);
+      const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wb.u, av), ones));
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(f, dw), _mm256_broadcast_ss(&ab.d), acc[r]);
+      if constexpr (B::has_coef) sacc[r] += wb.coef * ab.dsum;
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]) + sacc[r];
+}
+
+// The driver every kernel shares: activation rows in groups of up to four, each group against
+// every weight row. Row is a template taking <R> with run(w_row, act_rows, k, y, ldy).
+template <template <int> class Row, typename Act>
+void gemm_tiles(int64_t m, int64_t n, int64_t k, const void* x, size_t x_stride, const uint8_t* w, size_t w_stride,
+                float* y, int64_t ldy) {
+  for (int64_t i0 = 0; i0 < m; i0 += 4) {
+    const int64_t r = m - i0 < 4 ? m - i0 : 4;
+    const Act* a[4];
+    for (int64_t i = 0; i < 4; ++i)
+      a[i] = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(x) + (i0 + (i < r ? i : 0)) * x_stride);
+    float* yi = y + i0 * ldy;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* wj = w + j * w_stride;
+      switch (r) {
+        case 4: Row<4>::run(wj, a, k, yi + j, ldy); break;
+        case 3: Row<3>::run(wj, a, k, yi + j, ldy); break;
+        case 2: Row<2>::run(wj, a, k, yi + j, ldy); break;
+        default: Row<1>::run(wj, a, k, yi + j, ldy); break;
+      }
+    }
+  }
+}
+
+template <class B>
+struct Legacy {
+  template <int R>
+  struct Row {
+    static void run(const uint8_t* w, const ActBlock32* const* a, int64_t k, float* y, int64_t ldy) {
+      row_legacy<B, R>(w, a, k / 32, y, ldy);
+    }
+  };
+};
+
+template <class B>
+void gemm_legacy(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+                 int64_t ldy) {
+  gemm_tiles<Legacy<B>::template Row, ActBlock32>(m, n, k, x, xs, w, ws, y, ldy);
+}
+
+// ---- K-quants
+
+// Q4_K/Q5_K's eight 6-bit scales and mins (packing: format/quant.cpp), as i16 lanes: scales
+// sc[s]; mins twice each (m0, m0, m1, m1, …) to meet the activation's sixteen 16-value sums.
+inline void scales_mins_k4(const uint8_t* q, int16_t* sc, __m256i* mins2) {
+  alignas(32) int16_t m2[16];
+  for (int j = 0; j < 8; ++j) {
+    int s, m;
+    if (j < 4) {
+      s = q[j] & 63;
+      m = q[j + 4] & 63;
+    } else {
+      s = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+      m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+    sc[j] = int16_t(s);
+    m2[2 * j] = m2[2 * j + 1] = int16_t(m);
+  }
+  *mins2 = _mm256_load_si256(reinterpret_cast<const __m256i*>(m2));
+}
+
+template <bool with_high, int R>
+inline void row_q45_k(const uint8_t* w, const ActBlock256* const* a, int64_t nb, float* y, int64_t ldy) {
+  constexpr size_t bytes = with_high ? 176 : 144;
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bit0 = _mm256_set1_epi8(1);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, w += bytes) {
+    const float d = f16_at(w), dmin = f16_at(w + 2);
+    int16_t sc[8];
+    __m256i mins2;
+    scales_mins_k4(w + 4, sc, &mins2);
+    const uint8_t* qs = w + (with_high ? 48 : 16);
+    __m256i qh;
+    if constexpr (with_high) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+      __m256i lo = _mm256_and_si256(x, low4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
+      if constexpr (with_high) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), bit0), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), bit0), 4));
+      }
+      const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* qa = a[r][b].q + 64 * c;
+        const __m256i a_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa));
+        const __m256i a_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa + 32));
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), s_lo));
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), s_hi));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const ActBlock256& ab = a[r][b];
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.bsum));
+      const __m256i mm = _mm256_madd_epi16(bs, mins2);  // lane s: m_s · (Σ qa over sub-block s)
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * ab.d), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(-dmin * ab.d), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]);
+}
+
+template <int R>
+inline void row_q6_k(const uint8_t* w, const ActBlock256* const* a, int64_t nb, float* y, int64_t ldy) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, w += 210) {
+    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+    const float d = f16_at(w + 208);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = w + 64 * half;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
+      for (int t = 0; t < 4; ++t) {
+        // q[t] holds elements 32t..32t+31 of this half: sub-blocks 8·half + 2t (i16 lanes 0-7 of
+        // vpmaddubsw's pair sums) and 8·half + 2t + 1 (lanes 8-15).
+        const int s = 8 * half + 2 * t;
+        const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+        for (int r = 0; r < R; ++r) {
+          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[r][b].q + 128 * half + 32 * t));
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q[t], av), scv));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const ActBlock256& ab = a[r][b];
+      // The −32 offset: Σ_s sc_s · 32 · (Σ qa over sub-block s).
+      const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.bsum)), sc16);
+      isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(off, 5));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * ab.d), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]);
+}
+
+template <bool with_high>
+struct Q45K {
+  template <int R>
+  struct Row {
+    static void run(const uint8_t* w, const ActBlock256* const* a, int64_t k, float* y, int64_t ldy) {
+      row_q45_k<with_high, R>(w, a, k / 256, y, ldy);
+    }
+  };
+};
+template <int R>
+struct Q6KRow {
+  static void run(const uint8_t* w, const ActBlock256* const* a, int64_t k, float* y, int64_t ldy) {
+    row_q6_k<R>(w, a, k / 256, y, ldy);
+  }
+};
+
+void gemm_q4_k(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+               int64_t ldy) {
+  gemm_tiles<Q45K<false>::Row, ActBlock256>(m, n, k, x, xs, w, ws, y, ldy);
+}
+void gemm_q5_k(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+               int64_t ldy) {
+  gemm_tiles<Q45K<true>::Row, ActBlock256>(m, n, k, x, xs, w, ws, y, ldy);
+}
+void gemm_q6_k(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+               int64_t ldy) {
+  gemm_tiles<Q6KRow, ActBlock256>(m, n, k, x, xs, w, ws, y, ldy);
+}
+
+// ---- f16 and bf16 weights against f32 activations
+
+inline __m256 load8_f16(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 load8_bf16(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+inline float one_f16(const uint8_t* p) { return f16_at(p); }
+inline float one_bf16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+template <bool bf16, int R>
+inline void row_half(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= k; c += 8) {
+    const __m256 wv = bf16 ? load8_bf16(w + 2 * c) : load8_f16(w + 2 * c);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + c), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float s = hsum(acc[r]);
+    for (int64_t t = c; t < k; ++t) s += (bf16 ? one_bf16(w + 2 * t) : one_f16(w + 2 * t)) * x[r][t];
+    y[r * ldy] = s;
+  }
+}
+
+template <bool bf16>
+struct Half {
+  template <int R>
+  struct Row {
+    static void run(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+      row_half<bf16, R>(w, x, k, y, ldy);
+    }
+  };
+};
+
+void gemm_f16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+              int64_t ldy) {
+  gemm_tiles<Half<false>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
+}
+void gemm_bf16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+               int64_t ldy) {
+  gemm_tiles<Half<true>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
+}
+
+// Q8_0 rows against f32 activations: each block's 32 int8 values widened to f32 in registers,
+// multiplied into up to four activation rows, the block sum scaled by its d.
+template <int R>
+inline void row_q8_0_f32(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 32; ++b, w += 34) {
+    const __m256 d = _mm256_set1_ps(f16_at(w));
+    __m256 s[R];
+    for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_ps();
+    for (int g = 0; g < 4; ++g) {
+      const __m256 wv = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2 + 8 * g))));
+      for (int r = 0; r < R; ++r) s[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + 8 * g), s[r]);
+    }
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(d, s[r], acc[r]);
+  }
+  for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]);
+}
+
+template <int R>
+struct Q8F32Row {
+  static void run(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+    row_q8_0_f32<R>(w, x, k, y, ldy);
+  }
+};
+
+void gemm_q8_0_f32(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+                   int64_t ldy) {
+  gemm_tiles<Q8F32Row, float>(m, n, k, x, xs, w, ws, y, ldy);
+}
+
+// ---- decode attention over f16 K/V rows
+
+void dot_f16_rows(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const auto* kj = reinterpret_cast<const uint8_t*>(k + j * k_stride);
+    __m256 acc = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 8 <= dim; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8_f16(kj + 2 * c), acc);
+    float s = hsum(acc);
+    for (; c < dim; ++c) s += q[c] * one_f16(kj + 2 * c);
+    out[j] = s * scale;
+  }
+}
+
+void axpy_f16_rows(const float* p, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out) {
+  int c = 0;
+  for (; c + 8 <= dim; c += 8) {
+    __m256 acc = _mm256_loadu_ps(out + c);
+    for (int64_t j = 0; j < n; ++j)
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]),
+                            load8_f16(reinterpret_cast<const uint8_t*>(v + j * v_stride + c)), acc);
+    _mm256_storeu_ps(out + c, acc);
+  }
+  for (; c < dim; ++c)
+    for (int64_t j = 0; j < n; ++j) out[c] += p[j] * one_f16(reinterpret_cast<const uint8_t*>(v + j * v_stride + c));
+}
+
+}  // namespace
+
+extern const QuantKernels kQuantKernelsAvx2;
+const QuantKernels kQuantKernelsAvx2{"avx2",
+                                     quantize_act32,
+                                     quantize_act256,
+                                     gemm_legacy<Q4_0B>,
+                                     gemm_legacy<Q4_1B>,
+                                     gemm_legacy<Q5_0B>,
+                                     gemm_legacy<Q5_1B>,
+                                     gemm_legacy<Q8_0B>,
+                                     gemm_q4_k,
+                                     gemm_q5_k,
+                                     gemm_q6_k,
+                                     gemm_f16,
+                                     gemm_bf16,
+                                     gemm_q8_0_f32,
+                                     dot_f16_rows,
+                                     axpy_f16_rows};
+
+}  // namespace ragkv
+
+#endif  // x86

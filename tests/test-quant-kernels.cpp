@@ -1,0 +1,391 @@
+// The CPU backend's quantised product kernels (backend/quant-kernels.h) on random blocks of every
+// weight type they serve, odd row counts (the AVX2 table's 4-row register tiles leave tails) and
+// several block counts: each product against dequantise-then-f32 in double precision, the
+// portable table against the AVX2 one, each output row independent of the other rows of the call,
+// and the backend's matmul on quantised and stacked weights against the same reference.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu-backend.h"
+#include "backend/quant-kernels.h"
+#include "format/fp16.h"
+#include "format/gguf.h"
+#include "format/quant.h"
+#include "tests/test-ops-util.h"
+
+using namespace ragkv;
+
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::F16,  GgmlType::BF16};
+
+void put_f16(uint8_t* p, float v) {
+  const f16_t h = fp32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// `rows` random rows of k values of type t: random quant bytes, with every f16 scale, min and
+// value field set to a finite value of a realistic size (the block layouts of format/quant.cpp).
+std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const size_t row_bytes = ggml_row_bytes(t, k);
+  std::vector<uint8_t> data(row_bytes * size_t(rows));
+  if (t == GgmlType::F16 || t == GgmlType::BF16) {
+    for (size_t i = 0; i < data.size(); i += 2) {
+      const float v = u(rng);
+      if (t == GgmlType::F16) {
+        put_f16(&data[i], v);
+      } else {
+        const bf16_t h = fp32_to_bf16(v);
+        std::memcpy(&data[i], &h, 2);
+      }
+    }
+    return data;
+  }
+  for (auto& b : data) b = uint8_t(byte(rng));
+  const size_t bb = ggml_block_bytes(t);
+  for (size_t off = 0; off < data.size(); off += bb) {
+    uint8_t* b = &data[off];
+    switch (t) {
+      case GgmlType::Q4_0:
+      case GgmlType::Q5_0: put_f16(b, 0.02f * u(rng)); break;
+      case GgmlType::Q8_0: put_f16(b, 0.002f * u(rng)); break;
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_1:
+        put_f16(b, 0.01f * u(rng));
+        put_f16(b + 2, 0.1f * u(rng));
+        break;
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
+        put_f16(b, 0.002f * u(rng));
+        put_f16(b + 2, 0.002f * u(rng));
+        break;
+      case GgmlType::Q6_K: put_f16(b + 208, 0.0005f * u(rng)); break;
+      default: FAIL("no random blocks for ", ggml_type_name(t));
+    }
+  }
+  return data;
+}
+
+// The activations as the kernels of weight type t read them, and as f32 values (the quantised
+// blocks dequantised: d · q), for m rows of k values.
+struct Acts {
+  std::vector<uint8_t> bytes;
+  size_t stride = 0;
+  std::vector<float> values;  // [m][k], what the kernels multiply
+};
+
+Acts make_acts(const QuantKernels& qk, GgmlType t, const std::vector<float>& x, int64_t m, int64_t k) {
+  Acts a;
+  const ActFormat f = act_format(t);
+  a.stride = act_row_bytes(f, k);
+  a.bytes.resize(a.stride * size_t(m));
+  a.values.resize(size_t(m * k));
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x.data() + i * k;
+    float* vi = a.values.data() + i * k;
+    uint8_t* bi = a.bytes.data() + size_t(i) * a.stride;
+    if (f == ActFormat::q8_32) {
+      auto* blocks = reinterpret_cast<ActBlock32*>(bi);
+      qk.quantize_act32(xi, blocks, k);
+      for (int64_t c = 0; c < k; ++c) vi[c] = blocks[c / 32].d * float(blocks[c / 32].q[c % 32]);
+    } else if (f == ActFormat::q8_256) {
+      auto* blocks = reinterpret_cast<ActBlock256*>(bi);
+      qk.quantize_act256(xi, blocks, k);
+      for (int64_t c = 0; c < k; ++c) vi[c] = blocks[c / 256].d * float(blocks[c / 256].q[c % 256]);
+    } else {
+      std::memcpy(bi, xi, size_t(k) * sizeof(float));
+      std::copy(xi, xi + k, vi);
+    }
+  }
+  return a;
+}
+
+struct Case {
+  int64_t m, n, blocks;
+};
+const Case kCases[] = {{1, 1, 1}, {1, 7, 3}, {2, 5, 2}, {3, 9, 1}, {4, 4, 5}, {5, 3, 2}, {7, 13, 3}, {9, 6, 4}};
+
+// k for a case: `blocks` blocks of the type (F16/BF16: an odd k, so the SIMD loop has a tail).
+int64_t k_of(GgmlType t, const Case& c) {
+  const int64_t be = ggml_block_elems(t);
+  return be == 1 ? 32 * c.blocks + 5 : be * c.blocks;
+}
+
+std::vector<const QuantKernels*> tables() {
+  std::vector<const QuantKernels*> t = {&quant_kernels_scalar()};
+  if (const QuantKernels* avx2 = quant_kernels_avx2()) t.push_back(avx2);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("quant kernels: every type's product equals dequantise-then-f32 on random blocks (odd sizes, tails)") {
+  for (const QuantKernels* qk : tables()) {
+    for (GgmlType t : kTypes) {
+      for (const Case& c : kCases) {
+        const int64_t k = k_of(t, c);
+        CAPTURE(qk->name);
+        CAPTURE(ggml_type_name(t));
+        CAPTURE(c.m);
+        CAPTURE(c.n);
+        CAPTURE(k);
+        const std::vector<uint8_t> w = random_rows(t, c.n, k, uint32_t(k * 31 + c.n));
+        const size_t row_bytes = ggml_row_bytes(t, k);
+        std::vector<float> wf(size_t(c.n * k));
+        for (int64_t j = 0; j < c.n; ++j) dequantize_row(t, w.data() + j * row_bytes, wf.data() + j * k, k);
+        const std::vector<float> x = test::random_vec(size_t(c.m * k), uint64_t(c.m * 7 + k), 2.f);
+        const Acts a = make_acts(*qk, t, x, c.m, k);
+        std::vector<float> y(size_t(c.m * c.n), -1.f);
+        gemm_for(*qk, t)(c.m, c.n, k, a.bytes.data(), a.stride, w.data(), row_bytes, y.data(), c.n);
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < c.n; ++j) {
+            double exact = 0, mag = 0, unrounded = 0, rounding = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              const double wv = wf[j * k + p], av = a.values[i * k + p], xv = x[i * k + p];
+              exact += wv * av;
+              mag += std::fabs(wv * av);
+              unrounded += wv * xv;
+              rounding += std::fabs(wv) * std::fabs(av - xv);
+            }
+            // The kernels' integer sums are exact; only f32 scaling and adding round.
+            CHECK(std::fabs(y[i * c.n + j] - exact) <= 1e-5 * mag + 1e-6);
+            // Each activation moved at most half a step of its block's scale when quantised.
+            for (int64_t p = 0; p < k; ++p) {
+              const ActFormat f = act_format(t);
+              if (f == ActFormat::f32) continue;
+              const int64_t bs = f == ActFormat::q8_32 ? 32 : 256;
+              float amax = 0;
+              for (int64_t q = p / bs * bs; q < p / bs * bs + bs; ++q) amax = std::max(amax, std::fabs(x[i * k + q]));
+              REQUIRE(std::fabs(a.values[i * k + p] - x[i * k + p]) <= 0.5001 * amax / 127 + 1e-7);
+            }
+            CHECK(std::fabs(y[i * c.n + j] - unrounded) <= rounding + 1e-5 * mag + 1e-6);
+          }
+      }
+    }
+  }
+}
+
+TEST_CASE("quant kernels: the portable table equals the AVX2 table (activation bytes exactly, products to f32 rounding)") {
+  const QuantKernels* avx2 = quant_kernels_avx2();
+  if (!avx2) {
+    MESSAGE("this CPU has no AVX2/FMA/F16C: only the portable table runs here");
+    CHECK(std::string(quant_kernels().name) == "scalar");
+    return;
+  }
+  const QuantKernels& sc = quant_kernels_scalar();
+  // Activation blocks: bit-identical, including all-zero blocks and values on rounding ties.
+  for (const int64_t k : {int64_t(256), int64_t(768)}) {
+    std::vector<float> x = test::random_vec(size_t(k), uint64_t(k), 3.f);
+    std::fill(x.begin() + 32, x.begin() + 64, 0.f);  // an all-zero 32-block
+    x[70] = 127.f, x[71] = 0.5f, x[72] = -1.5f, x[73] = 2.5f;  // id = 1 in block 2: exact ties
+    for (int i = 74; i < 96; ++i) x[i] = float(i - 85) + 0.5f;
+    std::vector<ActBlock32> s32(size_t(k / 32)), v32(size_t(k / 32));
+    std::vector<ActBlock256> s256(size_t(k / 256)), v256(size_t(k / 256));
+    sc.quantize_act32(x.data(), s32.data(), k);
+    avx2->quantize_act32(x.data(), v32.data(), k);
+    sc.quantize_act256(x.data(), s256.data(), k);
+    avx2->quantize_act256(x.data(), v256.data(), k);
+    CHECK(std::memcmp(s32.data(), v32.data(), s32.size() * sizeof(ActBlock32)) == 0);
+    CHECK(std::memcmp(s256.data(), v256.data(), s256.size() * sizeof(ActBlock256)) == 0);
+    CHECK(s32[2].q[6] == 127);
+    CHECK(s32[2].q[7] == 0);   // 0.5 → 0 (ties to even)
+    CHECK(s32[2].q[8] == -2);  // −1.5 → −2
+    CHECK(s32[2].q[9] == 2);   // 2.5 → 2
+  }
+  for (GgmlType t : kTypes)
+    for (const Case& c : kCases) {
+      const int64_t k = k_of(t, c);
+      CAPTURE(ggml_type_name(t));
+      CAPTURE(c.m);
+      CAPTURE(k);
+      const std::vector<uint8_t> w = random_rows(t, c.n, k, uint32_t(k + c.n));
+      const size_t row_bytes = ggml_row_bytes(t, k);
+      const std::vector<float> x = test::random_vec(size_t(c.m * k), uint64_t(c.m + k), 2.f);
+      const Acts as = make_acts(sc, t, x, c.m, k), av = make_acts(*avx2, t, x, c.m, k);
+      REQUIRE(as.bytes == av.bytes);
+      std::vector<float> ys(size_t(c.m * c.n)), yv(size_t(c.m * c.n));
+      gemm_for(sc, t)(c.m, c.n, k, as.bytes.data(), as.stride, w.data(), row_bytes, ys.data(), c.n);
+      gemm_for(*avx2, t)(c.m, c.n, k, av.bytes.data(), av.stride, w.data(), row_bytes, yv.data(), c.n);
+      for (size_t i = 0; i < ys.size(); ++i) CHECK(std::fabs(ys[i] - yv[i]) <= 2e-5 * (std::fabs(ys[i]) + 1.f));
+    }
+  // Decode attention rows over f16 K/V.
+  for (const int dim : {64, 37}) {
+    const int64_t n = 11;
+    const size_t stride = size_t(dim) + 3;
+    std::vector<float> q = test::random_vec(size_t(dim), 5), kf = test::random_vec(stride * n, 6),
+                       p = test::random_vec(size_t(n), 7);
+    std::vector<uint16_t> kh(kf.size());
+    for (size_t i = 0; i < kf.size(); ++i) kh[i] = fp32_to_fp16(kf[i]);
+    std::vector<float> ss(static_cast<size_t>(n)), sv(static_cast<size_t>(n)), os(static_cast<size_t>(dim), 0.5f),
+        ov(static_cast<size_t>(dim), 0.5f);
+    sc.dot_f16_rows(q.data(), kh.data(), stride, n, dim, 0.125f, ss.data());
+    avx2->dot_f16_rows(q.data(), kh.data(), stride, n, dim, 0.125f, sv.data());
+    sc.axpy_f16_rows(p.data(), kh.data(), stride, n, dim, os.data());
+    avx2->axpy_f16_rows(p.data(), kh.data(), stride, n, dim, ov.data());
+    for (int64_t j = 0; j < n; ++j) CHECK(std::fabs(ss[j] - sv[j]) <= 1e-5);
+    for (int c = 0; c < dim; ++c) CHECK(std::fabs(os[c] - ov[c]) <= 1e-5);
+  }
+}
+
+TEST_CASE("quant kernels: an output row depends only on its own activation row (batched decode equals one at a time)") {
+  for (const QuantKernels* qk : tables())
+    for (GgmlType t : kTypes) {
+      CAPTURE(qk->name);
+      CAPTURE(ggml_type_name(t));
+      const int64_t m = 7, n = 5, k = ggml_block_elems(t) == 1 ? 101 : ggml_block_elems(t) * 2;
+      const std::vector<uint8_t> w = random_rows(t, n, k, 99);
+      const size_t row_bytes = ggml_row_bytes(t, k);
+      const std::vector<float> x = test::random_vec(size_t(m * k), 42);
+      const Acts a = make_acts(*qk, t, x, m, k);
+      std::vector<float> all(size_t(m * n));
+      gemm_for(*qk, t)(m, n, k, a.bytes.data(), a.stride, w.data(), row_bytes, all.data(), n);
+      for (int64_t i = 0; i < m; ++i) {
+        std::vector<float> one(static_cast<size_t>(n));
+        gemm_for(*qk, t)(1, n, k, a.bytes.data() + size_t(i) * a.stride, a.stride, w.data(), row_bytes, one.data(), n);
+        CHECK(std::memcmp(one.data(), all.data() + i * n, size_t(n) * sizeof(float)) == 0);
+      }
+    }
+}
+
+TEST_CASE("quant kernels: the CPU backend's matmul on quantised and stacked weights equals the kernels' reference") {
+  auto b = make_cpu_backend(2);
+  const int64_t k = 512, n = 8;
+  const GgmlType parts_t[3] = {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K};
+  const int64_t rows[3] = {67, 5, 130};  // enough rows for several tiles, odd counts
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<GgufTensor> ts(3);
+  for (int p = 0; p < 3; ++p) {
+    data.push_back(random_rows(parts_t[p], rows[p], k, uint32_t(p + 1)));
+    ts[p].name = "part" + std::to_string(p);
+    ts[p].type = parts_t[p];
+    ts[p].ne = {k, rows[p]};
+    ts[p].nbytes = data[p].size();
+    ts[p].data = data[p].data();
+  }
+  const std::vector<float> x = test::random_vec(size_t(n * k), 3);
+  Tensor X = test::upload(*b, x, n, k);
+  const GgufTensor* ptrs[3] = {&ts[0], &ts[1], &ts[2]};
+  for (const WeightMemory mem : {WeightMemory::copy, WeightMemory::in_place}) {
+    auto stack = b->load_weight_stack(ptrs, "stack", mem);
+    REQUIRE(stack->out_features == 67 + 5 + 130);
+    Tensor outs[3] = {b->alloc(DType::f32, n, rows[0]), b->alloc(DType::f32, n, rows[1]), b->alloc(DType::f32, n, rows[2])};
+    b->matmul_parts(X, *stack, outs, {}, Activations::block8);
+    Tensor whole = b->alloc(DType::f32, n, stack->out_features);
+    b->matmul(X, *stack, whole, nullptr, Activations::block8);
+    const std::vector<float> wh = test::download(*b, whole);
+    int64_t first = 0;
+    for (int p = 0; p < 3; ++p) {
+      CAPTURE(ggml_type_name(parts_t[p]));
+      auto alone = b->load_weight(ts[p], mem);
+      Tensor y = b->alloc(DType::f32, n, rows[p]);
+      b->matmul(X, *alone, y, nullptr, Activations::block8);
+      const std::vector<float> ya = test::download(*b, y), yp = test::download(*b, outs[p]);
+      CHECK(ya == yp);  // a part of a stack computes exactly what it computes alone
+      for (int64_t i = 0; i < n; ++i)
+        CHECK(std::memcmp(&wh[i * stack->out_features + first], &ya[i * rows[p]], size_t(rows[p]) * sizeof(float)) == 0);
+      // Against dequantised weights and quantised activations in double precision.
+      const QuantKernels& qk = quant_kernels();
+      const Acts a = make_acts(qk, parts_t[p], x, n, k);
+      std::vector<float> wf(static_cast<size_t>(k));
+      const size_t rb = ggml_row_bytes(parts_t[p], k);
+      for (int64_t j = 0; j < rows[p]; ++j) {
+        dequantize_row(parts_t[p], data[p].data() + j * rb, wf.data(), k);
+        for (int64_t i = 0; i < n; ++i) {
+          double s = 0, mag = 0;
+          for (int64_t c = 0; c < k; ++c) {
+            s += double(wf[c]) * a.values[i * k + c];
+            mag += std::fabs(double(wf[c]) * a.values[i * k + c]);
+          }
+          CHECK(std::fabs(ya[i * rows[p] + j] - s) <= 1e-5 * mag + 1e-6);
+        }
+      }
+      first += rows[p];
+    }
+  }
+}
+
+TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded activations (the output head)") {
+  // The Q8_0 kernel on f32 activations: each table against dequantised weights in double, and
+  // the portable table against AVX2.
+  for (const Case& c : kCases) {
+    const int64_t k = 32 * c.blocks;
+    const std::vector<uint8_t> w = random_rows(GgmlType::Q8_0, c.n, k, uint32_t(7 * k + c.n));
+    const size_t rb = ggml_row_bytes(GgmlType::Q8_0, k);
+    const std::vector<float> x = test::random_vec(size_t(c.m * k), uint64_t(c.m * 31 + k), 2.f);
+    std::vector<std::vector<float>> ys;
+    for (const QuantKernels* qk : tables()) {
+      CAPTURE(qk->name);
+      std::vector<float> y(size_t(c.m * c.n));
+      qk->gemm_q8_0_f32(c.m, c.n, k, x.data(), size_t(k) * sizeof(float), w.data(), rb, y.data(), c.n);
+      std::vector<float> wf(static_cast<size_t>(k));
+      for (int64_t j = 0; j < c.n; ++j) {
+        dequantize_row(GgmlType::Q8_0, w.data() + j * rb, wf.data(), k);
+        for (int64_t i = 0; i < c.m; ++i) {
+          double s = 0, mag = 0;
+          for (int64_t t = 0; t < k; ++t) {
+            s += double(wf[t]) * x[i * k + t];
+            mag += std::fabs(double(wf[t]) * x[i * k + t]);
+          }
+          CHECK(std::fabs(y[i * c.n + j] - s) <= 1e-6 * mag + 1e-7);
+        }
+      }
+      ys.push_back(std::move(y));
+    }
+    if (ys.size() == 2)
+      for (size_t i = 0; i < ys[0].size(); ++i) CHECK(std::fabs(ys[0][i] - ys[1][i]) <= 2e-5 * (std::fabs(ys[0][i]) + 1.f));
+  }
+
+  // The backend: a marked weight (Q8_0 by its kernel; Q4_K and Q6_K parts by dequantised tiles)
+  // equals dequantised weights times f32 activations in decode-sized calls even when the call
+  // allows 8-bit activations (block8), while the same weight unmarked rounds them (and so differs);
+  // and with Activations::f32 the unmarked weight equals the marked one exactly.
+  auto b = make_cpu_backend(2);
+  const int64_t k = 512;
+  for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    CAPTURE(ggml_type_name(t));
+    const int64_t rows = 70;
+    std::vector<uint8_t> data = random_rows(t, rows, k, 11);
+    GgufTensor ts;
+    ts.name = "head";
+    ts.type = t;
+    ts.ne = {k, rows};
+    ts.nbytes = data.size();
+    ts.data = data.data();
+    auto marked = b->load_weight(ts), plain = b->load_weight(ts);
+    marked->f32_activations = true;
+    for (const int64_t n : {int64_t(1), int64_t(3)}) {
+      const std::vector<float> x = test::random_vec(size_t(n * k), uint64_t(n + 5), 2.f);
+      Tensor X = test::upload(*b, x, n, k), ym = b->alloc(DType::f32, n, rows), yp = b->alloc(DType::f32, n, rows);
+      b->matmul(X, *marked, ym, nullptr, Activations::block8);
+      b->matmul(X, *plain, yp, nullptr, Activations::block8);
+      const std::vector<float> vm = test::download(*b, ym), vp = test::download(*b, yp);
+      std::vector<float> wf(static_cast<size_t>(k));
+      double worst_plain = 0;
+      for (int64_t j = 0; j < rows; ++j) {
+        dequantize_row(t, data.data() + j * ggml_row_bytes(t, k), wf.data(), k);
+        for (int64_t i = 0; i < n; ++i) {
+          double s = 0, mag = 0;
+          for (int64_t c = 0; c < k; ++c) {
+            s += double(wf[c]) * x[i * k + c];
+            mag += std::fabs(double(wf[c]) * x[i * k + c]);
+          }
+          CHECK(std::fabs(vm[i * rows + j] - s) <= 1e-6 * mag + 1e-7);
+          worst_plain = std::max(worst_plain, std::fabs(vp[i * rows + j] - s) / (mag + 1e-7));
+        }
+      }
+      CHECK(worst_plain > 1e-5);  // the 8-bit activations are visibly rounded: the mark matters
+      Tensor yf = b->alloc(DType::f32, n, rows);
+      b->matmul(X, *plain, yf);  // Activations::f32, the default
+      CHECK(test::download(*b, yf) == vm);
+    }
+  }
+}
