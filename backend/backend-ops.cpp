@@ -366,7 +366,7 @@ void Backend::attention(const Tensor& q, std::span<const int32_t> q_pos, const T
     fail("internal: attention: a sliding window ({}) needs causal attention", p.sliding_window);
   if (seg_mass) {
     const auto& b = seg_mass->seg_begin;
-    if (seg_mass->out == nullptr || b.empty() || !std::is_sorted(b.begin(), b.end()))
+    if (seg_mass->out == nullptr || (!seg_mass->key_totals && (b.empty() || !std::is_sorted(b.begin(), b.end()))))
       fail("internal: attention: segment mass needs ascending boundaries ({} given) and an output", b.size());
   }
   check_disjoint(q, out, "attention", "q", "out");

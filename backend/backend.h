@@ -124,9 +124,13 @@ struct AttentionParams {
 
 // Optional per-query attention mass per key segment (Cache-Craft inter/intra attention).
 // Segments are contiguous ranges of KV rows: segment s covers rows [seg_begin[s], seg_begin[s+1]).
+// With key_totals, instead: out resized to [n_kv], each key row's probability summed over every
+// query row and head (seg_begin unused) — what selection by the question's attention needs
+// (ProphetKV), without a [n_q][n_head][n_kv] array crossing from the device per layer.
 struct SegmentMass {
   std::vector<int64_t> seg_begin;  // n_seg + 1 boundaries over the KV rows, ascending
   std::vector<float>* out = nullptr;  // resized to [n_q][n_head][n_seg], summed probabilities
+  bool key_totals = false;
 };
 
 // The ops of Backend, for Backend::supports().

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
 #include "backend/cpu-backend.h"
 #include "backend/cpu-gemm.h"
@@ -321,6 +322,21 @@ class CpuBackend : public Backend {
 void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
                                 const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
                                 const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
+  if (seg_mass && seg_mass->key_totals) {
+    // The reference for key totals: one segment per key row, then the sum over query rows and
+    // heads in double.
+    SegmentMass unit;
+    std::vector<float> per_key;
+    unit.seg_begin.resize(size_t(n_kv) + 1);
+    std::iota(unit.seg_begin.begin(), unit.seg_begin.end(), int64_t(0));
+    unit.out = &per_key;
+    attention_impl(q, q_pos, k, v, k_pos, n_kv, p, out, &unit);
+    std::vector<double> total(size_t(n_kv), 0.0);
+    for (int64_t qh = 0; qh < q.rows * p.n_head; ++qh)
+      for (int64_t j = 0; j < n_kv; ++j) total[size_t(j)] += per_key[size_t(qh * n_kv + j)];
+    seg_mass->out->assign(total.begin(), total.end());
+    return;
+  }
   const int hd = p.head_dim;
   const int64_t n_q = q.rows;
   const int64_t q_cols = int64_t(p.n_head) * hd, kv_cols = int64_t(p.n_kv_head) * hd;

@@ -49,7 +49,11 @@
 // (K only), P = exp(S − m) / l is recomputed with the same code, and for every segment that
 // meets the tile each vector's sum over its keys is reduced over the 16 lanes and added to
 // global memory with one atomicAdd (the launcher zeroes seg_mass first). Segment ids come from a
-// binary search of seg_begin per tile. Costs about one more Q·Kᵀ.
+// binary search of seg_begin per tile. Costs about one more Q·Kᵀ. Key totals (SegmentMass::
+// key_totals, the question's attention per key) use the same second pass but sum each key's
+// probabilities over the block's vectors in shared memory, one global atomicAdd per key and block:
+// a per-key SegmentMass looped over 32 segments per tile and sent [n_q][n_head][n_kv] to the host,
+// which made prophet selection 4.9x slower than full prefill on an H100 (bench/results).
 //
 // Numerics against the CPU reference (backend/cpu-backend.cpp: SGEMM scores, a two-pass softmax in
 // f32, SGEMM P·V): the same f32 operations in another order — dot products summed sequentially
@@ -93,6 +97,7 @@ struct Params {
   float* out;             // f32 [n_q][q_cols]
   const int64_t* seg_begin;  // [n_seg + 1]
   float* seg_mass;        // f32 [n_q][n_head][n_seg], or null
+  float* key_mass;        // f32 [n_kv], or null (then seg_mass is null)
   int64_t n_kv, n_vec;    // n_vec = n_q · group query vectors per KV head
   int64_t q_cols, kv_cols;
   int n_head, group, n_seg, window;
@@ -364,7 +369,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
     }
   }
 
-  if (p.seg_mass == nullptr) return;  // block-uniform
+  if (p.seg_mass == nullptr && p.key_mass == nullptr) return;  // block-uniform
 
   // Second pass: normalised probabilities summed per key segment.
   float m_ref[RQ], inv_l[RQ];
@@ -378,6 +383,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
     if (tile_hidden(p, j0, lane, qmin, qmax, kp)) continue;  // block-uniform
     __syncthreads();  // the previous tile's (or the first pass's) readers of Ks and kpos_s are done
     if (tid < 32) kpos_s[tid] = kp;
+    if (p.key_mass != nullptr && tid < kTileK) Ps[tid] = 0.f;  // the tile's key totals (P is unused here)
     load_kv_tile<D>(kg, p.kv_cols, g, j0, p.n_kv, Ks, kQKStride);
     __syncthreads();
 
@@ -388,6 +394,24 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
     for (int a = 0; a < RQ; ++a)
 #pragma unroll
       for (int b = 0; b < 2; ++b) pr[a][b] = expf(s[a][b] - m_ref[a]) * inv_l[a];
+
+    if (p.key_mass != nullptr) {  // block-uniform
+      // Key totals: each key's probabilities summed over the thread's vectors, the warp's two
+      // vector groups (lanes l and l + 16 hold the same key), the block's warps in shared memory,
+      // then one global atomicAdd per key and block.
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        float v = 0.f;
+#pragma unroll
+        for (int a = 0; a < RQ; ++a)
+          if (tq + 16 * a < n_valid) v += pr[a][b];
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        if (lane < 16 && v != 0.f) atomicAdd(Ps + tk + 16 * b, v);
+      }
+      __syncthreads();
+      if (tid < kTileK && j0 + tid < p.n_kv && Ps[tid] != 0.f) atomicAdd(p.key_mass + j0 + tid, Ps[tid]);
+      continue;
+    }
 
     const int64_t j_last = min(j0 + kTileK, p.n_kv) - 1;
     const int sg_lo = max(0, seg_index(p, j0)), sg_hi = min(p.n_seg - 1, seg_index(p, j_last));
@@ -472,10 +496,14 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
   if ((a.n_q > 0 && (misaligned(a.q) || misaligned(a.out))) || (a.n_kv > 0 && (misaligned(a.k) || misaligned(a.v))))
     attention_fail("attention_cuda: q, k, v and out must be 16-byte aligned");
 
+  if (a.key_mass != nullptr && a.seg_mass != nullptr)
+    attention_fail("attention_cuda: key totals and segment mass are exclusive");
   const bool with_mass = a.seg_mass != nullptr && a.n_seg > 0 && a.n_q > 0;
   if (with_mass)
     CUDA_CHECK(cudaMemsetAsync(a.seg_mass, 0, size_t(a.n_q) * size_t(a.n_head) * size_t(a.n_seg) * sizeof(float),
                                stream));
+  const bool with_key_mass = a.key_mass != nullptr && a.n_kv > 0;
+  if (with_key_mass) CUDA_CHECK(cudaMemsetAsync(a.key_mass, 0, size_t(a.n_kv) * sizeof(float), stream));
   if (a.n_q == 0) return;
 
   const int group = a.n_head / a.n_kv_head;
@@ -488,6 +516,7 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
   p.out = a.out;
   p.seg_begin = with_mass ? a.seg_begin : nullptr;
   p.seg_mass = with_mass ? a.seg_mass : nullptr;
+  p.key_mass = with_key_mass ? a.key_mass : nullptr;
   p.n_kv = a.n_kv;
   p.n_vec = a.n_q * group;
   p.q_cols = int64_t(a.n_head) * hd;

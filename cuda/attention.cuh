@@ -30,6 +30,9 @@ struct AttentionArgs {
   const int64_t* seg_begin = nullptr;  // device [n_seg + 1]
   int n_seg = 0;
   float* seg_mass = nullptr;           // device f32 [n_q][n_head][n_seg]
+  // Optional, instead of seg_mass (SegmentMass::key_totals): key_mass[j] = sum over every query
+  // and head of their softmax probability of key row j.
+  float* key_mass = nullptr;           // device f32 [n_kv]
 };
 
 // Queues the attention on `stream`. q, k, v and out must be 16-byte aligned (row slices of

@@ -584,13 +584,15 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
                                  std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
                                  const Tensor& out, SegmentMass* seg_mass) {
   const int64_t n_q = q.rows;
-  const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
-  if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
+  const bool key_totals = seg_mass && seg_mass->key_totals;
+  const int64_t n_seg = seg_mass && !key_totals ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
+  if (key_totals) seg_mass->out->assign(static_cast<size_t>(n_kv), 0.f);
+  else if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
   if (n_q == 0) return;
 
   // Positions and segment boundaries in one upload: the int64 boundaries first (aligned), then
   // the query and key positions.
-  const size_t seg_bytes = static_cast<size_t>(seg_mass ? n_seg + 1 : 0) * sizeof(int64_t);
+  const size_t seg_bytes = static_cast<size_t>(seg_mass && !key_totals ? n_seg + 1 : 0) * sizeof(int64_t);
   const size_t qpos_bytes = p.causal ? q_pos.size_bytes() : 0;
   const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv) * sizeof(int32_t) : 0;
   host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes);
@@ -621,7 +623,13 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
     a.n_seg = int(n_seg);
     a.seg_mass = static_cast<float*>(work_reserve(seg_mass->out->size() * sizeof(float)));
   }
+  if (key_totals && n_kv > 0) a.key_mass = static_cast<float*>(work_reserve(size_t(n_kv) * sizeof(float)));
   attention_cuda(a, stream_);
+  if (a.key_mass) {
+    CUDA_CHECK(cudaMemcpyAsync(seg_mass->out->data(), a.key_mass, size_t(n_kv) * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host vector is read on return
+  }
   if (a.seg_mass) {
     CUDA_CHECK(cudaMemcpyAsync(seg_mass->out->data(), a.seg_mass, seg_mass->out->size() * sizeof(float),
                                cudaMemcpyDeviceToHost, stream_));

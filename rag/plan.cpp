@@ -170,8 +170,22 @@ void derive_rows(PrefillPlan& p) {
   const Selection sel = p.blend.selection;
   const bool with_sinks = recompute && (sel == Selection::sink || sel == Selection::sink_v);
   const bool scored = recompute && sel != Selection::sink;
-  int64_t n_repositioned = 0, n_fixed = 0;
+  // auto with prophet (its default selection): a chunk with variant metadata brings its CFO budget,
+  // ⌈CFO·|C|⌉ tokens, to the question's choice among all repositioned tokens — craft/prophet's rule,
+  // which beat both Cache-Craft's CCI-ranked fix and blend on SQuAD 200 (bench/results/README.md,
+  // 2026-11-24); with another selection, craft's CCI-ranked fix tokens are recomputed as they are.
+  const bool craft_by_question = p.mode == ReuseMode::auto_ && sel == Selection::prophet;
+  int64_t n_repositioned = 0, n_fixed = 0, craft_budget = 0;
   for (const SegmentPlan& seg : p.segments) {
+    if (seg.kv && !seg.exact() && seg.choice && craft_by_question) {
+      craft_budget += int64_t(seg.fix.size());
+      for (int64_t i = seg.begin; i < seg.end(); ++i) {
+        p.candidate[size_t(i)] = 1;
+        ++p.n_candidates;
+        p.active.push_back(int32_t(i));
+      }
+      continue;
+    }
     if (seg.kv && !seg.exact() && seg.choice) {  // auto: craft's fix for a chunk with metadata
       for (int32_t t : seg.fix) p.active.push_back(int32_t(seg.begin + t));
       n_fixed += int64_t(seg.fix.size());
@@ -208,7 +222,8 @@ void derive_rows(PrefillPlan& p) {
   if (!scored) return;
   if (sel == Selection::prophet) {
     p.pre_select = true;
-    p.pre_keep = size_t(std::clamp<int64_t>(std::llround(p.blend.recompute_ratio * double(n_repositioned)), 0, p.n_candidates));
+    p.pre_keep = size_t(std::clamp<int64_t>(
+        std::llround(p.blend.recompute_ratio * double(n_repositioned)) + craft_budget, 0, p.n_candidates));
     return;
   }
   std::vector<int> layers = p.blend.check_at;

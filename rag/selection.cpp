@@ -102,19 +102,15 @@ std::vector<float> question_attention(const CheckLayerState& st) {
   while (first_q > 0 && st.active[size_t(first_q - 1)] >= st.question_begin) --first_q;
   const int64_t nq = na - first_q;
   if (nq == 0) fail("internal: no question rows among the active rows of layer {}", st.layer);
-  SegmentMass mass;  // one segment per key row
-  std::vector<float> per_row;
-  mass.seg_begin.resize(size_t(st.n_kv) + 1);
-  std::iota(mass.seg_begin.begin(), mass.seg_begin.end(), int64_t(0));
-  mass.out = &per_row;
+  SegmentMass mass;  // each key row's probability, Σ over the question's rows and heads
+  std::vector<float> total;
+  mass.key_totals = true;
+  mass.out = &total;
   Tensor out = b.alloc(DType::f32, nq, c.q_dim());
   b.attention(st.ws.q.slice_rows(first_q, nq), st.active.subspan(size_t(first_q)), st.kv.k[st.layer],
               st.kv.v[st.layer], std::span(st.kv.pos).first(size_t(st.n_kv)), st.n_kv, c.attention(st.layer), out,
               &mass);
-  std::vector<double> total(size_t(st.n_kv), 0.0);  // Σ over question rows and heads
-  for (int64_t qh = 0; qh < nq * c.n_head; ++qh)
-    for (int64_t j = 0; j < st.n_kv; ++j) total[size_t(j)] += per_row[size_t(qh * st.n_kv + j)];
-  return std::vector<float>(total.begin(), total.end());
+  return total;
 }
 
 std::vector<float> question_scores(Selection s, const CheckLayerState& st) {

@@ -139,8 +139,16 @@ TEST_CASE("cpu backend: attention equals naive masked softmax (GQA, positions, w
     SegmentMass seg{{0, c.n_kv / 3, c.n_kv}, &mass};
     b->attention(Q, qpos, K, V, kpos, c.n_kv, p, O, &seg);
 
+    std::vector<float> totals;
+    SegmentMass key_totals;
+    key_totals.key_totals = true;
+    key_totals.out = &totals;
+    Tensor O2 = b->alloc(DType::f32, c.n_q, qc);
+    b->attention(Q, qpos, K, V, kpos, c.n_kv, p, O2, &key_totals);
+
     std::vector<float> ref(size_t(c.n_q * qc));
     std::vector<float> ref_mass(size_t(c.n_q * c.n_head * 2), 0.f);
+    std::vector<double> ref_totals(size_t(c.n_kv), 0.0);
     for (int i = 0; i < c.n_q; ++i)
       for (int h = 0; h < c.n_head; ++h) {
         const int g = h / (c.n_head / c.n_kv_head);
@@ -161,11 +169,16 @@ TEST_CASE("cpu backend: attention equals naive masked softmax (GQA, positions, w
           ref[i * qc + h * c.hd + t] = float(o);
         }
         for (int j = 0; j < c.n_kv; ++j) ref_mass[(i * c.n_head + h) * 2 + (j >= c.n_kv / 3)] += float(s[j] / sum);
+        for (int j = 0; j < c.n_kv; ++j) ref_totals[size_t(j)] += s[j] / sum;
       }
     CHECK(max_rel_err(download(*b, O), ref) < 1e-4);
     REQUIRE(mass.size() == ref_mass.size());
     CHECK(max_rel_err(mass, ref_mass) < 1e-4);
     for (size_t i = 0; i < mass.size(); i += 2) CHECK(mass[i] + mass[i + 1] == doctest::Approx(1.0).epsilon(1e-4));
+    // Key totals: each key's probability summed over every query row and head.
+    CHECK(download(*b, O2) == download(*b, O));
+    REQUIRE(totals.size() == size_t(c.n_kv));
+    for (int j = 0; j < c.n_kv; ++j) CHECK(std::fabs(totals[size_t(j)] - ref_totals[size_t(j)]) <= 1e-4 * (1 + ref_totals[size_t(j)]));
   }
 }
 

@@ -353,6 +353,24 @@ TEST_CASE("craft: the plan reuses an exact chain as is, fixes the chosen tokens,
   CHECK(qp.pre_keep == 2);
   CHECK(qp.n_candidates == 6);
   CHECK(qp.active == std::vector<int32_t>{16, 17, 18, 19, 20, 21, 22, 23});
+
+  // auto with prophet (the default selection): the same rule as craft/prophet for a chunk with
+  // variant metadata — its 2 budget tokens among its 6 rows, chosen by the question.
+  BlendParams bp;
+  bp.selection = Selection::prophet;
+  cp.question_tokens = false;
+  const PrefillPlan ap = plan_prefill(p, ReuseMode::auto_, bp, 4, prefix_lookup, &src, cp);
+  CHECK(ap.pre_select);
+  CHECK(ap.pre_keep == 2);
+  CHECK(ap.n_candidates == 6);
+  CHECK(ap.n_forced == 0);
+  CHECK(ap.active == std::vector<int32_t>{16, 17, 18, 19, 20, 21, 22, 23});
+  // auto with another selection: craft's CCI-ranked fix tokens as they are.
+  bp.selection = Selection::kv;
+  const PrefillPlan av = plan_prefill(p, ReuseMode::auto_, bp, 4, prefix_lookup, &src, cp);
+  CHECK(av.n_forced == 2);
+  CHECK(av.n_candidates == 0);
+  CHECK(av.active == std::vector<int32_t>{20, 21, 22, 23});
 }
 
 TEST_CASE("craft: mode specs name the ablations and alpha") {

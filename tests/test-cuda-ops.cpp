@@ -1281,6 +1281,65 @@ TEST_CASE("cuda: attention through the backend matches the CPU (scattered rows, 
   }
 }
 
+// Key totals (SegmentMass::key_totals, prophet's question attention): each key row's probability
+// summed over every query row and head, by the kernel's shared-memory reduction and one atomicAdd
+// per key and block, against the CPU's per-key mass summed in double. Both layouts prophet meets:
+// the question's rows at the end of an ascending prompt, and scattered recomputed rows; M = 16
+// and M = 64 blocks (few and many query vectors), GQA, a sliding window.
+TEST_CASE("cuda: attention key totals match the CPU (question rows over the whole prompt)") {
+  if (gpu_missing()) return;
+  Backends be;
+  struct KtCase { int n_head, n_kv_head, head_dim, window; int64_t n_q, n_kv; bool scattered; };
+  const KtCase cases[] = {{8, 2, 64, 0, 12, 1500, false}, {32, 8, 128, 0, 40, 2100, false},
+                          {4, 4, 32, 96, 9, 700, true}, {8, 1, 256, 0, 3, 333, true}};
+  for (const KtCase& kc : cases) {
+    CAPTURE(kc.n_head);
+    CAPTURE(kc.n_q);
+    CAPTURE(kc.n_kv);
+    ragkv::AttentionParams ap;
+    ap.n_head = kc.n_head;
+    ap.n_kv_head = kc.n_kv_head;
+    ap.head_dim = kc.head_dim;
+    ap.scale = 1.f / std::sqrt(float(kc.head_dim));
+    ap.sliding_window = kc.window;
+    const int64_t n_kv = kc.n_kv, n_q = kc.n_q, qc = int64_t(ap.n_head) * ap.head_dim,
+                  kvc = int64_t(ap.n_kv_head) * ap.head_dim;
+    std::vector<int32_t> k_pos(static_cast<size_t>(n_kv)), q_pos(static_cast<size_t>(n_q));
+    for (int64_t i = 0; i < n_kv; ++i) k_pos[size_t(i)] = kc.scattered ? int32_t((i * 7919) % n_kv) : int32_t(i);
+    for (int64_t i = 0; i < n_q; ++i)
+      q_pos[size_t(i)] = kc.scattered ? int32_t((i * 37 + 11) % n_kv) : int32_t(n_kv - n_q + i);
+    const auto qv = random_values(size_t(n_q * qc), 41), kv = random_values(size_t(n_kv * kvc), 42),
+               vv = random_values(size_t(n_kv * kvc), 43);
+    std::vector<float> tot_cpu, tot_gpu;
+    ragkv::SegmentMass sm_cpu, sm_gpu;
+    sm_cpu.key_totals = sm_gpu.key_totals = true;
+    sm_cpu.out = &tot_cpu;
+    sm_gpu.out = &tot_gpu;
+    const Results r = run_both(be,
+                               {input(DType::f32, n_q, qc, qv), input(DType::f16, n_kv, kvc, kv), input(DType::f16, n_kv, kvc, vv),
+                                output(DType::f32, n_q, qc, zeros(size_t(n_q * qc)))},
+                               [&](Backend& b, const std::vector<Tensor>& t) {
+                                 ragkv::SegmentMass* sm = &b == be.gpu.get() ? &sm_gpu : &sm_cpu;
+                                 b.attention(t[0], q_pos, t[1], t[2], k_pos, n_kv, ap, t[3], sm);
+                               });
+    expect_close(r.gpu[3], r.cpu[3], 2e-4f);
+    REQUIRE(tot_cpu.size() == size_t(n_kv));
+    REQUIRE(tot_gpu.size() == size_t(n_kv));
+    // Each total sums n_q · n_head probabilities in f32 atomics (any order): relative 1e-4.
+    double sum_cpu = 0, sum_gpu = 0;
+    size_t bad = 0;
+    for (int64_t j = 0; j < n_kv; ++j) {
+      sum_cpu += tot_cpu[size_t(j)];
+      sum_gpu += tot_gpu[size_t(j)];
+      bad += std::fabs(tot_gpu[size_t(j)] - tot_cpu[size_t(j)]) > 1e-4 * (1.0 + std::fabs(tot_cpu[size_t(j)]));
+    }
+    CHECK(bad == 0);
+    // Every query sees a key here, so the totals add up to one per query row and head.
+    CHECK(sum_cpu == doctest::Approx(double(n_q * ap.n_head)).epsilon(1e-5));
+    CHECK(sum_gpu == doctest::Approx(double(n_q * ap.n_head)).epsilon(1e-4));
+  }
+}
+
 // The shared misuse table of tests/test-backend-validation.cpp runs on this backend too; these
 // are the cases the CUDA backend has been caught on before, kept here beside its ops.
 TEST_CASE("cuda: misuse of the ops fails loudly") {
