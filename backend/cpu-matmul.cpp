@@ -130,8 +130,7 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
           default: acts = xp, stride = size_t(k) * sizeof(float); break;
         }
         const GemmFn gemm = f32_acts && part.type == GgmlType::Q8_0 ? qk.gemm_q8_0_f32 : gemm_for(qk, part.type);
-        gemm(m, tl.rows, k, acts, stride, part.data + tl.row0 * part.row_bytes, part.row_bytes,
-                                y + tl.row0, ldy);
+        gemm(m, tl.rows, k, acts, stride, part.data + tl.row0 * part.row_bytes, part.row_bytes, y + tl.row0, ldy);
       }
     }
   }
