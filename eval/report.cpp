@@ -229,6 +229,12 @@ std::string eval_markdown(const nlohmann::json& s, const std::string& picture) {
   }
   md += "\nReal compute: recomputed token-layers of the reused tokens over all their token-layers (layer 0 and "
         "the check layers included); recompute (prompt): computed token-layers over the whole prompt's.\n";
+  if (s.contains("baseline_cache"))
+    md += fmt::format("\nWith `--baseline-cache` ({}; {} taken in this run), `{}`'s answers and TTFTs may come from an "
+                      "earlier run of this binary: TTFT ratios then pair timings made at different times (load), while "
+                      "real compute does not depend on them.\n",
+                      s["baseline_cache"].value("file", std::string()), s["baseline_cache"].value("taken", size_t(0)),
+                      s.at("baseline").get<std::string>());
   std::string spread;
   for (const auto& m : order) {
     const nlohmann::json& d = s.at("modes").at(m).value("real_compute_distribution", nlohmann::json());

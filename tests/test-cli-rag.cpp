@@ -359,11 +359,14 @@ TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the promp
   const json first = json::parse(r.out);
   CHECK(first["baseline_cache"]["taken"] == 0);
   CHECK(read_jsonl(cache).size() == 2);
-  // The same run again: both baselines from the file, the comparison exactly as computed.
-  r = m.run(args + " --max-tokens 4");
+  // The same run again: both baselines from the file, the comparison exactly as computed; the
+  // report says its TTFT ratios pair timings of different runs.
+  const fs::path report = m.dir.path / "cached.md";
+  r = m.run(args + " --max-tokens 4 --report " + q(report));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const json second = json::parse(r.out);
   CHECK(second["baseline_cache"]["taken"] == 2);
+  CHECK(slurp(report).find("TTFT ratios then pair timings made at different times") != std::string::npos);
   CHECK(read_jsonl(cache).size() == 2);
   for (const char* k : {"f1", "f1_vs_baseline", "first_token_match", "identical_output", "kl_first_token"}) {
     CHECK_MESSAGE(second["modes"]["reuse"][k] == first["modes"]["reuse"][k], k);
