@@ -28,6 +28,16 @@ struct Tile {
   int64_t row0, rows;  // weight rows [row0, row0 + rows) of the part
 };
 
+// Where part p's products go: its columns of the single output, or its own output.
+struct PartOutput {
+  float* y;
+  int64_t ldy;
+};
+PartOutput part_output(const CpuWeight& w, std::span<const Tensor> outs, size_t p) {
+  if (outs.size() == 1) return {outs[0].as<float>() + w.parts[p].first_row, outs[0].cols};
+  return {outs[p].as<float>(), outs[p].cols};
+}
+
 // Below this many multiply-adds a call runs on the calling thread (waking the pool costs more).
 constexpr int64_t kParallelMacs = 1 << 18;
 
@@ -54,16 +64,6 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
                     std::span<const Weight* const> biases, int threads, Activations act) {
   const int64_t m = x.rows, k = x.cols;
   if (m == 0) return;
-  auto out_of = [&](size_t p, float** y, int64_t* ldy) {
-    if (outs.size() == 1) {
-      *y = outs[0].as<float>() + w.parts[p].first_row;
-      *ldy = outs[0].cols;
-    } else {
-      *y = outs[p].as<float>();
-      *ldy = outs[p].cols;
-    }
-  };
-
   // f32 activations: Q8_0 has its own kernel on them (F16/BF16 always meet f32), any other
   // quantised part, and every call of a prompt's size, takes the dequantised tiles.
   const bool f32_acts = w.f32_activations || (act == Activations::f32 && !block8_everywhere());
@@ -84,9 +84,7 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
   for (size_t p = 0; p < w.parts.size(); ++p) {
     const CpuWeightPart& part = w.parts[p];
     if (part.type == GgmlType::F32) {  // SGEMM on the f32 rows as they are
-      float* y;
-      int64_t ldy;
-      out_of(p, &y, &ldy);
+      const auto [y, ldy] = part_output(w, outs, p);
       gemm_nt(m, part.rows, k, x.as<float>(), x.cols, reinterpret_cast<const float*>(part.data), k, y, ldy, 1.f,
               /*rows_independent=*/true);
       continue;
@@ -119,9 +117,7 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
       for (size_t t = 0; t < tiles.size(); ++t) {
         const Tile& tl = tiles[t];
         const CpuWeightPart& part = w.parts[tl.part];
-        float* y;
-        int64_t ldy;
-        out_of(tl.part, &y, &ldy);
+        const auto [y, ldy] = part_output(w, outs, tl.part);
         const void* acts;
         size_t stride;
         switch (f32_acts ? ActFormat::f32 : act_format(part.type)) {
@@ -165,15 +161,7 @@ void CpuMatmul::run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<
     for (size_t t = 0; t < tiles.size(); ++t) {
       const Tile& tl = tiles[t];
       const CpuWeightPart& part = w.parts[tl.part];
-      float* y;
-      int64_t ldy;
-      if (outs.size() == 1) {
-        y = outs[0].as<float>() + part.first_row;
-        ldy = outs[0].cols;
-      } else {
-        y = outs[tl.part].as<float>();
-        ldy = outs[tl.part].cols;
-      }
+      const auto [y, ldy] = part_output(w, outs, tl.part);
       const float* wt;
       if (part.type == GgmlType::F32) {
         wt = reinterpret_cast<const float*>(part.data + tl.row0 * part.row_bytes);

@@ -19,18 +19,6 @@ namespace ragkv {
 
 namespace {
 
-inline float load_f16(const uint8_t* p) {
-  f16_t h;
-  std::memcpy(&h, p, sizeof h);
-  return fp16_to_fp32(h);
-}
-
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
 // max |x| / 127 and the reciprocal used to round (0 for an all-zero block). The AVX2 table
 // computes the same two numbers with the same operations, so the quantised values are equal.
 inline void act_scale(const float* x, int n, float* d, float* id) {
@@ -121,7 +109,7 @@ void gemm_legacy(int64_t m, int64_t n, int64_t k, const void* x, size_t x_stride
 void gemm_q4_0(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
                int64_t ldy) {
   gemm_legacy(m, n, k, x, xs, w, ws, y, ldy, 18, [](const uint8_t* b, int* q, float* dw, float* coef) {
-    *dw = load_f16(b);
+    *dw = block_f16_at(b);
     *coef = -8.f * *dw;
     unpack_q4(b + 2, q);
   });
@@ -130,8 +118,8 @@ void gemm_q4_0(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
 void gemm_q4_1(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
                int64_t ldy) {
   gemm_legacy(m, n, k, x, xs, w, ws, y, ldy, 20, [](const uint8_t* b, int* q, float* dw, float* coef) {
-    *dw = load_f16(b);
-    *coef = load_f16(b + 2);
+    *dw = block_f16_at(b);
+    *coef = block_f16_at(b + 2);
     unpack_q4(b + 4, q);
   });
 }
@@ -139,25 +127,25 @@ void gemm_q4_1(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
 void gemm_q5_0(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
                int64_t ldy) {
   gemm_legacy(m, n, k, x, xs, w, ws, y, ldy, 22, [](const uint8_t* b, int* q, float* dw, float* coef) {
-    *dw = load_f16(b);
+    *dw = block_f16_at(b);
     *coef = -16.f * *dw;
-    unpack_q5(b + 6, load_u32(b + 2), q);
+    unpack_q5(b + 6, block_u32_at(b + 2), q);
   });
 }
 
 void gemm_q5_1(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
                int64_t ldy) {
   gemm_legacy(m, n, k, x, xs, w, ws, y, ldy, 24, [](const uint8_t* b, int* q, float* dw, float* coef) {
-    *dw = load_f16(b);
-    *coef = load_f16(b + 2);
-    unpack_q5(b + 8, load_u32(b + 4), q);
+    *dw = block_f16_at(b);
+    *coef = block_f16_at(b + 2);
+    unpack_q5(b + 8, block_u32_at(b + 4), q);
   });
 }
 
 void gemm_q8_0(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
                int64_t ldy) {
   gemm_legacy(m, n, k, x, xs, w, ws, y, ldy, 34, [](const uint8_t* b, int* q, float* dw, float* coef) {
-    *dw = load_f16(b);
+    *dw = block_f16_at(b);
     *coef = 0.f;
     for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(b[2 + j]);
   });
@@ -183,7 +171,7 @@ float dot_q45_k(const uint8_t* w, const ActBlock256* a, int64_t nb) {
   constexpr size_t bytes = with_high ? 176 : 144;
   float acc = 0.f;
   for (int64_t b = 0; b < nb; ++b, w += bytes) {
-    const float d = load_f16(w), dmin = load_f16(w + 2);
+    const float d = block_f16_at(w), dmin = block_f16_at(w + 2);
     const uint8_t* scales = w + 4;
     const uint8_t* qh = w + 16;
     const uint8_t* qs = w + (with_high ? 48 : 16);
@@ -216,7 +204,7 @@ float dot_q6_k(const uint8_t* w, const ActBlock256* a, int64_t nb) {
     const uint8_t* ql = w;
     const uint8_t* qh = w + 128;
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
-    const float d = load_f16(w + 208);
+    const float d = block_f16_at(w + 208);
     int q[256];
     for (int half = 0; half < 2; ++half) {
       const uint8_t* l8 = ql + 64 * half;
@@ -301,12 +289,10 @@ void gemm_q8_0_f32(int64_t m, int64_t n, int64_t k, const void* x, size_t x_stri
       const uint8_t* wj = w + j * w_stride;
       float acc = 0.f;
       for (int64_t b = 0; b < k / 32; ++b, wj += 34) {
-        uint16_t h;
-        std::memcpy(&h, wj, 2);
         const auto* q = reinterpret_cast<const int8_t*>(wj + 2);
         float s = 0.f;
         for (int c = 0; c < 32; ++c) s += float(q[c]) * xi[b * 32 + c];
-        acc += fp16_to_fp32(h) * s;
+        acc += block_f16_at(wj) * s;
       }
       y[i * ldy + j] = acc;
     }

@@ -90,25 +90,13 @@ const TypeInfo& require_type(GgmlType t) {
   return *info;
 }
 
-inline float load_f16(const uint8_t* p) {
-  f16_t h;
-  std::memcpy(&h, p, sizeof h);
-  return fp16_to_fp32(h);
-}
-
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
 // ---- legacy 32-element blocks ------------------------------------------------------------
 // In Q4/Q5 blocks, byte j of qs holds element j in its low nibble and element j+16 in its
 // high nibble; bit j of the 32-bit qh holds the fifth bit of element j.
 
 void dequant_q4_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += Q4_0_BYTES, y += QK) {
-    const float d = load_f16(b);
+    const float d = block_f16_at(b);
     const uint8_t* qs = b + 2;
     for (int j = 0; j < QK / 2; ++j) {
       const int x0 = (qs[j] & 0x0f) - 8;
@@ -121,8 +109,8 @@ void dequant_q4_0(const uint8_t* b, float* y, int64_t nb) {
 
 void dequant_q4_1(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += Q4_1_BYTES, y += QK) {
-    const float d = load_f16(b);
-    const float m = load_f16(b + 2);
+    const float d = block_f16_at(b);
+    const float m = block_f16_at(b + 2);
     const uint8_t* qs = b + 4;
     for (int j = 0; j < QK / 2; ++j) {
       const int x0 = qs[j] & 0x0f;
@@ -135,8 +123,8 @@ void dequant_q4_1(const uint8_t* b, float* y, int64_t nb) {
 
 void dequant_q5_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += Q5_0_BYTES, y += QK) {
-    const float d = load_f16(b);
-    const uint32_t qh = load_u32(b + 2);
+    const float d = block_f16_at(b);
+    const uint32_t qh = block_u32_at(b + 2);
     const uint8_t* qs = b + 6;
     for (int j = 0; j < QK / 2; ++j) {
       const int h0 = (qh >> j) & 1;
@@ -151,9 +139,9 @@ void dequant_q5_0(const uint8_t* b, float* y, int64_t nb) {
 
 void dequant_q5_1(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += Q5_1_BYTES, y += QK) {
-    const float d = load_f16(b);
-    const float m = load_f16(b + 2);
-    const uint32_t qh = load_u32(b + 4);
+    const float d = block_f16_at(b);
+    const float m = block_f16_at(b + 2);
+    const uint32_t qh = block_u32_at(b + 4);
     const uint8_t* qs = b + 8;
     for (int j = 0; j < QK / 2; ++j) {
       const int h0 = (qh >> j) & 1;
@@ -168,7 +156,7 @@ void dequant_q5_1(const uint8_t* b, float* y, int64_t nb) {
 
 void dequant_q8_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += Q8_0_BYTES, y += QK) {
-    const float d = load_f16(b);
+    const float d = block_f16_at(b);
     const uint8_t* qs = b + 2;
     for (int j = 0; j < QK; ++j) y[j] = static_cast<int8_t>(qs[j]) * d;
   }
@@ -194,8 +182,8 @@ inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
 // 2c), the high nibbles the next 32 (sub-block 2c+1). y = d*scale*q - dmin*min.
 void dequant_q4_k(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += Q4_K_BYTES) {
-    const float d = load_f16(b);
-    const float dmin = load_f16(b + 2);
+    const float d = block_f16_at(b);
+    const float dmin = block_f16_at(b + 2);
     const uint8_t* scales = b + 4;
     const uint8_t* q = b + 4 + K_SCALE_SIZE;
     for (int is = 0; is < 8; is += 2, q += 32) {
@@ -213,8 +201,8 @@ void dequant_q4_k(const uint8_t* b, float* y, int64_t nb) {
 // As Q4_K, plus a fifth bit per element from qh[32]: element l of sub-block s takes bit s of qh[l].
 void dequant_q5_k(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += Q5_K_BYTES) {
-    const float d = load_f16(b);
-    const float dmin = load_f16(b + 2);
+    const float d = block_f16_at(b);
+    const float dmin = block_f16_at(b + 2);
     const uint8_t* scales = b + 4;
     const uint8_t* qh = b + 4 + K_SCALE_SIZE;
     const uint8_t* ql = qh + QK_K / 8;
@@ -247,7 +235,7 @@ void dequant_q6_k(const uint8_t* b, float* y, int64_t nb) {
     const uint8_t* ql = b;
     const uint8_t* qh = b + QK_K / 2;
     const int8_t* sc = reinterpret_cast<const int8_t*>(b + QK_K / 2 + QK_K / 4);
-    const float d = load_f16(b + QK_K / 2 + QK_K / 4 + QK_K / 16);
+    const float d = block_f16_at(b + QK_K / 2 + QK_K / 4 + QK_K / 16);
     for (int half = 0; half < 2; ++half, y += 128, ql += 64, qh += 32, sc += 8) {
       for (int l = 0; l < 32; ++l) {
         const int is = l / 16;
@@ -271,7 +259,7 @@ void convert_f16(const uint8_t* src, float* dst, int64_t n) {
     fp16_to_fp32_row(reinterpret_cast<const f16_t*>(src), dst, n);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) dst[i] = load_f16(src + 2 * i);
+  for (int64_t i = 0; i < n; ++i) dst[i] = block_f16_at(src + 2 * i);
 }
 
 void convert_bf16(const uint8_t* src, float* dst, int64_t n) {

@@ -3,6 +3,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include "format/fp16.h"
 
 namespace ragkv {
 
@@ -24,6 +27,19 @@ int64_t ggml_block_elems(GgmlType t);
 size_t ggml_block_bytes(GgmlType t);
 // Bytes of a row of n elements (n must be a multiple of the block size; throws otherwise).
 size_t ggml_row_bytes(GgmlType t, int64_t n);
+
+// A block's little-endian fields where they lie (unaligned): an f16 scale or min, 32 bits of
+// high bits. For the dequantisers here and the CPU backend's portable kernels.
+inline float block_f16_at(const uint8_t* p) {
+  f16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return fp16_to_fp32(h);
+}
+inline uint32_t block_u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
 
 // Dequantise n elements (a multiple of the block size) starting at src into dst.
 // Throws ragkv::Error naming the type when it is not supported.

@@ -107,6 +107,15 @@ size_t adaptive_keep(const std::vector<int32_t>& active, const std::vector<uint8
 namespace {
 
 // Rows and schedule from the segments' sources (see PrefillPlan).
+// Every row of a reused segment becomes a candidate for selection, active until selection drops it.
+void add_candidates(PrefillPlan& p, const SegmentPlan& seg) {
+  for (int64_t i = seg.begin; i < seg.end(); ++i) {
+    p.candidate[size_t(i)] = 1;
+    ++p.n_candidates;
+    p.active.push_back(int32_t(i));
+  }
+}
+
 void derive_rows(PrefillPlan& p) {
   const size_t n_seg = p.segments.size();
   p.dense_groups.clear();
@@ -142,11 +151,7 @@ void derive_rows(PrefillPlan& p) {
         for (int64_t i = seg.begin; i < seg.end(); ++i) p.active.push_back(int32_t(i));
       } else if (!seg.exact()) {
         budget += seg.fix.size();
-        for (int64_t i = seg.begin; i < seg.end(); ++i) {
-          p.candidate[size_t(i)] = 1;
-          ++p.n_candidates;
-          p.active.push_back(int32_t(i));
-        }
+        add_candidates(p, seg);
       }
     }
     p.pre_select = p.n_candidates > 0;
@@ -179,11 +184,7 @@ void derive_rows(PrefillPlan& p) {
   for (const SegmentPlan& seg : p.segments) {
     if (seg.kv && !seg.exact() && seg.choice && craft_by_question) {
       craft_budget += int64_t(seg.fix.size());
-      for (int64_t i = seg.begin; i < seg.end(); ++i) {
-        p.candidate[size_t(i)] = 1;
-        ++p.n_candidates;
-        p.active.push_back(int32_t(i));
-      }
+      add_candidates(p, seg);
       continue;
     }
     if (seg.kv && !seg.exact() && seg.choice) {  // auto: craft's fix for a chunk with metadata

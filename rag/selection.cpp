@@ -2,7 +2,6 @@
 // through the attention op's per-segment mass with one segment per key row, random draws.
 #include "rag/selection.h"
 
-#include <numeric>
 #include <random>
 
 #include "util/error.h"
