@@ -91,7 +91,8 @@ struct Timed {
   double warmup_prepare_ms = 0;  // rep 0's: where the device tier is filled
   PrefillStats last;
   std::vector<float> logits;
-  uint64_t kv_bytes = 0;
+  uint64_t kv_bytes = 0;    // f16 K and V of the cached segments (what the fusor receives)
+  uint64_t file_bytes = 0;  // their chunk files' sizes (what a load reads)
 };
 
 }  // namespace
@@ -114,17 +115,32 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
     fail("bench reuse: the prompt ({} tokens: {} chunks of {}) exceeds the model's context of {} tokens; "
          "lower --chunks or --chunk-tokens", prompt.n_tokens(), opt.chunks, opt.chunk_tokens, model.config().n_ctx_train);
 
+  if (opt.kv_bits.empty()) fail("bench reuse: no KV encoding (--kv-bits)");
   const ScratchStore scratch(opt.store_dir);
-  const KvStore store = KvStore::open_for_write(scratch.path, keys.store_info());
-  std::fprintf(stderr, "ragkv bench reuse: %d chunks, prompt of %lld tokens; precomputing the chunk caches into %s\n",
-               opt.chunks, (long long)prompt.n_tokens(), scratch.path.c_str());
-  const PrecomputeStats pc = precompute_chunks(model, format, store, chunk_ptrs);
+  std::vector<KvStore> stores;  // one per encoding, in opt.kv_bits's order
+  nlohmann::json store_rows = nlohmann::json::array();
+  PrecomputeStats pc;
+  for (int bits : opt.kv_bits) {
+    KvStoreInfo info = keys.store_info();
+    info.dtype = KvEncoding::from_bits(bits).name();
+    const fs::path dir = opt.kv_bits.size() == 1 ? scratch.path : scratch.path / info.dtype;
+    stores.push_back(KvStore::open_for_write(dir, info));
+    std::fprintf(stderr, "ragkv bench reuse: %d chunks, prompt of %lld tokens; precomputing the chunk caches into %s\n",
+                 opt.chunks, (long long)prompt.n_tokens(), dir.c_str());
+    const PrecomputeStats st = precompute_chunks(model, format, stores.back(), chunk_ptrs);
+    if (stores.size() == 1) pc = st;
+    store_rows.push_back({{"kv_dtype", info.dtype},
+                          {"precompute_s", st.seconds},
+                          {"store_bytes", stores.back().usage().second},
+                          {"kv_bytes_per_token", kv_bytes_per_token(info.encoding(), uint32_t(L),
+                                                                    uint32_t(model.config().kv_dim()))}});
+  }
   std::vector<ChunkKvMeta> cached_keys;  // every segment but the question
   for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) cached_keys.push_back(keys.segment(prompt.segments[s]));
 
   KvCache kv = model.new_kv_cache(prompt.n_tokens() + 1);
   Workspace ws;
-  auto run = [&](const ModeSpec& spec, KvStart start) {
+  auto run = [&](const KvStore& store, const ModeSpec& spec, KvStart start) {
     const ReuseMode mode = spec.mode;
     const BlendParams bp = spec.blend(blend);
     Timed t;
@@ -140,11 +156,12 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       }
       PrefillPlan plan = plan_prefill(prompt, mode, bp, L, tier_lookup(keys, &tiers));
       if (plan.counts.misses + plan.counts.bad > 0)
-        fail("bench reuse: {} chunk caches missing or bad in {}", plan.counts.misses + plan.counts.bad, scratch.path.string());
-      t.kv_bytes = 0;
+        fail("bench reuse: {} chunk caches missing or bad in {}", plan.counts.misses + plan.counts.bad, store.dir().string());
+      t.kv_bytes = t.file_bytes = 0;
       for (const SegmentPlan& s : plan.segments) {
         if (!s.kv) continue;
         t.kv_bytes += s.kv->bytes();
+        if (const auto f = file_stamp(store.chunk_path(s.kv->meta()))) t.file_bytes += f->size;
         if (start == KvStart::disk) static_cast<const DiskSegmentKv&>(*s.kv).reader().evict_page_cache();
       }
       const double prep_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_prep).count();
@@ -164,14 +181,16 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
     return t;
   };
 
-  const Timed full = run(ModeSpec(ReuseMode::full), KvStart::page_cache);
+  const Timed full = run(stores.front(), ModeSpec(ReuseMode::full), KvStart::page_cache);
   const double full_median = median_of(full.prefill_ms);
   nlohmann::json results = nlohmann::json::array();
   for (const ModeSpec& spec : opt.modes) {
     const ReuseMode mode = spec.mode;
     const bool cached = mode != ReuseMode::full;
+    for (size_t e = 0; e < (cached ? stores.size() : 1); ++e)
     for (KvStart tier : opt.tiers) {
-      const Timed t = mode == ReuseMode::full ? full : run(spec, tier);
+      const KvStore& store = stores[e];
+      const Timed t = mode == ReuseMode::full ? full : run(store, spec, tier);
       const double best = *std::min_element(t.prefill_ms.begin(), t.prefill_ms.end()), median = median_of(t.prefill_ms);
       nlohmann::json row = {
           {"mode", spec.name()},
@@ -184,6 +203,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
           {"load_ms_median", median_of(t.load_ms)},
           {"load_wait_ms_median", median_of(t.wait_ms)},
           {"kv_bytes_loaded", cached ? t.kv_bytes : 0},
+          {"kv_file_bytes", cached ? t.file_bytes : 0},
           {"first_token_matches_full", argmax(t.logits) == argmax(full.logits)},
           {"kl_first_token_vs_full", kl_divergence_logits(full.logits, t.logits)},
       };
@@ -191,11 +211,13 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       // the device tier; the timed reps reuse it).
       if (tier == KvStart::host && cached) row["host_fill_ms_median"] = median_of(t.prepare_ms);
       if (tier == KvStart::device && cached) row["device_fill_ms"] = t.warmup_prepare_ms;
+      if (cached) row["kv_dtype"] = store.info().dtype;
       if (mode == ReuseMode::full)
         row["prefill_tflops"] = prefill_flops(model.config(), prompt.n_tokens()) / (median / 1000.0) / 1e12;
       results.push_back(std::move(row));
-      std::fprintf(stderr, "ragkv bench reuse: %s%s%s: median %.1f ms (%.3f × full)\n", spec.name().c_str(),
-                   cached ? " / " : "", cached ? kv_start_name(tier) : "", median, median / full_median);
+      std::fprintf(stderr, "ragkv bench reuse: %s%s%s%s%s: median %.1f ms (%.3f × full)\n", spec.name().c_str(),
+                   cached ? " / " : "", cached ? kv_start_name(tier) : "", cached ? " / " : "",
+                   cached ? store.info().dtype.c_str() : "", median, median / full_median);
       if (!cached) break;  // full reads no cache: one row
     }
   }
@@ -213,7 +235,8 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       {"check_layers", opt.blend.check_layers},
       {"repetitions", opt.repetitions},
       {"precompute_s", pc.seconds},
-      {"store_bytes", store.usage().second},
+      {"store_bytes", stores.front().usage().second},
+      {"stores", store_rows},
       {"results", results},
   };
 }

@@ -39,12 +39,17 @@ struct ReuseBenchOptions {
   int repetitions = 3;     // timed prefills per (mode, tier), after one warm-up
   std::string store_dir;   // where the chunk caches are precomputed; empty: a temporary store,
                            // removed at the end
+  // KV encodings of the chunk caches (precompute --kv-bits: 16, 8, 4): one store each (with
+  // several, STORE/f16, STORE/q8, ...), every cached mode and tier timed on each, side by side.
+  std::vector<int> kv_bits = {16};
 };
 
 // Precomputes the prompt's chunks into the store, then times the prefill (the TTFT: up to the
 // first token's logits) per mode and tier. Reports best and median, the median's ratio to
 // `full`'s, the recompute fraction, loader time and the part of it compute did not hide, and the
 // first token's agreement and KL with `full`. `full` needs no store: it is timed once per run.
+// With several kv_bits, each cached row names its store's encoding (kv_dtype) and the bytes its
+// chunk files hold (kv_file_bytes; kv_bytes_loaded is the f16 KV they decode to).
 nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt);
 
 }  // namespace ragkv

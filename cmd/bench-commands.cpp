@@ -49,6 +49,7 @@ class BenchCommands : public CommandFamily {
     reuse_cmd_->add_option("--check-layers", reuse_.blend.check_layers, "blend: HKVD selection layers (gradual filtering)")->check(CLI::Range(1, 1024))->capture_default_str();
     reuse_cmd_->add_option("--repetitions", reuse_.repetitions, "Timed prefills per mode and tier, after a warm-up")->check(CLI::Range(1, 1000))->capture_default_str();
     reuse_cmd_->add_option("--store", reuse_.store_dir, "Store for the chunk caches (default: a temporary one, removed afterwards)");
+    reuse_cmd_->add_option("--kv-bits", reuse_.kv_bits, "KV encodings of the chunk caches, comma-separated (16: f16, 8, 4: quantised as precompute --kv-bits): one store each, every cached mode and tier timed on each")->delimiter(',')->check(CLI::IsMember({16, 8, 4}))->capture_default_str();
     reuse_dev_.add_to(reuse_cmd_);
 
     retrieval_cmd_ = bench_->add_subcommand("retrieval", "Recall, gold hit rate, latency and staged-search convergence");

@@ -83,6 +83,7 @@ class RagCommands : public CommandFamily {
   size_t pc_limit = 0, pc_top_k = 5, pc_neighbours = 2;
   std::optional<size_t> pc_max_variants;
   std::optional<uint64_t> pc_variant_bytes;
+  std::optional<int> pc_kv_bits;
   DeviceFlags pc_dev;
   // answer
   RagFlags an;
@@ -302,6 +303,7 @@ void RagCommands::add_to(CLI::App& app) {
   precompute_->add_option("--neighbours", pc_neighbours, "Cache-Craft variants without --warmup: each chunk computed after its N most similar chunks in the index (0: canonical caches only)")->check(CLI::Range(0, 16))->capture_default_str();
   precompute_->add_option("--max-variants", pc_max_variants, "Cache-Craft budget: at most N variant files in the store (0: no limit); kept in STORE/craft.json for later runs, lowest f_r evicted first")->check(CLI::NonNegativeNumber);
   precompute_->add_option("--variant-bytes", pc_variant_bytes, "Cache-Craft budget: at most this many bytes of variant files (0: no limit); kept in STORE/craft.json")->check(CLI::NonNegativeNumber);
+  precompute_->add_option("--kv-bits", pc_kv_bits, "KV encoding of a new store's chunk caches: 16 (f16, as computed), 8 or 4 (KIVI groups: K per channel over 32 tokens, V per token over 32 channels; decoded to f16 while loading). Default: the store's own, 16 for a new store; another value than an existing store's is an error")->check(CLI::IsMember({16, 8, 4}));
   pc_dev.add_to(precompute_);
 
   answer_ = app.add_subcommand("answer", "Answer a query file with retrieval and chunk-KV reuse (ANSWERS.jsonl)");
@@ -365,7 +367,9 @@ int RagCommands::run_precompute() {
   warn_if_other_tokenizer(index, model);
   const PromptFormat format(model);
   const CacheKeys keys(model, format);
-  const KvStore store = KvStore::open_for_write(pc_store, keys.store_info());
+  KvStoreInfo store_info = keys.store_info();
+  store_info.dtype = pc_kv_bits ? KvEncoding::from_bits(*pc_kv_bits).name() : "";  // "": the store's, else f16
+  const KvStore store = KvStore::open_for_write(pc_store, store_info);
   if (pc_max_variants || pc_variant_bytes) {
     CraftStoreSettings cs = read_craft_settings(store);
     if (pc_max_variants) cs.budget.max_variants = *pc_max_variants;
@@ -430,11 +434,14 @@ int RagCommands::run_precompute() {
   if (vbar) vbar->finish();
   const auto [files, bytes] = store.usage();
   const ModelConfig& c = model.config();
-  const double bytes_per_token = 2.0 * c.n_layer * c.kv_dim() * 2.0;  // K and V, f16
+  const KvEncoding encoding = store.info().encoding();
+  // K and V of every layer, per token of a long chunk (group scales included)
+  const double bytes_per_token = kv_bytes_per_token(encoding, uint32_t(c.n_layer), uint32_t(c.kv_dim()));
   std::cout << json{{"store", pc_store}, {"model", keys.model_fingerprint()}, {"chunks_selected", chunks.size()},
                     {"computed", st.computed}, {"skipped", st.skipped}, {"tokens", st.tokens},
                     {"seconds", st.seconds}, {"tokens_per_s", st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0},
                     {"bytes_written", st.bytes_written + vs.bytes_written}, {"kv_bytes_per_token", bytes_per_token},
+                    {"kv_dtype", encoding.name()},
                     {"variants", {{"source", warmup ? "warmup" : sequences.empty() ? "none" : "neighbours"},
                                   {"computed", vs.computed}, {"skipped", vs.skipped}, {"tokens", vs.tokens},
                                   {"over_budget", vs.over_budget}, {"evicted", vs.evicted},

@@ -30,11 +30,12 @@ namespace {
 using nlohmann::json;
 
 // The report as JSON (stdout): counts, and every bad file with its problem.
-json report_json(const std::string& store, const StoreReport& rep) {
+json report_json(const std::string& store, const KvStoreInfo& info, const StoreReport& rep) {
   json bad = json::array();
   for (const StoreFileReport& f : rep.files)
     if (!f.problem.empty()) bad.push_back({{"file", "kv/" + f.name}, {"problem", f.problem}});
   return json{{"store", store},
+              {"kv_dtype", info.dtype},
               {"files", rep.files.size()},
               {"intact", rep.files.size() - rep.bad()},
               {"bad", bad},
@@ -86,7 +87,7 @@ class StoreCommands : public CommandFamily {
     const KvStore store = open_store_for_inspection(dir_);
     const StoreReport rep = verify_all(store, "store verify");
     print_problems(rep, store);
-    std::cout << report_json(dir_, rep).dump() << "\n";
+    std::cout << report_json(dir_, store.info(), rep).dump() << "\n";
     if (rep.bad() > 0)
       std::fprintf(stderr, "ragkv: store verify: %zu of %zu files in %s are bad: run `ragkv store repair --store %s`\n",
                    rep.bad(), rep.files.size(), dir_.c_str(), dir_.c_str());
@@ -101,7 +102,7 @@ class StoreCommands : public CommandFamily {
     std::set<std::string> removed_names;
     for (const StoreFileReport& f : rep.files)
       if (!f.problem.empty()) removed_names.insert(f.name);
-    json out = report_json(dir_, rep);
+    json out = report_json(dir_, inspect.info(), rep);
     out["removed"] = removed;
     if (!index_.empty()) {
       // Compute again the index's chunks whose files were removed (and the prefix if it was).
@@ -113,7 +114,9 @@ class StoreCommands : public CommandFamily {
       if (keys.model_fingerprint() != inspect.info().model_fingerprint)
         fail("{}: the store is for model {} ({}), --model {} is another: pass the store's model", dir_,
              inspect.info().model_name, inspect.info().model_fingerprint, model_);
-      const KvStore store = KvStore::open_for_write(dir_, keys.store_info());
+      KvStoreInfo info = keys.store_info();
+      info.dtype = "";  // the store's own encoding
+      const KvStore store = KvStore::open_for_write(dir_, info);
       std::vector<const Chunk*> chunks;
       for (const Chunk& c : index.chunks())
         if (removed_names.count(store.chunk_path(keys.chunk(c.id, format.chunk_ids(c))).filename().string()))
@@ -145,7 +148,12 @@ class StoreCommands : public CommandFamily {
       size_t chunks = 0, variants = 0, prefixes = 0;
       uint64_t bytes = 0;
     };
+    struct Encoded {  // files of one KV encoding: their bytes per token stored
+      size_t files = 0;
+      uint64_t bytes = 0, tokens = 0;
+    };
     std::map<std::string, Counts> per_model;
+    std::map<std::string, Encoded> per_dtype;
     size_t unreadable = 0;
     uint64_t bytes = 0;
     for (const StoreFileReport& f : rep.files) {
@@ -159,14 +167,33 @@ class StoreCommands : public CommandFamily {
       if (f.prefix) ++c.prefixes;
       else if (f.variant) ++c.variants;
       else ++c.chunks;
+      Encoded& e = per_dtype[f.dtype];
+      ++e.files;
+      e.bytes += f.bytes;
+      e.tokens += f.n_tokens;
     }
     json models = json::object();
     for (const auto& [fp, c] : per_model)
       models[fp] = {{"chunks", c.chunks}, {"variants", c.variants}, {"prefixes", c.prefixes}, {"bytes", c.bytes}};
+    json dtypes = json::object();
+    uint64_t tokens = 0, read_bytes = 0;
+    for (const auto& [dtype, e] : per_dtype) {
+      dtypes[dtype] = {{"files", e.files}, {"tokens", e.tokens}, {"bytes", e.bytes},
+                       {"bytes_per_token", e.tokens ? double(e.bytes) / double(e.tokens) : 0.0}};
+      tokens += e.tokens;
+      read_bytes += e.bytes;
+    }
     const KvStoreInfo& info = store.info();
     std::cout << json{{"store", dir_},
                       {"model", info.model_name},
                       {"model_fingerprint", info.model_fingerprint},
+                      {"kv_dtype", info.dtype},
+                      {"kv_bits", info.encoding().bits},
+                      // the encoding's rate for a long chunk of the store's shape; bytes_per_token:
+                      // what the readable files hold per token, headers and checksums included
+                      {"kv_bytes_per_token", kv_bytes_per_token(info.encoding(), info.n_layer, info.n_kv_head * info.head_dim)},
+                      {"bytes_per_token", tokens ? double(read_bytes) / double(tokens) : 0.0},
+                      {"per_dtype", dtypes},
                       {"files", rep.files.size()},
                       {"bytes", bytes},
                       {"per_model", models},

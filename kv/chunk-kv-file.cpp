@@ -28,6 +28,7 @@ constexpr std::string_view kMagic{"RKVCHKV\0", 8};
 constexpr uint32_t kVersionCanonical = 1;  // no context, no stats
 constexpr uint32_t kVersionVariant = 2;
 constexpr uint32_t kVersionChain = 3;      // a variant with flags: an exact knowledge-tree node
+constexpr uint32_t kVersionQuantised = 4;  // version 3's header, then the KV encoding
 constexpr uint8_t kFlagExactChain = 1;
 constexpr uint32_t kMaxHeader = 1 << 20;      // a header is a few hundred bytes; refuse absurd lengths
 constexpr size_t kPreamble = 8 + 4 + 4;       // magic, version, header_len
@@ -39,7 +40,7 @@ void append_str(std::string& out, const std::string& s) {
   out += s;
 }
 
-std::string encode_header(const ChunkKvMeta& m, const VariantStats* stats) {
+std::string encode_header(const ChunkKvMeta& m, const VariantStats* stats, const KvEncoding& enc) {
   std::string h;
   append_str(h, m.model_fingerprint);
   append_str(h, m.chunk_id);
@@ -47,7 +48,7 @@ std::string encode_header(const ChunkKvMeta& m, const VariantStats* stats) {
   for (uint32_t x : {m.n_layer, m.n_kv_head, m.head_dim, m.n_tokens}) append_pod(h, x);
   append_pod(h, m.token_hash);
   append_pod(h, m.first_pos);
-  if (m.context.empty() && !stats && !m.exact_chain) return h;  // version 1
+  if (m.context.empty() && !stats && !m.exact_chain && !enc.quantised()) return h;  // version 1
   append_pod(h, uint32_t(m.context.size()));
   for (const std::string& c : m.context) append_str(h, c);
   append_pod(h, uint8_t(stats ? 1 : 0));
@@ -58,11 +59,19 @@ std::string encode_header(const ChunkKvMeta& m, const VariantStats* stats) {
     append_pod(h, uint32_t(stats->ranked.size()));
     for (uint32_t x : stats->ranked) append_pod(h, x);
   }
-  if (m.exact_chain) append_pod(h, kFlagExactChain);  // version 3
+  if (enc.quantised()) {  // version 4: flags, then the encoding
+    append_pod(h, uint8_t(m.exact_chain ? kFlagExactChain : 0));
+    append_pod(h, uint8_t(enc.bits));
+    append_pod(h, enc.k_group);
+    append_pod(h, enc.v_group);
+  } else if (m.exact_chain) {
+    append_pod(h, kFlagExactChain);  // version 3
+  }
   return h;
 }
 
-uint32_t header_version(const ChunkKvMeta& m, const VariantStats* stats) {
+uint32_t header_version(const ChunkKvMeta& m, const VariantStats* stats, const KvEncoding& enc) {
+  if (enc.quantised()) return kVersionQuantised;
   if (m.exact_chain) return kVersionChain;
   return m.context.empty() && !stats ? kVersionCanonical : kVersionVariant;
 }
@@ -70,6 +79,7 @@ uint32_t header_version(const ChunkKvMeta& m, const VariantStats* stats) {
 struct DecodedHeader {
   ChunkKvMeta meta;
   std::optional<VariantStats> stats;
+  KvEncoding encoding;  // f16 below version 4
 };
 
 DecodedHeader decode_header(const std::string& name, std::string_view bytes, uint32_t version) {
@@ -86,7 +96,7 @@ DecodedHeader decode_header(const std::string& name, std::string_view bytes, uin
   m.n_tokens = r.pod<uint32_t>("n_tokens");
   m.token_hash = r.pod<uint64_t>("token_hash");
   m.first_pos = r.pod<int32_t>("first_pos");
-  if (version == kVersionVariant || version == kVersionChain) {
+  if (version == kVersionVariant || version == kVersionChain || version == kVersionQuantised) {
     const uint32_t n_ctx = r.pod<uint32_t>("n_context");
     if (n_ctx > r.remaining() / 4) fail("{}: corrupt: {} context chunk ids in a {}-byte header", name, n_ctx, bytes.size());
     for (uint32_t i = 0; i < n_ctx; ++i) m.context.push_back(str("context chunk id"));
@@ -106,28 +116,37 @@ DecodedHeader decode_header(const std::string& name, std::string_view bytes, uin
       }
       d.stats = std::move(s);
     }
-    if (version == kVersionChain) {
+    if (version == kVersionChain || version == kVersionQuantised) {
       const uint8_t flags = r.pod<uint8_t>("flags");
       if (flags & ~kFlagExactChain) fail("{}: corrupt: unknown flags {:#x}", name, flags);
       m.exact_chain = (flags & kFlagExactChain) != 0;
+    }
+    if (version == kVersionQuantised) {
+      KvEncoding& e = d.encoding;
+      e.bits = r.pod<uint8_t>("kv bits");
+      e.k_group = r.pod<uint32_t>("k_group");
+      e.v_group = r.pod<uint32_t>("v_group");
+      if (!e.valid() || !e.quantised())
+        fail("{}: corrupt: KV encoding of {} bits in groups of {} (K) and {} (V); this build reads 8 or 4 bits",
+             name, e.bits, e.k_group, e.v_group);
     }
   }
   r.expect_end();
   return d;
 }
 
-// Bytes of one layer's K+V, or nullopt when the shape overflows 64 bits.
-std::optional<uint64_t> layer_size(const ChunkKvMeta& m) {
-  uint64_t n;
-  if (__builtin_mul_overflow(uint64_t(m.n_kv_head), uint64_t(m.head_dim), &n) || n > UINT32_MAX ||
-      __builtin_mul_overflow(n, uint64_t(m.n_tokens) * 4, &n))  // K and V, 2 bytes each
-    return std::nullopt;
-  return n;
+// Bytes of one layer's K+V block in encoding e (f16 by default), or nullopt when the shape
+// overflows 64 bits.
+std::optional<uint64_t> layer_size(const ChunkKvMeta& m, const KvEncoding& e = {}) {
+  uint64_t d;
+  if (__builtin_mul_overflow(uint64_t(m.n_kv_head), uint64_t(m.head_dim), &d) || d > UINT32_MAX) return std::nullopt;
+  return kv_layer_block_bytes(e, m.n_tokens, d);
 }
 
-// Whole file size implied by header_len and the shape (each layer adds its 8-byte checksum).
-std::optional<uint64_t> implied_size(const ChunkKvMeta& m, uint32_t header_len) {
-  const auto lb = layer_size(m);
+// Whole file size implied by header_len, the shape and the encoding (each layer adds its 8-byte
+// checksum).
+std::optional<uint64_t> implied_size(const ChunkKvMeta& m, const KvEncoding& e, uint32_t header_len) {
+  const auto lb = layer_size(m, e);
   uint64_t data;
   if (!lb || __builtin_mul_overflow(*lb + 8, uint64_t(m.n_layer), &data) || data > UINT64_MAX / 2)
     return std::nullopt;
@@ -179,27 +198,43 @@ uint64_t token_ids_hash(std::span<const int32_t> ids) { return checksum64(ids.da
 // ---- chunk files ----
 
 void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<const uint16_t* const> k,
-                    std::span<const uint16_t* const> v, const VariantStats* stats) {
+                    std::span<const uint16_t* const> v, const VariantStats* stats, const KvEncoding& encoding) {
   if (k.size() != meta.n_layer || v.size() != meta.n_layer)
     fail("{}: {} K and {} V layers given, the chunk has {}", path.string(), k.size(), v.size(), meta.n_layer);
+  if (!encoding.valid())
+    fail("internal: {}: KV encoding of {} bits in groups of {} and {}", path.string(), encoding.bits, encoding.k_group,
+         encoding.v_group);
   const auto lb = layer_size(meta);
-  if (!lb || !implied_size(meta, 0)) fail("{}: chunk shape too large", path.string());
+  if (!lb || !implied_size(meta, encoding, 0)) fail("{}: chunk shape too large", path.string());
   if (meta.exact_chain && meta.context.empty())
     fail("internal: {}: an exact chain node needs a context (depth 1 is the canonical cache)", path.string());
   if (stats && stats->inter.size() != meta.context.size())
     fail("{}: {} inter-attention values for {} context chunks", path.string(), stats->inter.size(), meta.context.size());
-  const std::string header = encode_header(meta, stats);
+  const std::string header = encode_header(meta, stats, encoding);
   if (header.size() > kMaxHeader) fail("{}: header of {} bytes exceeds {}", path.string(), header.size(), kMaxHeader);
 
   std::string head(kMagic);
-  append_pod(head, header_version(meta, stats));
+  append_pod(head, header_version(meta, stats, encoding));
   append_pod(head, uint32_t(header.size()));
   head += header;
   append_pod(head, checksum64(head.data(), head.size()));
 
-  const size_t half = size_t(*lb / 2);  // bytes of K (= bytes of V) per layer
   std::vector<uint64_t> sums(meta.n_layer);
   std::vector<std::string_view> parts{head};
+  if (encoding.quantised()) {  // each layer's block quantised, then checksummed as a whole
+    const size_t block = size_t(*layer_size(meta, encoding));
+    std::vector<uint8_t> blocks(block * meta.n_layer);
+    for (size_t l = 0; l < meta.n_layer; ++l) {
+      uint8_t* b = blocks.data() + l * block;
+      kv_quantise_layer(encoding, k[l], v[l], meta.n_tokens, meta.kv_dim(), b);
+      sums[l] = checksum64(b, block);
+      parts.insert(parts.end(), {std::string_view(reinterpret_cast<const char*>(b), block),
+                                 std::string_view(reinterpret_cast<const char*>(&sums[l]), 8)});
+    }
+    write_file_atomic(path, parts);
+    return;
+  }
+  const size_t half = size_t(*lb / 2);  // bytes of K (= bytes of V) per layer
   for (size_t l = 0; l < meta.n_layer; ++l) {
     const std::string_view ks(reinterpret_cast<const char*>(k[l]), half), vs(reinterpret_cast<const char*>(v[l]), half);
     Checksum64 c;
@@ -236,9 +271,9 @@ void ChunkKvReader::open(const fs::path& path, const ChunkKvMeta* expected, bool
     uint32_t version, header_len;
     std::memcpy(&version, pre + 8, 4);
     std::memcpy(&header_len, pre + 12, 4);
-    if (version != kVersionCanonical && version != kVersionVariant && version != kVersionChain)
+    if (version < kVersionCanonical || version > kVersionQuantised)
       bad(fmt::format("format version {}, this build reads versions {} to {}", version, kVersionCanonical,
-                      kVersionChain));
+                      kVersionQuantised));
     if (header_len > kMaxHeader) bad(fmt::format("corrupt: header length {} exceeds {}", header_len, kMaxHeader));
     const uint64_t header_end = kPreamble + header_len + 8;
     if (file_bytes_ < header_end)
@@ -258,11 +293,12 @@ void ChunkKvReader::open(const fs::path& path, const ChunkKvMeta* expected, bool
       DecodedHeader d = decode_header(name, std::string_view(head).substr(kPreamble, header_len), version);
       meta_ = std::move(d.meta);
       stats_ = std::move(d.stats);
+      encoding_ = d.encoding;
     } catch (const Error& e) {  // ByteReader's errors: a header that passed its checksum yet is malformed
       throw CacheFileError(e.what());
     }
 
-    const auto want_size = implied_size(meta_, header_len);
+    const auto want_size = implied_size(meta_, encoding_, header_len);
     if (!want_size) bad("corrupt: the header's shape overflows");
     if (file_bytes_ != *want_size)
       bad(fmt::format("{}: {} bytes, the header implies {} ({} layers x {} tokens x kv_dim {})",
@@ -272,6 +308,7 @@ void ChunkKvReader::open(const fs::path& path, const ChunkKvMeta* expected, bool
       if (const std::string diff = header_diff(meta_, *expected, any_context); !diff.empty()) bad(diff);
     data_offset_ = header_end;
     layer_bytes_ = size_t(*layer_size(meta_));
+    block_bytes_ = size_t(*layer_size(meta_, encoding_));
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
@@ -284,8 +321,9 @@ ChunkKvReader::~ChunkKvReader() {
 }
 
 ChunkKvReader::ChunkKvReader(ChunkKvReader&& o) noexcept
-    : path_(std::move(o.path_)), meta_(std::move(o.meta_)), stats_(std::move(o.stats_)), fd_(std::exchange(o.fd_, -1)),
-      data_offset_(o.data_offset_), layer_bytes_(o.layer_bytes_), file_bytes_(o.file_bytes_) {}
+    : path_(std::move(o.path_)), meta_(std::move(o.meta_)), stats_(std::move(o.stats_)), encoding_(o.encoding_),
+      fd_(std::exchange(o.fd_, -1)), data_offset_(o.data_offset_), layer_bytes_(o.layer_bytes_),
+      block_bytes_(o.block_bytes_), file_bytes_(o.file_bytes_) {}
 
 ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
   if (this != &o) {
@@ -293,15 +331,38 @@ ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
     path_ = std::move(o.path_);
     meta_ = std::move(o.meta_);
     stats_ = std::move(o.stats_);
+    encoding_ = o.encoding_;
     fd_ = std::exchange(o.fd_, -1);
     data_offset_ = o.data_offset_;
     layer_bytes_ = o.layer_bytes_;
+    block_bytes_ = o.block_bytes_;
     file_bytes_ = o.file_bytes_;
   }
   return *this;
 }
 
+void ChunkKvReader::read_block(int l, void* buf) const {
+  if (fd_ < 0) fail("{}: read_layer on a closed reader", path_.string());
+  if (l < 0 || uint32_t(l) >= meta_.n_layer)
+    fail("{}: layer {} out of range, the chunk has {}", path_.string(), l, meta_.n_layer);
+  const uint64_t off = data_offset_ + uint64_t(l) * (block_bytes_ + 8);
+  uint64_t stored = 0;
+  if (pread_full(fd_, buf, block_bytes_, off, path_) != block_bytes_ ||
+      pread_full(fd_, &stored, 8, off + block_bytes_, path_) != 8)
+    throw CacheFileError(fmt::format("{}: truncated in layer {}", path_.string(), l));
+  const uint64_t computed = checksum64(buf, block_bytes_);
+  if (computed != stored)
+    throw CacheFileError(fmt::format("{}: layer {} checksum mismatch (stored {}, computed {}): the file is corrupt",
+                                     path_.string(), l, checksum_hex(stored), checksum_hex(computed)));
+}
+
 void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
+  if (encoding_.quantised()) {  // read and verify the block, then decode it here (the loader thread)
+    std::vector<uint8_t> block(block_bytes_);
+    read_block(l, block.data());
+    kv_dequantise_layer(encoding_, block.data(), meta_.n_tokens, meta_.kv_dim(), k_out, v_out);
+    return;
+  }
   if (fd_ < 0) fail("{}: read_layer on a closed reader", path_.string());
   if (l < 0 || uint32_t(l) >= meta_.n_layer)
     fail("{}: layer {} out of range, the chunk has {}", path_.string(), l, meta_.n_layer);
@@ -320,8 +381,8 @@ void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
 }
 
 void ChunkKvReader::verify_all_layers() const {
-  std::vector<uint16_t> k(layer_bytes_ / 4), v(layer_bytes_ / 4);
-  for (int l = 0; l < int(meta_.n_layer); ++l) read_layer(l, k.data(), v.data());
+  std::vector<uint8_t> block(block_bytes_);
+  for (int l = 0; l < int(meta_.n_layer); ++l) read_block(l, block.data());
 }
 
 void ChunkKvReader::evict_page_cache() const {

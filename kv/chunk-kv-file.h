@@ -1,7 +1,7 @@
 // A chunk-KV cache file (DESIGN.md §1 "Files", §4 "Chunk caches", §7): one chunk variant's K and
-// V per layer in f16 under a header naming the model, chunk, prefix, shape and token ids. K is
-// stored rotated for the positions it was computed at (first_pos onwards), not with RoPE removed
-// (rag/precompute.h says why). Layout (little-endian):
+// V per layer under a header naming the model, chunk, prefix, shape, token ids and (version 4)
+// the KV encoding. K is stored rotated for the positions it was computed at (first_pos onwards),
+// not with RoPE removed (rag/precompute.h says why). Layout (little-endian):
 //   "RKVCHKV\0" | u32 version | u32 header_len | header | u64 XXH64 of every byte before
 //   header: str model_fingerprint, str chunk_id, str prefix (str = u32 length + bytes),
 //           u32 n_layer, n_kv_head, head_dim, n_tokens, u64 token_hash, i32 first_pos
@@ -12,11 +12,18 @@
 //   version 3 (a knowledge-tree node, RAGCache §5.1) is version 2 followed by u8 flags, bit 0
 //           set: the chunk was computed exactly as `full` computes it — one forward call per
 //           segment after an exact chain — so reusing it at its position is bit-identical
-//   A canonical cache (no context, no stats) is written as version 1, byte for byte as before;
-//   a variant as version 2; version 3 only for an exact chain.
-//   then per layer l: K f16 [n_tokens][kv_dim] | V f16 [n_tokens][kv_dim] | u64 XXH64 of K and V
-// so layer l can be read and verified alone (pipelined loading reads layer l+1 while layer l
-// computes). Files are written to a unique temporary name and renamed into place.
+//   version 4 (quantised KV, issue 14 item 7; kv/kv-quant.h) is version 3 followed by
+//           u8 bits (8 or 4), u32 k_group (tokens per K group), u32 v_group (channels per V
+//           group) — whatever the context, stats and flags (empty, 0, 0 for a canonical cache)
+//   An f16 canonical cache (no context, no stats) is written as version 1, byte for byte as
+//   before; an f16 variant as version 2; an f16 exact chain as version 3; any quantised file as
+//   version 4. Readers of every version decode to the same f16 KV (read_layer).
+//   then per layer l: block | u64 XXH64 of the block, where the block is
+//           f16: K f16 [n_tokens][kv_dim] | V f16 [n_tokens][kv_dim]
+//           version 4: K and V quantised in KIVI's groups (K per channel, V per token), with their
+//           f16 scales and minimums (kv/kv-quant.h gives the block's layout)
+// so layer l can be read and verified alone (pipelined loading reads layer l+1 — and decodes it —
+// while layer l computes). Files are written to a unique temporary name and renamed into place.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv-quant.h"
 #include "util/error.h"
 
 namespace ragkv {
@@ -76,9 +84,10 @@ struct VariantStats {
 // k[l], v[l]: f16 [n_tokens][kv_dim] for each of the meta.n_layer layers. Atomic; Error on failure
 // (no temporary file is left behind).
 // stats: a variant's metadata (written in the header), or null.
+// encoding: f16 (the default: versions 1–3, as before) or quantised (version 4, kv/kv-quant.h).
 void write_chunk_kv(const std::filesystem::path& path, const ChunkKvMeta& meta,
                     std::span<const uint16_t* const> k, std::span<const uint16_t* const> v,
-                    const VariantStats* stats = nullptr);
+                    const VariantStats* stats = nullptr, const KvEncoding& encoding = {});
 
 class ChunkKvReader {
  public:
@@ -101,13 +110,16 @@ class ChunkKvReader {
   const ChunkKvMeta& meta() const { return meta_; }  // as stored (first_pos included)
   const std::optional<VariantStats>& stats() const { return stats_; }
   const std::filesystem::path& path() const { return path_; }
-  // Reads layer l's K and V (n_tokens * kv_dim f16 each) with pread and verifies its checksum;
+  const KvEncoding& encoding() const { return encoding_; }  // f16 for versions 1–3
+  // Reads layer l's K and V (n_tokens * kv_dim f16 each) with pread, verifies its checksum and,
+  // for a quantised file, decodes it to f16 (on the calling thread: the layer loader's);
   // CacheFileError on a short read or mismatch. Thread-safe for concurrent calls.
   void read_layer(int l, uint16_t* k_out, uint16_t* v_out) const;
   // Reads every layer and checks its checksum (store verify, precompute's resume check);
   // CacheFileError naming the first bad layer.
   void verify_all_layers() const;
-  size_t layer_bytes() const { return layer_bytes_; }  // bytes of one layer's K+V
+  size_t layer_bytes() const { return layer_bytes_; }  // bytes of one layer's K+V in f16 (read_layer's output)
+  size_t stored_layer_bytes() const { return block_bytes_; }  // bytes of one layer's block in the file
   uint64_t file_bytes() const { return file_bytes_; }
 
   // Writes back and drops the file's pages from the OS page cache, so the next read_layer goes to
@@ -118,9 +130,13 @@ class ChunkKvReader {
   std::filesystem::path path_;
   ChunkKvMeta meta_;
   std::optional<VariantStats> stats_;
+  KvEncoding encoding_;
   int fd_ = -1;
   uint64_t data_offset_ = 0;  // where layer 0 starts
-  size_t layer_bytes_ = 0;
+  size_t layer_bytes_ = 0;    // f16 K+V of one layer
+  size_t block_bytes_ = 0;    // one layer's block as stored (= layer_bytes_ for f16)
+  // Layer l's block read and checked against its checksum into buf; CacheFileError otherwise.
+  void read_block(int l, void* buf) const;
   uint64_t file_bytes_ = 0;
   void open(const std::filesystem::path& path, const ChunkKvMeta* expected, bool any_context);
 };

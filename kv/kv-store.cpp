@@ -34,8 +34,8 @@ KvStoreInfo read_store_json(const fs::path& path) {
   try {
     if (j.value("format", "") != "ragkv-store") fail("{}: not a ragkv store file", path.string());
     i.format_version = j.at("format_version").get<int>();
-    if (i.format_version != 1)
-      fail("{}: store format version {}, this build reads version 1", path.string(), i.format_version);
+    if (i.format_version != 1 && i.format_version != 2)
+      fail("{}: store format version {}, this build reads versions 1 and 2", path.string(), i.format_version);
     i.model_fingerprint = j.at("model_fingerprint").get<std::string>();
     i.model_name = j.at("model_name").get<std::string>();
     i.n_layer = j.at("n_layer").get<uint32_t>();
@@ -46,8 +46,15 @@ KvStoreInfo read_store_json(const fs::path& path) {
   } catch (const json::exception& e) {
     fail("{}: malformed store file: {}", path.string(), e.what());
   }
+  if (i.dtype != "f16" && i.dtype != "q8" && i.dtype != "q4")
+    fail("{}: KV dtype '{}', this build reads f16, q8 and q4", path.string(), i.dtype);
+  if ((i.format_version == 2) != (i.dtype != "f16"))
+    fail("{}: corrupt: store format version {} with KV dtype {}", path.string(), i.format_version, i.dtype);
   return i;
 }
+
+// --kv-bits of a dtype, for messages.
+int kv_bits_of(const std::string& dtype) { return int(KvEncoding::from_name(dtype).bits); }
 
 void write_store_json(const fs::path& path, const KvStoreInfo& info) {
   std::string text;
@@ -61,7 +68,13 @@ void write_store_json(const fs::path& path, const KvStoreInfo& info) {
 
 }  // namespace
 
-KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& info) {
+KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& wanted) {
+  KvStoreInfo info = wanted;
+  const fs::path sj = dir / kStoreJson;
+  std::optional<KvStoreInfo> old;
+  if (fs::exists(sj)) old = read_store_json(sj);
+  if (info.dtype.empty()) info.dtype = old ? old->dtype : "f16";  // the store's own encoding
+  info.format_version = info.encoding().quantised() ? 2 : 1;
   std::error_code ec;
   fs::create_directories(dir / "kv", ec);
   if (ec) fail("{}: cannot create the store directory: {}", dir.string(), ec.message());
@@ -69,17 +82,18 @@ KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& info) {
   s.dir_ = dir;
   s.info_ = info;
   s.verified_ = std::make_shared<VerifiedRecord>(dir / kVerifiedLog);
-  const fs::path sj = dir / kStoreJson;
-  if (fs::exists(sj)) {
-    const KvStoreInfo old = read_store_json(sj);
-    if (old.model_fingerprint != info.model_fingerprint)
-      fail("{}: built for model {} ({}), not for this model ({}); use another --store", dir.string(), old.model_name,
-           old.model_fingerprint, info.model_fingerprint);
-    if (old.n_layer != info.n_layer || old.n_kv_head != info.n_kv_head || old.head_dim != info.head_dim ||
-        old.dtype != info.dtype)
-      fail("{}: holds {} {}x{}x{} (n_layer x n_kv_head x head_dim), expected {} {}x{}x{}", sj.string(), old.dtype,
-           old.n_layer, old.n_kv_head, old.head_dim, info.dtype, info.n_layer, info.n_kv_head, info.head_dim);
-    if (old == info) {
+  if (old) {
+    if (old->model_fingerprint != info.model_fingerprint)
+      fail("{}: built for model {} ({}), not for this model ({}); use another --store", dir.string(), old->model_name,
+           old->model_fingerprint, info.model_fingerprint);
+    if (old->n_layer != info.n_layer || old->n_kv_head != info.n_kv_head || old->head_dim != info.head_dim)
+      fail("{}: holds {} {}x{}x{} (n_layer x n_kv_head x head_dim), expected {} {}x{}x{}", sj.string(), old->dtype,
+           old->n_layer, old->n_kv_head, old->head_dim, info.dtype, info.n_layer, info.n_kv_head, info.head_dim);
+    if (old->dtype != info.dtype)
+      fail("{}: holds {} KV caches (--kv-bits {}), not {} (--kv-bits {}): a store has one encoding; pass --kv-bits {} "
+           "or leave it out, or use another --store",
+           dir.string(), old->dtype, kv_bits_of(old->dtype), info.dtype, kv_bits_of(info.dtype), kv_bits_of(old->dtype));
+    if (*old == info) {
       s.remove_stale_temporaries();
       return s;
     }
@@ -202,13 +216,23 @@ void KvStore::put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std:
   const fs::path p = chunk_path(m);
   std::error_code ec;
   fs::create_directories(p.parent_path(), ec);
-  write_chunk_kv(p, m, k, v, stats);
+  write_chunk_kv(p, m, k, v, stats, encoding_for(m));
   if (const auto stamp = file_stamp(p)) verified_->add(p, *stamp);  // its checksums were just computed from k and v
   if (listed_ && !m.context.empty()) {
     auto& names = variant_files_[chunk_stem(m)];
     const std::string name = p.filename().string();
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
+}
+
+KvEncoding KvStore::encoding_for(const ChunkKvMeta& m) const {
+  if (m.chunk_id == kPrefixChunkId || m.exact_chain) return KvEncoding{};
+  return info_.encoding();
+}
+
+uint64_t KvStore::kv_bytes(const ChunkKvMeta& m) const {
+  const auto b = kv_layer_block_bytes(encoding_for(m), m.n_tokens, m.kv_dim());
+  return b ? *b * m.n_layer : 0;
 }
 
 std::optional<ChunkKvReader> KvStore::open_chunk(const ChunkKvMeta& m) const {

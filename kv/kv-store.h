@@ -1,5 +1,6 @@
 // STORE_DIR (DESIGN.md §1 "Files"): chunk-KV files (kv/chunk-kv-file.h) under kv/, named by
-// content address, and store.json naming the model, shape and canonical prefix they belong to.
+// content address, and store.json naming the model, shape, KV encoding and canonical prefix they
+// belong to.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -18,11 +19,14 @@ namespace ragkv {
 
 // store.json
 struct KvStoreInfo {
-  int format_version = 1;
+  int format_version = 1;  // 1: f16 caches; 2: quantised (builds before version 2 refuse the store)
   std::string model_fingerprint, model_name;  // model_name: e.g. the GGUF file name, for people
   uint32_t n_layer = 0, n_kv_head = 0, head_dim = 0;
+  // The store's KV encoding (`precompute --kv-bits`): "f16", "q8" or "q4" (kv/kv-quant.h). A store
+  // has one; open_for_write takes "" as "the existing store's, else f16".
   std::string dtype = "f16";
   std::string prefix;  // the canonical prefix description precompute used
+  KvEncoding encoding() const { return KvEncoding::from_name(dtype); }
   bool operator==(const KvStoreInfo&) const = default;
 };
 
@@ -30,8 +34,9 @@ struct KvStoreInfo {
 class KvStore {
  public:
   // Creates dir and dir/kv if needed. Error when store.json belongs to another model (or has
-  // another shape/dtype). store.json is written atomically when missing, and rewritten when its
-  // prefix or model_name differ from info.
+  // another shape, or another dtype than a non-empty info.dtype: a store has one KV encoding).
+  // store.json is written atomically when missing, and rewritten when its prefix or model_name
+  // differ from info.
   static KvStore open_for_write(const std::filesystem::path& dir, const KvStoreInfo& info);
   // Error when dir or store.json is missing or malformed. Another model's store opens as
   // foreign(): every chunk then reads as missing.
@@ -58,10 +63,17 @@ class KvStore {
   bool has_valid(const ChunkKvMeta& m) const;
   // STORE/verified.log (put records each file it writes; has_valid each file it verifies).
   const VerifiedRecord& verified_record() const { return *verified_; }
-  // Error when the store is foreign or m's model/shape differ from the store's.
-  // stats: a variant's Cache-Craft metadata (kv/chunk-kv-file.h).
+  // Error when the store is foreign or m's model/shape differ from the store's. Written in
+  // encoding_for(m). stats: a variant's Cache-Craft metadata (kv/chunk-kv-file.h).
   void put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v,
            const VariantStats* stats = nullptr) const;
+  // The encoding put writes m in: the store's for chunk caches and Cache-Craft variants; f16 for
+  // the instruction prefix (one small file every prompt starts with) and for exact
+  // knowledge-tree chain nodes, whose whole point is being bit-identical to full's KV. Readers
+  // take each file's own encoding from its header.
+  KvEncoding encoding_for(const ChunkKvMeta& m) const;
+  // Bytes of m's K and V as put would store them (layer blocks, checksums and header excluded).
+  uint64_t kv_bytes(const ChunkKvMeta& m) const;
   // nullopt when no file exists for m (or the store is foreign); CacheFileError when it is bad.
   std::optional<ChunkKvReader> open_chunk(const ChunkKvMeta& m) const;
   // Count and total bytes of kv/*.rkv files.

@@ -54,6 +54,8 @@ StoreReport inspect_store(const KvStore& store, bool every_layer, const std::fun
       const ChunkKvReader r = ChunkKvReader::open_any(p);
       const ChunkKvMeta& m = r.meta();
       f.model_fingerprint = m.model_fingerprint;
+      f.dtype = r.encoding().name();
+      f.n_tokens = m.n_tokens;
       f.variant = !m.context.empty();
       f.prefix = m.chunk_id == "@prefix";
       if (m.model_fingerprint != info.model_fingerprint)

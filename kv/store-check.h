@@ -22,6 +22,8 @@ struct StoreFileReport {
   bool variant = false;           // a Cache-Craft variant (computed after other chunks)
   bool prefix = false;            // the instruction prefix ("@prefix")
   std::string model_fingerprint;  // from its header; "" when the header is unreadable
+  std::string dtype;              // its KV encoding (kv/kv-quant.h: f16, q8, q4), from its header
+  uint32_t n_tokens = 0;          // from its header
   std::string problem;            // "" when intact, else what is wrong (one line)
 };
 

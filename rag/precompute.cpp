@@ -28,7 +28,7 @@ uint64_t store_rows(const Model& model, const KvStore& store, const ChunkKvMeta&
     vp[l] = v[l].data();
   }
   store.put(meta, kp, vp);
-  return uint64_t(2 * L) * n * d * sizeof(uint16_t);
+  return store.kv_bytes(meta);  // in the store's encoding (kv/kv-quant.h)
 }
 
 }  // namespace

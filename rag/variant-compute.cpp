@@ -115,7 +115,7 @@ uint64_t store_variant_rows(const Model& model, const KvStore& store, const Chun
     kp[l] = k[l].data();
     vp[l] = v[l].data();
   }
-  const uint64_t bytes = uint64_t(2 * L) * n * d * sizeof(uint16_t);
+  const uint64_t bytes = store.kv_bytes(meta);  // in the store's encoding (kv/kv-quant.h)
   if (!ledger) {
     store.put(meta, kp, vp, &stats);
     return bytes;

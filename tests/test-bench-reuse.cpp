@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -168,4 +169,34 @@ TEST_CASE("bench reuse: a temporary store is removed, and a prompt past the cont
   o.chunk_tokens = 100;
   CHECK_THROWS_WITH_AS(bench_reuse(*make_cpu_backend(1), o), doctest::Contains("exceeds the model's context"), Error);
   CHECK_THROWS_WITH_AS(parse_kv_start("gpu"), doctest::Contains("expected disk, page-cache, host or device"), Error);
+}
+
+TEST_CASE("bench reuse: --kv-bits 16,4 times every cached row on both stores, the 4-bit files smaller") {
+  test::TempDir dir("bench-reuse-kvq");
+  ReuseBenchOptions o = small_bench(dir, 2, 64);
+  o.store_dir = (dir.path / "store").string();
+  o.modes = {ModeSpec(ReuseMode::reuse)};
+  o.tiers = {KvStart::page_cache, KvStart::host};
+  o.kv_bits = {16, 4};
+  const nlohmann::json j = bench_reuse(*make_cpu_backend(1), o);
+  REQUIRE(j["stores"].size() == 2);
+  CHECK(j["stores"][0]["kv_dtype"] == "f16");
+  CHECK(j["stores"][1]["kv_dtype"] == "q4");
+  CHECK(j["stores"][1]["store_bytes"].get<uint64_t>() < j["stores"][0]["store_bytes"].get<uint64_t>());
+  CHECK(fs::exists(dir.path / "store" / "q4" / "store.json"));
+  const auto& rows = j["results"];
+  REQUIRE(rows.size() == 2 * 2);
+  std::map<std::string, uint64_t> file_bytes;
+  for (const auto& r : rows) {
+    file_bytes[r["kv_dtype"].get<std::string>() + "/" + r["kv_tier"].get<std::string>()] = r["kv_file_bytes"];
+    CHECK(r["kv_bytes_loaded"] == rows[0]["kv_bytes_loaded"]);  // the same f16 KV reaches the fusor
+  }
+  REQUIRE(file_bytes.size() == 4);
+  // kv_dim 32 (2 KV heads of 16): f16 128 bytes per token and layer; q4 32 bytes of codes plus one
+  // V group's and 1/32 of K's 32 groups' (scale, min) pairs, 4 + 4 bytes.
+  CHECK(j["stores"][0]["kv_bytes_per_token"] == 3 * 128.0);
+  CHECK(j["stores"][1]["kv_bytes_per_token"] == 3 * (32 + 4 + 4.0));
+  // The prefix (long here: the bench's instruction) is f16 in both stores; the chunks are not.
+  CHECK(file_bytes["q4/host"] < file_bytes["f16/host"] * 0.8);
+  CHECK(file_bytes["q4/page-cache"] == file_bytes["q4/host"]);
 }
