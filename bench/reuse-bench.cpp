@@ -187,9 +187,11 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
   for (const ModeSpec& spec : opt.modes) {
     const ReuseMode mode = spec.mode;
     const bool cached = mode != ReuseMode::full;
-    for (size_t e = 0; e < (cached ? stores.size() : 1); ++e)
-    for (KvStart tier : opt.tiers) {
-      const KvStore& store = stores[e];
+    std::vector<std::pair<const KvStore*, KvStart>> places;  // every store (encoding) in every tier
+    for (const KvStore& s : stores)
+      for (KvStart tier : opt.tiers) places.emplace_back(&s, tier);
+    for (const auto& [store_in, tier] : places) {
+      const KvStore& store = *store_in;
       const Timed t = mode == ReuseMode::full ? full : run(store, spec, tier);
       const double best = *std::min_element(t.prefill_ms.begin(), t.prefill_ms.end()), median = median_of(t.prefill_ms);
       nlohmann::json row = {
