@@ -341,43 +341,29 @@ ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
   return *this;
 }
 
-void ChunkKvReader::read_block(int l, void* buf) const {
+void ChunkKvReader::read_block(int l, void* first, void* second) const {
   if (fd_ < 0) fail("{}: read_layer on a closed reader", path_.string());
   if (l < 0 || uint32_t(l) >= meta_.n_layer)
     fail("{}: layer {} out of range, the chunk has {}", path_.string(), l, meta_.n_layer);
   const uint64_t off = data_offset_ + uint64_t(l) * (block_bytes_ + 8);
+  const size_t n1 = second ? block_bytes_ / 2 : block_bytes_, n2 = block_bytes_ - n1;
   uint64_t stored = 0;
-  if (pread_full(fd_, buf, block_bytes_, off, path_) != block_bytes_ ||
+  if (pread_full(fd_, first, n1, off, path_) != n1 || (second && pread_full(fd_, second, n2, off + n1, path_) != n2) ||
       pread_full(fd_, &stored, 8, off + block_bytes_, path_) != 8)
     throw CacheFileError(fmt::format("{}: truncated in layer {}", path_.string(), l));
-  const uint64_t computed = checksum64(buf, block_bytes_);
-  if (computed != stored)
-    throw CacheFileError(fmt::format("{}: layer {} checksum mismatch (stored {}, computed {}): the file is corrupt",
-                                     path_.string(), l, checksum_hex(stored), checksum_hex(computed)));
-}
-
-void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
-  if (encoding_.quantised()) {  // read and verify the block, then decode it here (the loader thread)
-    std::vector<uint8_t> block(block_bytes_);
-    read_block(l, block.data());
-    kv_dequantise_layer(encoding_, block.data(), meta_.n_tokens, meta_.kv_dim(), k_out, v_out);
-    return;
-  }
-  if (fd_ < 0) fail("{}: read_layer on a closed reader", path_.string());
-  if (l < 0 || uint32_t(l) >= meta_.n_layer)
-    fail("{}: layer {} out of range, the chunk has {}", path_.string(), l, meta_.n_layer);
-  const size_t half = layer_bytes_ / 2;
-  const uint64_t off = data_offset_ + uint64_t(l) * (layer_bytes_ + 8);
-  uint64_t stored = 0;
-  if (pread_full(fd_, k_out, half, off, path_) != half || pread_full(fd_, v_out, half, off + half, path_) != half ||
-      pread_full(fd_, &stored, 8, off + layer_bytes_, path_) != 8)
-    throw CacheFileError(fmt::format("{}: truncated in layer {}", path_.string(), l));
   Checksum64 c;
-  c.update(k_out, half);
-  c.update(v_out, half);
+  c.update(first, n1);
+  if (second) c.update(second, n2);
   if (c.digest() != stored)
     throw CacheFileError(fmt::format("{}: layer {} checksum mismatch (stored {}, computed {}): the file is corrupt",
                                      path_.string(), l, checksum_hex(stored), checksum_hex(c.digest())));
+}
+
+void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
+  if (!encoding_.quantised()) return read_block(l, k_out, v_out);  // K then V, f16 as stored
+  std::vector<uint8_t> block(block_bytes_);  // read and verified, then decoded here (the loader thread)
+  read_block(l, block.data());
+  kv_dequantise_layer(encoding_, block.data(), meta_.n_tokens, meta_.kv_dim(), k_out, v_out);
 }
 
 void ChunkKvReader::verify_all_layers() const {

@@ -135,8 +135,9 @@ class ChunkKvReader {
   uint64_t data_offset_ = 0;  // where layer 0 starts
   size_t layer_bytes_ = 0;    // f16 K+V of one layer
   size_t block_bytes_ = 0;    // one layer's block as stored (= layer_bytes_ for f16)
-  // Layer l's block read and checked against its checksum into buf; CacheFileError otherwise.
-  void read_block(int l, void* buf) const;
+  // Layer l's block read and checked against its checksum: whole into first, or (second set)
+  // its halves into first and second (f16's K and V); CacheFileError otherwise.
+  void read_block(int l, void* first, void* second = nullptr) const;
   uint64_t file_bytes_ = 0;
   void open(const std::filesystem::path& path, const ChunkKvMeta* expected, bool any_context);
 };
