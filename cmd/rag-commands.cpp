@@ -27,6 +27,7 @@
 #include "eval/report.h"
 #include "eval/scoring.h"
 #include "eval/tradeoff-plot.h"
+#include "kv/claim-set.h"
 #include "kv/kv-tiers.h"
 #include "kv/variant-ledger.h"
 #include "model/model.h"
@@ -87,6 +88,7 @@ class RagCommands : public CommandFamily {
   size_t pc_limit = 0, pc_top_k = 5, pc_neighbours = 2;
   std::optional<size_t> pc_max_variants;
   std::optional<uint64_t> pc_variant_bytes;
+  double pc_claim_lease = kDefaultClaimLeaseSeconds;
   DeviceFlags pc_dev;
   // answer
   RagFlags an;
@@ -307,6 +309,7 @@ void RagCommands::add_to(CLI::App& app) {
   precompute_->add_option("--neighbours", pc_neighbours, "Cache-Craft variants without --warmup: each chunk computed after its N most similar chunks in the index (0: canonical caches only)")->check(CLI::Range(0, 16))->capture_default_str();
   precompute_->add_option("--max-variants", pc_max_variants, "Cache-Craft budget: at most N variant files in the store (0: no limit); kept in STORE/craft.json for later runs, lowest f_r evicted first")->check(CLI::NonNegativeNumber);
   precompute_->add_option("--variant-bytes", pc_variant_bytes, "Cache-Craft budget: at most this many bytes of variant files (0: no limit); kept in STORE/craft.json")->check(CLI::NonNegativeNumber);
+  precompute_->add_option("--claim-lease", pc_claim_lease, "Seconds after which another process may take over this run's claim on a chunk if this run stops refreshing it (processes sharing a store claim chunks so each is computed once; the claim's mtime is refreshed every lease/4)")->check(CLI::Range(0.1, 86400.0))->capture_default_str();
   pc_dev.add_to(precompute_);
 
   answer_ = app.add_subcommand("answer", "Answer a query file with retrieval and chunk-KV reuse (ANSWERS.jsonl)");
@@ -395,6 +398,8 @@ int RagCommands::run_precompute() {
   }
   if (pc_limit > 0 && chunks.size() > pc_limit) chunks.resize(pc_limit);
 
+  // Other processes sharing the store skip what this one claims, and the other way round.
+  ClaimSet claims(pc_claim_lease);
   std::optional<Progress> bar;  // made once the chunks left to compute are known
   const PrecomputeStats st = precompute_chunks(model, format, store, chunks, [&](size_t done, size_t total) {
     if (!bar) {
@@ -403,7 +408,7 @@ int RagCommands::run_precompute() {
       bar.emplace("precompute", int64_t(total), "chunks");
     }
     bar->set(int64_t(done));
-  });
+  }, &claims);
   if (bar) bar->finish();
 
   // Cache-Craft variants (DESIGN.md §4): the warm-up queries' prompts, or each selected chunk
@@ -430,19 +435,21 @@ int RagCommands::run_precompute() {
   std::optional<Progress> vbar;
   VariantLedger ledger(store);
   const VariantComputeStats vs = precompute_variants(model, format, store, sequences, only_last, &ledger, [&](size_t done, size_t total) {
-    if (!vbar) vbar.emplace(warmup ? "precompute: warm-up variants" : "precompute: neighbour variants", int64_t(total), "prompts");
+    if (!vbar) vbar.emplace(warmup ? "precompute: warm-up variants" : "precompute: neighbour variants", int64_t(total), "variants");
     vbar->set(int64_t(done));
-  });
+  }, &claims);
   if (vbar) vbar->finish();
   const auto [files, bytes] = store.usage();
   const ModelConfig& c = model.config();
   const double bytes_per_token = 2.0 * c.n_layer * c.kv_dim() * 2.0;  // K and V, f16
   std::cout << json{{"store", pc_store}, {"model", keys.model_fingerprint()}, {"chunks_selected", chunks.size()},
-                    {"computed", st.computed}, {"skipped", st.skipped}, {"tokens", st.tokens},
+                    {"computed", st.computed}, {"skipped", st.skipped}, {"claimed_by_other", st.claimed_by_other},
+                    {"taken_over", st.taken_over}, {"tokens", st.tokens},
                     {"seconds", st.seconds}, {"tokens_per_s", st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0},
                     {"bytes_written", st.bytes_written + vs.bytes_written}, {"kv_bytes_per_token", bytes_per_token},
                     {"variants", {{"source", warmup ? "warmup" : sequences.empty() ? "none" : "neighbours"},
-                                  {"computed", vs.computed}, {"skipped", vs.skipped}, {"tokens", vs.tokens},
+                                  {"computed", vs.computed}, {"skipped", vs.skipped},
+                                  {"claimed_by_other", vs.claimed_by_other}, {"taken_over", vs.taken_over}, {"tokens", vs.tokens},
                                   {"over_budget", vs.over_budget}, {"evicted", vs.evicted},
                                   {"seconds", vs.seconds}}},
                     {"store_files", files}, {"store_bytes", bytes}}

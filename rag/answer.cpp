@@ -7,6 +7,7 @@
 
 #include "format/checksum.h"
 #include "util/error.h"
+#include "kv/claim-set.h"
 #include "kv/layer-loader.h"
 #include "rag/variant-compute.h"
 #include "retrieval/chunker.h"
@@ -186,6 +187,8 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
       m.context = plan.segments[chunk_segs[i]].context;
       m.first_pos = int32_t(seg.begin);
       if (tiers_->store().has_valid(m)) continue;
+      // Another process computing this very file (precompute's claim, kv/claim-set.h) writes it.
+      if (const auto c = inspect_claim(claim_path(tiers_->store().chunk_path(m))); c && !c->stale()) continue;
       rec.written_back += store_variant_rows(model_, tiers_->store(), m, acc->stats(i), kv, seg.begin, ledger_) > 0;
     }
   for (const SegmentPlan& sp : plan.segments)

@@ -2,6 +2,7 @@
 // questions) with the default models: the whole pipeline, the quality gate's exit codes, bad
 // query lines and passage ids, and a precompute killed mid-way that resumes.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -561,4 +562,125 @@ TEST_CASE("cli rag: conversations continue their turns in order, without repeati
   r = m.run("answer " + q(bad) + " --threads 2 --index " + q(m.index) + " --mode full --max-tokens 2");
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("bad.jsonl:2: query x1: turn 1 of conversation x follows turn 2") != std::string::npos);
+
+TEST_CASE("cli rag: two precompute processes on one fresh store compute each chunk once, byte-identical to one") {
+  MiniIndex m;
+  const fs::path single = m.dir.path / "single";
+  const Run one = m.run("precompute --threads 1 --index " + q(m.index) + " --store " + q(single));
+  REQUIRE_MESSAGE(one.exit_code == 0, one.err);
+  CHECK(json::parse(one.out)["computed"] == 6);
+
+  // Two processes started together on a fresh store.
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 2; ++i) {
+    const std::string cmd = ragkv::test::ragkv_in(m.dir.path) + " precompute --threads 1 --index " + q(m.index) +
+                            " --store " + q(m.store) + " >" + q(m.dir.path / fmt::format("out{}", i)) + " 2>" +
+                            q(m.dir.path / fmt::format("err{}", i));
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  size_t computed = 0, variants = 0;
+  for (int i = 0; i < 2; ++i) {
+    int status = 0;
+    waitpid(pids[size_t(i)], &status, 0);
+    INFO(slurp(m.dir.path / fmt::format("err{}", i)));
+    REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    const json j = json::parse(slurp(m.dir.path / fmt::format("out{}", i)));
+    CHECK(j["computed"].get<size_t>() + j["skipped"].get<size_t>() + j["claimed_by_other"].get<size_t>() == 6);
+    CHECK(j["taken_over"] == 0);
+    computed += j["computed"].get<size_t>();
+    const json& v = j["variants"];
+    CHECK(v["computed"].get<size_t>() + v["skipped"].get<size_t>() + v["claimed_by_other"].get<size_t>() == 6);
+    variants += v["computed"].get<size_t>();
+  }
+  CHECK(computed == 6);  // every chunk computed exactly once in total
+  CHECK(variants == 6);
+
+  // The same files, byte for byte, as the one process wrote; no claim or temporary left.
+  std::map<std::string, std::string> a, b;
+  for (const auto& e : fs::directory_iterator(single / "kv")) a[e.path().filename().string()] = slurp(e.path());
+  for (const auto& e : fs::directory_iterator(m.store / "kv")) b[e.path().filename().string()] = slurp(e.path());
+  CHECK(a.size() == 13);
+  CHECK(a == b);
+}
+
+TEST_CASE("cli store: gc to a byte budget, variants first, canonical caches only when asked") {
+  MiniIndex m;
+  Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const uint64_t before = json::parse(r.out)["store_bytes"];
+
+  r = m.run("store gc --store " + q(m.store) + " --max-bytes " + std::to_string(before - 1));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  json j = json::parse(r.out);
+  CHECK(j["bytes_before"] == before);
+  CHECK(j["bytes_after"].get<uint64_t>() <= before - 1);
+  CHECK(j["budget_met"] == true);
+  REQUIRE(j["removed"].size() == 1);
+  CHECK(j["removed"][0]["kind"] == "variant");
+
+  // Below what the canonical caches hold: refused, nothing removed, the flag named.
+  r = m.run("store gc --store " + q(m.store) + " --max-bytes 1000");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("--include-canonical") != std::string::npos);
+  j = json::parse(r.out);
+  CHECK(j["removed"].empty());
+  CHECK(j["needs_canonical"] == true);
+  CHECK(json::parse(m.run("store stats --store " + q(m.store)).out)["files"] == 12);
+
+  r = m.run("store gc --store " + q(m.store) + " --max-bytes 1000 --include-canonical");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  j = json::parse(r.out);
+  CHECK(j["bytes_after"].get<uint64_t>() <= 1000);
+  CHECK(j["removed"].size() == 12);
+  CHECK(j["removed"].back()["kind"] == "prefix");
+  // The next precompute computes them again.
+  r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(json::parse(r.out)["computed"] == 6);
+}
+
+TEST_CASE("cli rag: precompute takes over the claims of dead processes, verify lists a stale claim, repair removes it") {
+  MiniIndex m;
+  const fs::path single = m.dir.path / "single";
+  Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(single));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // A claim on every file (the prefix's too) by a process killed mid-work on this machine.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  fs::create_directories(m.store / "kv");
+  for (const auto& e : fs::directory_iterator(single / "kv"))
+    std::ofstream(m.store / "kv" / (e.path().filename().string() + ".claim"))
+        << json{{"format", "ragkv-claim"}, {"host", host}, {"boot_id", boot_id}, {"pid", child},
+                {"start_ticks", 0}, {"started_unix_ms", 0}, {"lease_s", 600}, {"token", "dead"}}
+               .dump();
+  r = m.run("store verify --store " + q(m.store));  // (no store.json yet)
+  CHECK(r.exit_code == 1);
+  r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  CHECK(j["computed"] == 6);
+  CHECK(j["taken_over"] == 6);
+  // The prefix is not claimed by precompute (every run computes it): its dead claim is left for
+  // verify to list and repair to remove.
+  r = m.run("store verify --store " + q(m.store));
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(json::parse(r.out)["stale_claims"].size() == 1);
+  r = m.run("store repair --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  for (const auto& e : fs::directory_iterator(m.store / "kv")) CHECK(e.path().extension() == ".rkv");
+  for (const auto& e : fs::directory_iterator(single / "kv"))
+    CHECK(slurp(e.path()) == slurp(m.store / "kv" / e.path().filename()));
 }
