@@ -562,6 +562,7 @@ TEST_CASE("cli rag: conversations continue their turns in order, without repeati
   r = m.run("answer " + q(bad) + " --threads 2 --index " + q(m.index) + " --mode full --max-tokens 2");
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("bad.jsonl:2: query x1: turn 1 of conversation x follows turn 2") != std::string::npos);
+}
 
 TEST_CASE("cli rag: two precompute processes on one fresh store compute each chunk once, byte-identical to one") {
   MiniIndex m;
