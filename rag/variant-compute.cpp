@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <set>
 #include <numeric>
+#include <set>
 #include <string>
 
 #include "kv/claimed-work.h"
@@ -144,7 +144,6 @@ VariantComputeStats precompute_variants(const Model& model, const PromptFormat& 
   // The keys each sequence wants; sequences with nothing missing are skipped.
   VariantComputeStats st;
   struct Job {
-    size_t seq;
     std::vector<std::vector<int32_t>> ids;  // per chunk
     std::vector<size_t> want;               // chunk indices to store
     std::map<size_t, ChunkKvMeta> metas;    // their keys
@@ -155,7 +154,7 @@ VariantComputeStats precompute_variants(const Model& model, const PromptFormat& 
   for (size_t s = 0; s < sequences.size(); ++s) {
     const auto& seq = sequences[s];
     if (seq.size() < 2) continue;
-    Job j{s, {}, {}, {}};
+    Job j;
     std::vector<std::string> context;
     int64_t total = 0;
     for (size_t i = 0; i < seq.size(); ++i) {
