@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -25,11 +27,13 @@
 #include "eval/report.h"
 #include "eval/scoring.h"
 #include "eval/tradeoff-plot.h"
+#include "kv/claim-set.h"
 #include "kv/kv-tiers.h"
 #include "kv/variant-ledger.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "rag/answer.h"
+#include "rag/answer-batch.h"
 #include "rag/cache-keys.h"
 #include "rag/chunk-access-table.h"
 #include "rag/context.h"
@@ -67,6 +71,7 @@ struct RagFlags {  // shared by answer and eval
   std::optional<double> alpha;  // craft: --alpha, else the store's fitted α, else kDefaultAlpha
   int focus_window = CraftParams{}.focus_window;
   int max_tokens = 32;
+  size_t batch = 8;
   DeviceFlags dev;
 };
 
@@ -83,13 +88,14 @@ class RagCommands : public CommandFamily {
   size_t pc_limit = 0, pc_top_k = 5, pc_neighbours = 2;
   std::optional<size_t> pc_max_variants;
   std::optional<uint64_t> pc_variant_bytes;
+  double pc_claim_lease = kDefaultClaimLeaseSeconds;
   std::optional<int> pc_kv_bits;
   DeviceFlags pc_dev;
   // answer
   RagFlags an;
   CacheFlags an_cache;
   std::string an_mode, an_out, an_compare, an_summary;
-  bool an_write_back = false, an_no_reorder = false;
+  bool an_write_back = false, an_no_reorder = false, an_no_dedup = false;
   size_t an_reorder_window = 64, an_ca_window = 1000;
   int64_t an_promotion_threshold = 1;
   std::string an_chunk_order = "retrieval";
@@ -259,6 +265,7 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
   c->add_option("--alpha", f.alpha, fmt::format("craft, auto: alpha of the Cache Fix Overhead, CFO = alpha x CCI x (1 - beta') (Cache-Craft Eq. 12); default: the store's fitted alpha (eval --fit-alpha), else {}", kDefaultAlpha))->check(CLI::Range(0.0, 10.0));
   c->add_option("--focus-window", f.focus_window, "craft: layers the question's focused chunks must hold before the others stop being recomputed (Cache-Craft Algorithm 1's w; 0: never stop)")->check(CLI::Range(0, 1024))->capture_default_str();
   c->add_option("--max-tokens", f.max_tokens, "Maximum answer tokens")->check(CLI::Range(1, 4096))->capture_default_str();
+  c->add_option("--batch", f.batch, "Answers decoded together: up to N prompts in flight, each prefilled on admission, all decoded in one step per token (continuous batching; answers equal --batch 1's)")->check(CLI::Range(size_t(1), size_t(256)))->capture_default_str();
   c->add_option("--limit", f.limit, "Answer only the first N queries (0: all)")->check(CLI::NonNegativeNumber);
   c->add_option("--on-error", f.on_error, "Bad query lines and unanswerable queries: fail, or skip and count")->check(CLI::IsMember(on_error_names()))->capture_default_str();
   f.dev.add_to(c);
@@ -268,7 +275,7 @@ void add_rag_flags(CLI::App* c, RagFlags& f) {
 struct ModeTotals {
   size_t n = 0, n_gold = 0;
   double ttft = 0, prefill = 0, recompute = 0, f1 = 0, em = 0, load = 0, hidden = 0;
-  double hits = 0, misses = 0, bad = 0, written_back = 0;
+  double hits = 0, misses = 0, bad = 0, written_back = 0, output_tokens = 0, deduplicated = 0;
   double device_hits = 0, host_hits = 0, disk_hits = 0, chunk_hits = 0, chunk_memory_hits = 0, chunks = 0;
   double exact_path_chunks = 0;
   double prompt_tokens = 0, computed_tokens = 0;
@@ -303,6 +310,7 @@ void RagCommands::add_to(CLI::App& app) {
   precompute_->add_option("--neighbours", pc_neighbours, "Cache-Craft variants without --warmup: each chunk computed after its N most similar chunks in the index (0: canonical caches only)")->check(CLI::Range(0, 16))->capture_default_str();
   precompute_->add_option("--max-variants", pc_max_variants, "Cache-Craft budget: at most N variant files in the store (0: no limit); kept in STORE/craft.json for later runs, lowest f_r evicted first")->check(CLI::NonNegativeNumber);
   precompute_->add_option("--variant-bytes", pc_variant_bytes, "Cache-Craft budget: at most this many bytes of variant files (0: no limit); kept in STORE/craft.json")->check(CLI::NonNegativeNumber);
+  precompute_->add_option("--claim-lease", pc_claim_lease, "Seconds after which another process may take over this run's claim on a chunk if this run stops refreshing it (processes sharing a store claim chunks so each is computed once; the claim's mtime is refreshed every lease/4)")->check(CLI::Range(0.1, 86400.0))->capture_default_str();
   precompute_->add_option("--kv-bits", pc_kv_bits, "KV encoding of a new store's chunk caches: 16 (f16, as computed), 8 or 4 (KIVI groups: K per channel over 32 tokens, V per token over 32 channels; decoded to f16 while loading). Default: the store's own, 16 for a new store; another value than an existing store's is an error")->check(CLI::IsMember({16, 8, 4}));
   pc_dev.add_to(precompute_);
 
@@ -321,6 +329,7 @@ void RagCommands::add_to(CLI::App& app) {
   answer_->add_option("--promotion-threshold", an_promotion_threshold, "CRAFT's CP-Tree: a computed chunk prefix enters the knowledge tree once every chunk of it was retrieved this many times in the CA-Table's window (1: at once, as RAGCache; CRAFT's default 2)")->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
   answer_->add_option("--ca-window", an_ca_window, "CRAFT's CA-Table: requests in its sliding window of chunk access counts")->check(CLI::Range(size_t(1), size_t(1) << 40))->capture_default_str();
   answer_->add_option("--reorder-window", an_reorder_window, "Reordering: queries (of the grouped order) among which the best-cached is answered next (0: the whole file)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  answer_->add_flag("--no-dedup", an_no_dedup, "Conversations: repeat a chunk a later turn retrieves again (default: CRAFT's conversation-scoped deduplication drops chunks already in the conversation)");
   answer_->add_flag("--write-back", an_write_back, "Store each chunk a prompt computes (it had no cache) as the Cache-Craft variant of the chunks before it, within the store's variant budget (reuse, blend, craft, auto)");
 
   eval_ = app.add_subcommand("eval", "Quality gate: each mode against a baseline on the same chunks");
@@ -393,6 +402,8 @@ int RagCommands::run_precompute() {
   }
   if (pc_limit > 0 && chunks.size() > pc_limit) chunks.resize(pc_limit);
 
+  // Other processes sharing the store skip what this one claims, and the other way round.
+  ClaimSet claims(pc_claim_lease);
   std::optional<Progress> bar;  // made once the chunks left to compute are known
   const PrecomputeStats st = precompute_chunks(model, format, store, chunks, [&](size_t done, size_t total) {
     if (!bar) {
@@ -401,7 +412,7 @@ int RagCommands::run_precompute() {
       bar.emplace("precompute", int64_t(total), "chunks");
     }
     bar->set(int64_t(done));
-  });
+  }, &claims);
   if (bar) bar->finish();
 
   // Cache-Craft variants (DESIGN.md §4): the warm-up queries' prompts, or each selected chunk
@@ -428,9 +439,9 @@ int RagCommands::run_precompute() {
   std::optional<Progress> vbar;
   VariantLedger ledger(store);
   const VariantComputeStats vs = precompute_variants(model, format, store, sequences, only_last, &ledger, [&](size_t done, size_t total) {
-    if (!vbar) vbar.emplace(warmup ? "precompute: warm-up variants" : "precompute: neighbour variants", int64_t(total), "prompts");
+    if (!vbar) vbar.emplace(warmup ? "precompute: warm-up variants" : "precompute: neighbour variants", int64_t(total), "variants");
     vbar->set(int64_t(done));
-  });
+  }, &claims);
   if (vbar) vbar->finish();
   const auto [files, bytes] = store.usage();
   const ModelConfig& c = model.config();
@@ -438,12 +449,14 @@ int RagCommands::run_precompute() {
   // K and V of every layer, per token of a long chunk (group scales included)
   const double bytes_per_token = kv_bytes_per_token(encoding, uint32_t(c.n_layer), uint32_t(c.kv_dim()));
   std::cout << json{{"store", pc_store}, {"model", keys.model_fingerprint()}, {"chunks_selected", chunks.size()},
-                    {"computed", st.computed}, {"skipped", st.skipped}, {"tokens", st.tokens},
+                    {"computed", st.computed}, {"skipped", st.skipped}, {"claimed_by_other", st.claimed_by_other},
+                    {"taken_over", st.taken_over}, {"tokens", st.tokens},
                     {"seconds", st.seconds}, {"tokens_per_s", st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0},
                     {"bytes_written", st.bytes_written + vs.bytes_written}, {"kv_bytes_per_token", bytes_per_token},
                     {"kv_dtype", encoding.name()},
                     {"variants", {{"source", warmup ? "warmup" : sequences.empty() ? "none" : "neighbours"},
-                                  {"computed", vs.computed}, {"skipped", vs.skipped}, {"tokens", vs.tokens},
+                                  {"computed", vs.computed}, {"skipped", vs.skipped},
+                                  {"claimed_by_other", vs.claimed_by_other}, {"taken_over", vs.taken_over}, {"tokens", vs.tokens},
                                   {"over_budget", vs.over_budget}, {"evicted", vs.evicted},
                                   {"seconds", vs.seconds}}},
                     {"store_files", files}, {"store_bytes", bytes}}
@@ -485,7 +498,27 @@ int RagCommands::run_answer() {
     }
     rbar.finish();
   }
-  QueryOrder order(std::move(shapes), an_reorder_window, !an_no_reorder, mode.mode == ReuseMode::prefix);
+  // Conversations (CRAFT §4.3): a turn continues its conversation's earlier turns, so turns are
+  // answered in input order, one at a time per conversation; their turn numbers must increase.
+  struct Conversation {
+    std::vector<PastTurn> turns;      // answered so far
+    std::set<std::string> chunks;     // every chunk already in the conversation's prompt
+    std::optional<int> last_turn;     // the last turn number seen in the file
+    bool in_flight = false;
+  };
+  std::map<std::string, Conversation> conversations;
+  for (const Query& q : queries) {
+    if (q.conversation.empty()) continue;
+    Conversation& c = conversations[q.conversation];
+    if (c.last_turn && q.turn <= *c.last_turn)
+      fail("{}:{}: query {}: turn {} of conversation {} follows turn {}: a conversation's turns must come in increasing order",
+           q.source, q.line, q.id, q.turn, q.conversation, *c.last_turn);
+    c.last_turn = q.turn;
+  }
+  const bool reorder = !an_no_reorder && conversations.empty();
+  if (!an_no_reorder && !conversations.empty())
+    std::fprintf(stderr, "ragkv: answer: %zu conversations: queries are answered in input order\n", conversations.size());
+  QueryOrder order(std::move(shapes), an_reorder_window, reorder, mode.mode == ReuseMode::prefix);
   ChunkAccessTable ca(an_ca_window, an_promotion_threshold);
   std::vector<std::optional<std::string>> lines(queries.size());
   std::vector<uint8_t> done(queries.size(), 0);
@@ -496,91 +529,181 @@ int RagCommands::run_answer() {
   };
   std::vector<size_t> answered_order;
   Progress bar("answer", int64_t(queries.size()), "queries");
-  for (std::optional<size_t> next; (next = order.next(p.tiers ? p.tiers->tree() : nullptr));) {
-    const size_t qi = *next;
-    const Query& q = queries[qi];
+  // Continuous batching (rag/answer-batch.h): admit prompts while there is room — each prefilled
+  // at once, in answering order, so the tiers evolve as with --batch 1 — then one decode step.
+  AnswerBatch batch(*p.answerer, an.batch);
+  std::map<size_t, std::optional<AnswerRecord>> compared;  // --compare's answer, computed at admission
+  std::map<size_t, std::vector<const Chunk*>> chunks_of;    // a conversation turn's added chunks
+  std::map<size_t, size_t> history_of, deduplicated_of;     // its earlier turns in the prompt, chunks dropped
+  auto finish_query = [&](size_t qi) {
     done[qi] = 1;
-    if (!contexts[qi]) {  // skipped at retrieval
-      bar.add();
-      flush();
-      continue;
-    }
-    answered_order.push_back(qi);
-    try {
-      const RagContext& ctx = *contexts[qi];
-      AnswerOptions opt = p.options(an, mode);
-      opt.write_back = an_write_back;
-      opt.record_in_tiers = true;
-      // CRAFT §4: the CA-Table counts this request's chunks; --chunk-order freq puts the most
-      // accessed first; the CP-Tree admits a computed prefix only when its chunks reach the threshold.
-      std::vector<const Chunk*> chunks = ctx.chunks;
-      std::vector<std::string> ids;
-      for (const Chunk* c : chunks) ids.push_back(c->id);
-      if (an_chunk_order == "freq") {
-        const std::vector<size_t> perm = ca.frequency_order(ids);
-        std::vector<const Chunk*> sorted;
-        std::vector<std::string> sorted_ids;
-        for (size_t i : perm) sorted.push_back(chunks[i]), sorted_ids.push_back(ids[i]);
-        chunks = std::move(sorted);
-        ids = std::move(sorted_ids);
-      }
-      ca.record(ids);
-      if (an_promotion_threshold > 1) opt.promote = ca.promoted(ids);
-      AnswerRecord r = p.answerer->answer(q.question, chunks, opt);
-      r.retrieval_ms = ctx.retrieval_ms;
-      r.mode = mode.name();
-      p.record_variant_uses(r);
-      tot.written_back += r.written_back;
-      json m = r.metrics();
-      json line = {{"id", q.id}, {"answer", r.answer}, {"mode", r.mode}, {"chunks", r.chunk_ids}};
-      ++tot.n;
-      tot.ttft += r.ttft_ms();
-      tot.prefill += r.prefill.prefill_ms;
-      tot.recompute += r.prefill.recompute_fraction();
-      tot.load += r.prefill.load_ms;
-      tot.hidden += std::max(0.0, r.prefill.load_ms - r.prefill.load_wait_ms);
-      tot.hits += r.cache.hits();
-      tot.device_hits += r.cache.device_hits;
-      tot.host_hits += r.cache.host_hits;
-      tot.disk_hits += r.cache.disk_hits;
-      tot.chunk_hits += double(r.chunk_hits);
-      tot.chunk_memory_hits += double(r.chunk_memory_hits);
-      tot.chunks += double(r.chunk_ids.size());
-      tot.exact_path_chunks += double(r.exact_path_chunks);
-      tot.prompt_tokens += double(r.prefill.prompt_tokens);
-      if (r.prefill.n_layer > 0) tot.computed_tokens += double(r.prefill.computed_token_layers) / r.prefill.n_layer;
-      tot.misses += r.cache.misses;
-      tot.bad += r.cache.bad;
-      if (!q.answers.empty()) {
-        const GoldScores g = score_against_golds(r.answer, q.answers);
-        m["f1"] = g.f1;
-        m["em"] = g.em;
-        ++tot.n_gold;
-        tot.f1 += g.f1;
-        tot.em += g.em;
-      }
-      if (compare) {
-        const AnswerRecord b = p.answerer->answer(q.question, chunks, p.options(an, compare_mode));
-        const std::string key = compare_mode.name();
-        const Agreement a = score_against_baseline(r.answer, r.output_ids, b.answer, b.output_ids);
-        line[key + "_answer"] = b.answer;
-        m["f1_vs_" + key] = a.f1;
-        m["rougeL_vs_" + key] = a.rouge_l;
-        m["first_token_match"] = a.first_token;
-        m["kl_first_token_vs_" + key] = kl_divergence_logits(b.first_logits, r.first_logits);
-        ++tot.n_compare;
-        tot.vs_full_f1 += a.f1;
-        tot.vs_full_first += a.first_token ? 1.0 : 0.0;
-      }
-      line["metrics"] = m;
-      lines[qi] = line.dump();
-    } catch (const Error& e) {
-      skip(q, e);
-    }
+    if (!queries[qi].conversation.empty()) conversations.at(queries[qi].conversation).in_flight = false;
     contexts[qi].reset();
     bar.add();
     flush();
+  };
+  auto complete = [&](size_t qi, AnswerRecord&& r) {
+    const Query& q = queries[qi];
+    r.retrieval_ms = contexts[qi]->retrieval_ms;
+    r.mode = mode.name();
+    p.record_variant_uses(r);
+    tot.written_back += r.written_back;
+    tot.output_tokens += double(r.output_ids.size());
+    json m = r.metrics();
+    json line = {{"id", q.id}, {"answer", r.answer}, {"mode", r.mode}, {"chunks", r.chunk_ids}};
+    if (!q.conversation.empty()) {
+      Conversation& c = conversations.at(q.conversation);
+      c.turns.push_back({chunks_of.at(qi), q.question, r.answer});
+      c.in_flight = false;
+      line["conversation"] = q.conversation;
+      line["turn"] = q.turn;
+      m["history_turns"] = history_of.at(qi);
+      m["chunks_deduplicated"] = deduplicated_of.at(qi);
+      tot.deduplicated += double(deduplicated_of.at(qi));
+    }
+    ++tot.n;
+    tot.ttft += r.ttft_ms();
+    tot.prefill += r.prefill.prefill_ms;
+    tot.recompute += r.prefill.recompute_fraction();
+    tot.load += r.prefill.load_ms;
+    tot.hidden += std::max(0.0, r.prefill.load_ms - r.prefill.load_wait_ms);
+    tot.hits += r.cache.hits();
+    tot.device_hits += r.cache.device_hits;
+    tot.host_hits += r.cache.host_hits;
+    tot.disk_hits += r.cache.disk_hits;
+    tot.chunk_hits += double(r.chunk_hits);
+    tot.chunk_memory_hits += double(r.chunk_memory_hits);
+    tot.chunks += double(r.chunk_ids.size());
+    tot.exact_path_chunks += double(r.exact_path_chunks);
+    tot.prompt_tokens += double(r.prefill.prompt_tokens);
+    if (r.prefill.n_layer > 0) tot.computed_tokens += double(r.prefill.computed_token_layers) / r.prefill.n_layer;
+    tot.misses += r.cache.misses;
+    tot.bad += r.cache.bad;
+    if (!q.answers.empty()) {
+      const GoldScores g = score_against_golds(r.answer, q.answers);
+      m["f1"] = g.f1;
+      m["em"] = g.em;
+      ++tot.n_gold;
+      tot.f1 += g.f1;
+      tot.em += g.em;
+    }
+    if (const auto c = compared.find(qi); c != compared.end() && c->second) {
+      const AnswerRecord& b = *c->second;
+      const std::string key = compare_mode.name();
+      const Agreement a = score_against_baseline(r.answer, r.output_ids, b.answer, b.output_ids);
+      line[key + "_answer"] = b.answer;
+      m["f1_vs_" + key] = a.f1;
+      m["rougeL_vs_" + key] = a.rouge_l;
+      m["first_token_match"] = a.first_token;
+      m["kl_first_token_vs_" + key] = kl_divergence_logits(b.first_logits, r.first_logits);
+      ++tot.n_compare;
+      tot.vs_full_f1 += a.f1;
+      tot.vs_full_first += a.first_token ? 1.0 : 0.0;
+      compared.erase(c);
+    }
+    line["metrics"] = m;
+    lines[qi] = line.dump();
+  };
+  auto admit = [&](size_t qi) {
+    const Query& q = queries[qi];
+    const RagContext& ctx = *contexts[qi];
+    AnswerOptions opt = p.options(an, mode);
+    opt.write_back = an_write_back;
+    opt.record_in_tiers = true;
+    // CRAFT §4: the CA-Table counts this request's chunks; --chunk-order freq puts the most
+    // accessed first; the CP-Tree admits a computed prefix only when its chunks reach the threshold.
+    std::vector<const Chunk*> chunks = ctx.chunks;
+    std::vector<std::string> ids;
+    for (const Chunk* c : chunks) ids.push_back(c->id);
+    if (an_chunk_order == "freq") {
+      const std::vector<size_t> perm = ca.frequency_order(ids);
+      std::vector<const Chunk*> sorted;
+      std::vector<std::string> sorted_ids;
+      for (size_t i : perm) sorted.push_back(chunks[i]), sorted_ids.push_back(ids[i]);
+      chunks = std::move(sorted);
+      ids = std::move(sorted_ids);
+    }
+    ca.record(ids);
+    if (an_promotion_threshold > 1) opt.promote = ca.promoted(ids);
+    if (!q.conversation.empty()) {
+      Conversation& c = conversations.at(q.conversation);
+      size_t dropped = 0;
+      if (!an_no_dedup) {  // CRAFT §4.3: only the chunks this turn adds to the conversation
+        std::vector<const Chunk*> fresh;
+        for (const Chunk* ch : chunks) {
+          if (c.chunks.count(ch->id))
+            ++dropped;
+          else
+            fresh.push_back(ch);
+        }
+        chunks = std::move(fresh);
+        opt.promote.clear();
+      }
+      // The earliest turns leave the prompt when it would overflow the context (CRAFT §4.3: their
+      // information lives on in the later answers that remain).
+      opt.history = c.turns;
+      const int64_t room = p.model->config().n_ctx_train - an.max_tokens;
+      while (!opt.history.empty() && p.format->build(chunks, q.question, opt.history).n_tokens() > room)
+        opt.history.erase(opt.history.begin());
+      history_of[qi] = opt.history.size();
+      deduplicated_of[qi] = dropped;
+      chunks_of[qi] = chunks;
+    }
+    // The comparison answer first (it does not touch the tiers): a failure leaves nothing in flight.
+    if (compare) {
+      AnswerOptions co = p.options(an, compare_mode);
+      co.history = opt.history;
+      compared[qi] = p.answerer->answer(q.question, chunks, co);
+    }
+    batch.admit(qi, q.question, chunks, opt);
+    if (!q.conversation.empty()) {
+      Conversation& c = conversations.at(q.conversation);
+      c.in_flight = true;
+      for (const Chunk* ch : chunks) c.chunks.insert(ch->id);
+    }
+  };
+  const auto t_answer = std::chrono::steady_clock::now();
+  bool more = true;
+  constexpr size_t kNone = ~size_t(0);
+  size_t held = kNone;  // the next query, when it waits for its conversation
+  while (more || !batch.empty()) {
+    while (more && batch.can_admit()) {
+      if (held == kNone) {
+        const std::optional<size_t> next = order.next(p.tiers ? p.tiers->tree() : nullptr);
+        if (!next) {
+          more = false;
+          break;
+        }
+        held = *next;
+      }
+      const size_t qi = held;
+      // A turn waits until its conversation's previous turn has its answer.
+      if (!queries[qi].conversation.empty() && conversations.at(queries[qi].conversation).in_flight) break;
+      held = kNone;
+      if (!contexts[qi]) {  // skipped at retrieval
+        finish_query(qi);
+        continue;
+      }
+      answered_order.push_back(qi);
+      try {
+        admit(qi);
+      } catch (const Error& e) {
+        compared.erase(qi);
+        skip(queries[qi], e);
+        finish_query(qi);
+      }
+    }
+    if (batch.empty()) continue;
+    for (auto& [qi, r] : batch.step()) {
+      try {
+        complete(qi, std::move(r));
+      } catch (const Error& e) {
+        skip(queries[qi], e);
+      }
+      finish_query(qi);
+    }
   }
+  const double answer_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_answer).count();
   bar.finish();
   flush();
   out.close();
@@ -588,7 +711,19 @@ int RagCommands::run_answer() {
   json summary = {{"mode", mode.name()}, {"skipped_lines", p.queries.skipped.size()}, {"skipped_queries", skipped}};
   summary.update(tot.to_json());
   if (compare) summary["compare"] = compare_mode.name();
-  summary["reordered"] = !an_no_reorder;
+  summary["reordered"] = reorder;
+  if (!conversations.empty()) {
+    summary["conversations"] = conversations.size();
+    summary["dedup"] = !an_no_dedup;
+    summary["chunks_deduplicated"] = tot.deduplicated;
+  }
+  // Throughput of the answering phase (after retrieval; with --compare, its answers included).
+  summary["batch"] = an.batch;
+  summary["answer_wall_s"] = answer_s;
+  summary["answers_per_s"] = answer_s > 0 ? json(double(tot.n) / answer_s) : json(nullptr);
+  summary["output_tokens"] = tot.output_tokens;
+  summary["mean_decode_batch"] =
+      batch.steps() > 0 ? json(double(batch.sequence_steps()) / double(batch.steps())) : json(nullptr);
   size_t moved = 0;
   for (size_t i = 0; i < answered_order.size(); ++i) moved += i == 0 || answered_order[i] != answered_order[i - 1] + 1;
   summary["order_runs"] = moved;  // maximal runs of consecutive input queries answered in sequence
@@ -713,39 +848,100 @@ int RagCommands::run_eval() {
   }
   size_t skipped = 0, baselines_cached = 0;
   Progress bar("eval", int64_t((p.queries.queries.size() - done.size()) * settings.modes.size()), "answers");
-  for (const Query& q : p.queries.queries) {
-    if (done.count(q.id)) continue;
-    try {
-      const RagContext ctx = p.retriever->context_for(q);
-      std::vector<std::string> chunk_ids;
-      for (const Chunk* c : ctx.chunks) chunk_ids.push_back(c->id);
-      std::map<std::string, AnswerRecord> by_mode;
-      std::optional<BaselineKey> key;
-      if (baseline_cache) {
-        key = BaselineKey{settings.model_fingerprint, baseline.name(), ev.max_tokens,
-                          p.answerer->prompt_hash(q.question, ctx.chunks)};
-        if (std::optional<AnswerRecord> b = baseline_cache->find(*key)) {
-          by_mode.emplace(baseline.name(), std::move(*b));
-          ++baselines_cached;
-          bar.add();
+  // Every (query, mode) answer is a job of one AnswerBatch (--batch N decodes N together; eval's
+  // modes read the store as it is, so the order of jobs cannot change an answer); a query's record
+  // is written once all its modes are in, in input order.
+  const std::vector<Query>& qs = p.queries.queries;
+  const size_t n_modes = settings.modes.size();
+  struct OpenQuery {
+    std::optional<RagContext> ctx;
+    std::vector<std::string> chunk_ids;
+    std::map<std::string, AnswerRecord> by_mode;
+    std::optional<BaselineKey> key;
+    size_t in_flight = 0;
+    bool failed = false;
+  };
+  std::map<size_t, OpenQuery> open;
+  auto fail_query = [&](size_t qi, const Error& e) {
+    if (ev.on_error != "skip") throw Error(where(qs[qi], e));
+    ++skipped;
+    std::fprintf(stderr, "ragkv: skipped %s\n", where(qs[qi], e).c_str());
+    open[qi].failed = true;
+  };
+  size_t emit = 0;  // the next query, in input order, to write
+  auto emit_ready = [&] {
+    for (; emit < qs.size(); ++emit) {
+      if (done.count(qs[emit].id)) continue;
+      const auto it = open.find(emit);
+      if (it == open.end() || it->second.in_flight > 0) break;
+      OpenQuery& oq = it->second;
+      if (!oq.failed && oq.by_mode.size() < n_modes) break;
+      if (!oq.failed) {
+        const json record = eval_record(qs[emit].id, qs[emit].answers, oq.chunk_ids, oq.by_mode, settings);
+        if (answers) answers->line(record.dump());
+        items.push_back(eval_item_of(record, settings));
+      }
+      open.erase(it);
+    }
+  };
+  AnswerBatch batch(*p.answerer, ev.batch);
+  size_t next_query = 0, next_mode = 0;  // the next job to admit
+  for (;;) {
+    while (batch.can_admit() && next_query < qs.size()) {
+      const size_t qi = next_query;
+      const Query& q = qs[qi];
+      if (done.count(q.id)) {
+        ++next_query;
+        continue;
+      }
+      OpenQuery& oq = open[qi];
+      if (next_mode == 0 && !oq.ctx && !oq.failed) {  // the query's first job: retrieve
+        try {
+          oq.ctx = p.retriever->context_for(q);
+          for (const Chunk* c : oq.ctx->chunks) oq.chunk_ids.push_back(c->id);
+          if (baseline_cache) {
+            oq.key = BaselineKey{settings.model_fingerprint, baseline.name(), ev.max_tokens,
+                                 p.answerer->prompt_hash(q.question, oq.ctx->chunks)};
+            if (std::optional<AnswerRecord> b = baseline_cache->find(*oq.key)) {
+              oq.by_mode.emplace(baseline.name(), std::move(*b));
+              ++baselines_cached;
+              bar.add();
+            }
+          }
+        } catch (const Error& e) {
+          fail_query(qi, e);
         }
       }
-      for (const auto& m : settings.modes) {
-        if (by_mode.count(m)) continue;
-        AnswerRecord r = p.answerer->answer(q.question, ctx.chunks, p.options(ev, spec_of.at(m)));
-        r.retrieval_ms = ctx.retrieval_ms;
-        if (key && m == baseline.name()) baseline_cache->add(*key, q.id, r);
-        by_mode.emplace(m, std::move(r));
-        bar.add();
+      if (oq.failed || next_mode >= n_modes) {
+        ++next_query;
+        next_mode = 0;
+        continue;
       }
-      const json record = eval_record(q.id, q.answers, chunk_ids, by_mode, settings);
-      if (answers) answers->line(record.dump());
-      items.push_back(eval_item_of(record, settings));
-    } catch (const Error& e) {
-      if (ev.on_error != "skip") throw Error(where(q, e));
-      ++skipped;
-      std::fprintf(stderr, "ragkv: skipped %s\n", where(q, e).c_str());
+      const size_t mi = next_mode++;
+      if (oq.by_mode.count(settings.modes[mi])) continue;
+      try {
+        batch.admit(qi * n_modes + mi, q.question, oq.ctx->chunks, p.options(ev, spec_of.at(settings.modes[mi])));
+        ++oq.in_flight;
+      } catch (const Error& e) {
+        fail_query(qi, e);
+      }
     }
+    if (batch.empty()) {
+      emit_ready();
+      if (next_query >= qs.size()) break;
+      continue;
+    }
+    for (auto& [tag, r] : batch.step()) {
+      OpenQuery& oq = open.at(tag / n_modes);
+      const std::string& m = settings.modes[tag % n_modes];
+      --oq.in_flight;
+      bar.add();
+      if (oq.failed) continue;
+      r.retrieval_ms = oq.ctx->retrieval_ms;
+      if (oq.key && m == baseline.name()) baseline_cache->add(*oq.key, qs[tag / n_modes].id, r);
+      oq.by_mode.emplace(m, std::move(r));
+    }
+    emit_ready();
   }
   bar.finish();
   if (answers) answers->close();

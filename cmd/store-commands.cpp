@@ -1,5 +1,6 @@
-// store verify, repair and stats (issue 16): a store's files read the way answer reads them, a
-// report, and an exit code; repair removes what fails and, given the index, computes it again.
+// store verify, repair, stats and gc (issue 16): a store's files read the way answer reads them, a
+// report, and an exit code; repair removes what fails and, given the index, computes it again; gc
+// shrinks the store to a byte budget by its eviction policy (kv/store-gc.h).
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
 #include "kv/store-check.h"
+#include "kv/store-gc.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "rag/cache-keys.h"
@@ -40,6 +42,8 @@ json report_json(const std::string& store, const KvStoreInfo& info, const StoreR
               {"intact", rep.files.size() - rep.bad()},
               {"bad", bad},
               {"stale_temporaries", rep.stale_temporaries},
+              {"claims", rep.claims.size()},
+              {"stale_claims", rep.stale_claims},
               {"unknown_files", rep.unknown}};
 }
 
@@ -58,6 +62,11 @@ class StoreCommands : public CommandFamily {
     dev_.add_to(repair_);
     stats_ = store_->add_subcommand("stats", "Chunks, variants and bytes per model (headers only)");
     stats_->add_option("--store", dir_, "Store directory")->required();
+    gc_ = store_->add_subcommand("gc", "Remove cache files until the store holds at most --max-bytes: variants by lowest f_r, then knowledge-tree files least recently used, canonical chunk caches only with --include-canonical; never a file another process claims");
+    gc_->add_option("--store", dir_, "Store directory")->required();
+    gc_->add_option("--max-bytes", gc_max_bytes_, "Byte budget for the store's cache files (kv/*.rkv)")->required()->check(CLI::NonNegativeNumber);
+    gc_->add_flag("--include-canonical", gc_include_canonical_, "Also remove canonical chunk caches (least recently used first; precompute computes them again) when variants and knowledge-tree files are not enough");
+    gc_->add_flag("--dry-run", gc_dry_run_, "Report what would be removed; remove nothing");
   }
 
   bool selected() const override { return store_->parsed(); }
@@ -65,6 +74,7 @@ class StoreCommands : public CommandFamily {
   int run() override {
     if (*verify_) return run_verify();
     if (*repair_) return run_repair();
+    if (*gc_) return run_gc();
     return run_stats();
   }
 
@@ -204,8 +214,54 @@ class StoreCommands : public CommandFamily {
     return 0;
   }
 
-  CLI::App *store_ = nullptr, *verify_ = nullptr, *repair_ = nullptr, *stats_ = nullptr;
+  int run_gc() {
+    const KvStore store = open_store_for_inspection(dir_);
+    const GcResult r = collect_garbage(store, GcOptions{gc_max_bytes_, gc_include_canonical_, gc_dry_run_});
+    json removed = json::array();
+    std::map<std::string, uint64_t> by_kind;
+    for (const GcCandidate& c : r.removed) {
+      json e = {{"file", "kv/" + c.name}, {"kind", gc_kind_name(c.kind)}, {"bytes", c.bytes}};
+      if (c.kind == GcKind::variant) e["f_r"] = c.frequency_reuse;
+      removed.push_back(std::move(e));
+      by_kind[gc_kind_name(c.kind)] += c.bytes;
+    }
+    std::cout << json{{"store", dir_},
+                      {"max_bytes", gc_max_bytes_},
+                      {"dry_run", gc_dry_run_},
+                      {"bytes_before", r.bytes_before},
+                      {"bytes_after", r.bytes_after},
+                      {"budget_met", r.budget_met},
+                      {"removed", removed},
+                      {"removed_bytes_by_kind", by_kind},
+                      {"kept_claimed", r.kept_claimed},
+                      {"bytes_without_canonical", r.bytes_without_canonical},
+                      {"needs_canonical", r.needs_canonical},
+                      {"stale_temporaries_removed", gc_dry_run_ ? 0 : r.stale_temporaries},
+                      {"stale_claims_removed", gc_dry_run_ ? 0 : r.stale_claims}}
+                         .dump()
+              << "\n";
+    if (r.needs_canonical) {
+      std::fprintf(stderr,
+                   "ragkv: store gc: %s holds %llu bytes; without its canonical chunk caches it would still hold %llu, "
+                   "above --max-bytes %llu: nothing removed. Pass --include-canonical to remove canonical caches too "
+                   "(least recently used first; the next precompute computes them again)\n",
+                   dir_.c_str(), (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_without_canonical,
+                   (unsigned long long)gc_max_bytes_);
+      return 1;
+    }
+    if (!r.budget_met) {
+      std::fprintf(stderr, "ragkv: store gc: %s still holds %llu bytes, above --max-bytes %llu: %zu files are claimed by "
+                   "processes computing them (run gc again when they finish)\n",
+                   dir_.c_str(), (unsigned long long)r.bytes_after, (unsigned long long)gc_max_bytes_, r.kept_claimed.size());
+      return 1;
+    }
+    return 0;
+  }
+
+  CLI::App *store_ = nullptr, *verify_ = nullptr, *repair_ = nullptr, *stats_ = nullptr, *gc_ = nullptr;
   std::string dir_, index_, model_;
+  uint64_t gc_max_bytes_ = 0;
+  bool gc_include_canonical_ = false, gc_dry_run_ = false;
   DeviceFlags dev_;
 };
 

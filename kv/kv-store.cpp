@@ -104,14 +104,18 @@ KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& wanted) 
 }
 
 size_t KvStore::remove_stale_temporaries() const {
-  // A writer killed mid-write (kill -9) leaves "<name>.rkv.ragkv-tmp.<host>.<pid>.<hex>"; only
-  // those of dead processes on this machine go (util/file-io.h): a live writer's (another process
-  // sharing the store), another machine's, and files ragkv did not name are left alone.
+  // A writer killed mid-write (kill -9) leaves "<name>.rkv.ragkv-tmp.<host>.<pid>.<hex>" (or, for
+  // a claim being made or taken over, "<name>.rkv.claim.ragkv-tmp…"); only those of dead processes
+  // on this machine go (util/file-io.h): a live writer's (another process sharing the store),
+  // another machine's, and files ragkv did not name are left alone. Claims themselves are taken
+  // over by the process that needs the chunk (kv/claim-set.h), and counted there.
   size_t removed = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_ / "kv", ec)) {
     const auto owner = temporary_owner(e.path());
-    if (!owner || !owner->target.ends_with(".rkv") || !is_stale_temporary(e.path())) continue;
+    if (!owner || !(owner->target.ends_with(".rkv") || owner->target.ends_with(".rkv.claim")) ||
+        !is_stale_temporary(e.path()))
+      continue;
     std::error_code rm;
     if (fs::remove(e.path(), rm)) ++removed;
   }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kv/claim-set.h"
 #include "util/error.h"
 #include "util/file-io.h"
 
@@ -32,6 +33,9 @@ StoreReport inspect_store(const KvStore& store, bool every_layer, const std::fun
     const std::string name = it->path().filename().string();
     if (name.ends_with(".rkv")) {
       names.push_back(name);
+    } else if (is_claim_name(name)) {
+      const auto claim = inspect_claim(it->path());
+      if (claim) (claim->stale() ? rep.stale_claims : rep.claims).push_back(name);
     } else if (temporary_owner(it->path())) {
       if (is_stale_temporary(it->path())) rep.stale_temporaries.push_back(name);
     } else {
@@ -42,6 +46,8 @@ StoreReport inspect_store(const KvStore& store, bool every_layer, const std::fun
   std::sort(names.begin(), names.end());
   std::sort(rep.stale_temporaries.begin(), rep.stale_temporaries.end());
   std::sort(rep.unknown.begin(), rep.unknown.end());
+  std::sort(rep.claims.begin(), rep.claims.end());
+  std::sort(rep.stale_claims.begin(), rep.stale_claims.end());
 
   const KvStoreInfo& info = store.info();
   for (size_t i = 0; i < names.size(); ++i) {
@@ -99,6 +105,10 @@ size_t remove_bad_files(const KvStore& store, const StoreReport& report) {
   for (const std::string& t : report.stale_temporaries) {
     std::error_code ec;
     if (fs::remove(kv / t, ec)) ++removed;
+  }
+  for (const std::string& c : report.stale_claims) {
+    const auto claim = inspect_claim(kv / c);  // (taken over and live again since: kept)
+    if (claim && claim->stale() && remove_claim_if_unchanged(kv / c, *claim)) ++removed;
   }
   store.verified_record().rewrite(intact);
   return removed;

@@ -1,8 +1,9 @@
 // Reading a whole store (issue 16; `ragkv store verify | repair | stats`): every chunk-KV file
 // under kv/ checked the way answer would use it — header and its checksum, size, the model and
 // shape of store.json, the name being the content address of what the header holds — and, for
-// verify, every layer's checksum. repair removes what fails (the next precompute, or
-// `store repair --index`, computes those chunks again) and the temporaries of dead writers.
+// verify, every layer's checksum; the claims of workers on the store, live or stale. repair
+// removes what fails (the next precompute, or `store repair --index`, computes those chunks
+// again), the temporaries of dead writers and stale claims.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -30,6 +31,8 @@ struct StoreFileReport {
 struct StoreReport {
   std::vector<StoreFileReport> files;           // kv/*.rkv, by name
   std::vector<std::string> stale_temporaries;   // kv/ temporaries of writers that no longer run
+  std::vector<std::string> claims;              // kv/*.rkv.claim of live workers (kv/claim-set.h)
+  std::vector<std::string> stale_claims;        // claims whose owner is gone or whose heartbeat stopped
   std::vector<std::string> unknown;             // other files in kv/ (left alone)
   bool every_layer = false;                     // layers were read (verify), not headers only (stats)
   size_t bad() const;
@@ -43,7 +46,7 @@ KvStore open_store_for_inspection(const std::filesystem::path& dir);
 StoreReport inspect_store(const KvStore& store, bool every_layer,
                           const std::function<void(size_t, size_t)>& progress = {});
 
-// Removes the report's bad files and stale temporaries, and rewrites STORE/verified.log with the
+// Removes the report's bad files, stale temporaries and stale claims (each judged again first), and rewrites STORE/verified.log with the
 // intact files (report from a full inspection only). Returns the number of files removed.
 size_t remove_bad_files(const KvStore& store, const StoreReport& report);
 

@@ -1,15 +1,12 @@
 // VariantLedger: craft.json, variant-usage.json and budgeted admission under one flock.
 #include "kv/variant-ledger.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include "kv/store-lock.h"
 #include "util/error.h"
 #include "util/file-io.h"
 #include "util/json-files.h"
@@ -23,32 +20,6 @@ namespace {
 
 constexpr const char* kSettings = "craft.json";
 constexpr const char* kUsage = "variant-usage.json";
-constexpr const char* kLock = "variants.lock";
-
-// An exclusive flock on STORE/variants.lock for the object's lifetime.
-class StoreLock {
- public:
-  explicit StoreLock(const fs::path& dir) {
-    const fs::path p = dir / kLock;
-    fd_ = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("{}: cannot open the lock file: {}", p.string(), std::strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      ::close(fd_);
-      fail("{}: cannot lock: {}", p.string(), std::strerror(e));
-    }
-  }
-  ~StoreLock() {
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
-  StoreLock(const StoreLock&) = delete;
-  StoreLock& operator=(const StoreLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 bool is_variant_name(const std::string& name) {
   return name.size() == 16 + 1 + 16 + 4 && name[16] == '.' && name.ends_with(".rkv");
@@ -188,7 +159,19 @@ bool VariantLedger::admit(uint64_t bytes, const std::function<void()>& write, st
 
 std::vector<VariantFile> VariantLedger::files() const {
   const StoreLock lock(store_.dir());
-  return list_variants(store_, read_usage(store_.dir() / kUsage));
+  return list_variant_files_locked(store_);
+}
+
+std::vector<VariantFile> list_variant_files_locked(const KvStore& store) {
+  return list_variants(store, read_usage(store.dir() / kUsage));
+}
+
+void prune_variant_usage_locked(const KvStore& store) {
+  const fs::path p = store.dir() / kUsage;
+  if (!fs::exists(p)) return;
+  std::map<std::string, double> kept;
+  for (const VariantFile& f : list_variants(store, read_usage(p))) kept[f.name] = f.frequency_reuse;
+  write_usage(p, kept);
 }
 
 }  // namespace ragkv

@@ -5,7 +5,7 @@
 // variants with the lowest f_r are evicted until it fits, so the store never holds more than the
 // budget. Every read-modify-write of these files and every admission runs under an exclusive
 // flock on STORE/variants.lock, so processes sharing a store neither lose a use nor overshoot the
-// budget (flock is local to one machine; on a shared network file system it may not exclude).
+// budget (kv/store-lock.h; flock is local to one machine, on a network file system it may not exclude).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +48,11 @@ struct VariantFile {
 
 // Eviction order (Cache-Craft §3.3): lowest f_r first; ties: the older file, then the name.
 std::vector<VariantFile> eviction_order(std::vector<VariantFile> files);
+
+// For callers that hold the StoreLock (kv/store-lock.h) themselves (`store gc`): the variant files
+// with their f_r, and dropping from variant-usage.json the scores of variants no longer on disk.
+std::vector<VariantFile> list_variant_files_locked(const KvStore& store);
+void prune_variant_usage_locked(const KvStore& store);
 
 class VariantLedger {
  public:

@@ -1,5 +1,6 @@
 // ChatTemplate::detect: recognises the chat markup a GGUF's template uses. Only single-turn
-// user → assistant prompts are rendered; the texts equal what the Jinja templates produce.
+// user → assistant prompts, and the turn boundary of multi-turn ones, are rendered; the texts
+// equal what the Jinja templates produce.
 #include "model/chat-template.h"
 
 #include "format/gguf.h"
@@ -23,16 +24,20 @@ ChatTemplate ChatTemplate::detect(const GgufFile& gguf) {
     }
     t.user_open = system + "<|im_start|>user\n";
     t.user_close = "<|im_end|>\n<|im_start|>assistant\n";
+    t.next_user_open = "<|im_end|>\n<|im_start|>user\n";
   } else if (tpl.find("<start_of_turn>") != std::string::npos) {
     t.name = "gemma";
     t.user_open = "<start_of_turn>user\n";
     t.user_close = "<end_of_turn>\n<start_of_turn>model\n";
+    t.next_user_open = "<end_of_turn>\n<start_of_turn>user\n";
   } else if (tpl.find("<|start_header_id|>") != std::string::npos) {
     t.name = "llama3";
     t.user_open = "<|start_header_id|>user<|end_header_id|>\n\n";
     t.user_close = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+    t.next_user_open = "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n";
   } else {
     t.name = "none";
+    t.next_user_open = "\n\n";
   }
   return t;
 }

@@ -7,6 +7,7 @@
 
 #include "format/checksum.h"
 #include "util/error.h"
+#include "kv/claim-set.h"
 #include "kv/layer-loader.h"
 #include "rag/variant-compute.h"
 #include "retrieval/chunker.h"
@@ -86,6 +87,7 @@ std::vector<PromptNode> RagAnswerer::tree_nodes(const RagPrompt& prompt, const P
   for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) {
     const PromptSegment& seg = prompt.segments[s];
     const SegmentPlan& sp = plan.segments[s];
+    if (seg.kind == PromptSegment::Kind::turn) break;  // a conversation's own text: no node from here on
     const bool is_chunk = seg.kind == PromptSegment::Kind::chunk;
     if (is_chunk) promote = promote && (opt.promote.empty() || (chunk < opt.promote.size() && opt.promote[chunk]));
     PromptNode node;
@@ -116,7 +118,22 @@ std::vector<PromptNode> RagAnswerer::tree_nodes(const RagPrompt& prompt, const P
 
 AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<const Chunk*>& chunks,
                                  const AnswerOptions& opt) {
-  const RagPrompt prompt = format_.build(chunks, question);
+  PrefilledAnswer p = prefill(question, chunks, opt);
+  DecodeResult d = decode_greedy(model_, p.kv, ws_, std::move(p.logits), p.gen);
+  return finish(std::move(p), std::move(d));
+}
+
+AnswerRecord RagAnswerer::finish(PrefilledAnswer&& p, DecodeResult&& d) {
+  AnswerRecord rec = std::move(p.record);
+  rec.answer = std::move(d.text);
+  rec.output_ids = std::move(d.output_ids);
+  rec.decode_ms = d.decode_ms;
+  return rec;
+}
+
+PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vector<const Chunk*>& chunks,
+                                     const AnswerOptions& opt) {
+  const RagPrompt prompt = format_.build(chunks, question, opt.history);
   const int64_t n_ctx = prompt.n_tokens() + opt.gen.max_tokens;
   if (n_ctx > model_.config().n_ctx_train)
     fail("the prompt ({} tokens for {} chunks) plus {} new tokens exceeds the model's context of {} tokens",
@@ -133,12 +150,14 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
   // Write-back: the chunks after the first that this prompt computes, with their metadata.
   std::vector<size_t> chunk_segs;
   std::vector<int64_t> chunk_begin, chunk_end;
-  for (size_t s = 0; s < prompt.segments.size(); ++s)
+  for (size_t s = 0; s < prompt.segments.size(); ++s) {
+    if (prompt.segments[s].kind == PromptSegment::Kind::turn) break;  // after a turn: not a chunk-chain context
     if (prompt.segments[s].kind == PromptSegment::Kind::chunk) {
       chunk_segs.push_back(s);
       chunk_begin.push_back(prompt.segments[s].begin);
       chunk_end.push_back(prompt.segments[s].end());
     }
+  }
   auto to_write = [&] {
     std::vector<size_t> out;
     if (!opt.write_back || !tiers_ || tiers_->store().foreign() || !plan.sparse()) return out;
@@ -168,6 +187,8 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
       m.context = plan.segments[chunk_segs[i]].context;
       m.first_pos = int32_t(seg.begin);
       if (tiers_->store().has_valid(m)) continue;
+      // Another process computing this very file (precompute's claim, kv/claim-set.h) writes it.
+      if (const auto c = inspect_claim(claim_path(tiers_->store().chunk_path(m))); c && !c->stale()) continue;
       rec.written_back += store_variant_rows(model_, tiers_->store(), m, acc->stats(i), kv, seg.begin, ledger_) > 0;
     }
   for (const SegmentPlan& sp : plan.segments)
@@ -189,13 +210,6 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
       rec.chunk_memory_hits += plan.segments[s].kv->tier() != KvTier::disk;
     }
 
-  GenerateOptions gen = opt.gen;
-  gen.stop_at_newline = true;
-  DecodeResult d = decode_greedy(model_, kv, ws_, std::move(pre.logits), gen);
-  rec.answer = std::move(d.text);
-  rec.output_ids = std::move(d.output_ids);
-  rec.decode_ms = d.decode_ms;
-
   if (tiers_ && tiers_->managed() && opt.record_in_tiers) {
     const auto t0 = std::chrono::steady_clock::now();
     PrefillCostModel& cost = tiers_->cost();
@@ -211,7 +225,9 @@ AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<
     tiers_->record_prompt(tree_nodes(prompt, plan, rec.prefill, opt), kv.k, kv.v);
     rec.cache_update_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  return rec;
+  GenerateOptions gen = opt.gen;
+  gen.stop_at_newline = true;
+  return {std::move(rec), std::move(kv), std::move(pre.logits), gen};
 }
 
 }  // namespace ragkv

@@ -34,6 +34,9 @@ struct AnswerOptions {
   // CRAFT §4.2 (CP-Tree promotion): chunk i of the prompt may enter the tree as a node only when
   // every chunk up to it is marked here; empty: every chunk may.
   std::vector<uint8_t> promote;
+  // A conversation's earlier turns this prompt continues (rag/prompt.h), each with the chunks it
+  // added; the chunks passed with the question are those this turn adds.
+  std::vector<PastTurn> history;
   GenerateOptions gen;  // max_tokens; stop_at_newline is set by the answerer
 };
 
@@ -61,11 +64,20 @@ struct AnswerRecord {
   size_t chunk_hits = 0;                // chunks whose KV came from a tier (exact or not; not the prefix)
   size_t chunk_memory_hits = 0;         // of those, from device or host memory
   double retrieval_ms = 0, decode_ms = 0;
-  double cache_update_ms = 0;           // recording the prompt in the managed tiers (after decode)
+  double cache_update_ms = 0;           // recording the prompt in the managed tiers (after prefill)
   double ttft_ms() const { return retrieval_ms + prefill.prefill_ms; }
   // The metrics object of ANSWERS.jsonl (DESIGN.md §1 "Files").
   nlohmann::json metrics() const;
   nlohmann::json craft_metrics() const;  // craft: per-chunk choices, fix tokens, focus
+};
+
+// A prompt prefilled and waiting to be decoded: RagAnswerer::answer is prefill, greedy decoding
+// of kv from logits (alone, or beside other prompts in an AnswerBatch), then finish.
+struct PrefilledAnswer {
+  AnswerRecord record;        // all but the answer, its tokens and its decode time
+  KvCache kv;                 // the prompt's rows, with room for gen.max_tokens more
+  std::vector<float> logits;  // the last prompt token's (record.first_logits holds a copy)
+  GenerateOptions gen;        // the decoding: stops at the answer's line break
 };
 
 class RagAnswerer {
@@ -76,6 +88,15 @@ class RagAnswerer {
 
   AnswerRecord answer(const std::string& question, const std::vector<const Chunk*>& chunks,
                       const AnswerOptions& opt);
+  // answer's first part: plan, prefill, write-back and (record_in_tiers) the knowledge tree's
+  // update — all before decoding, so answers decoded together see the tiers as answers decoded
+  // one by one do.
+  PrefilledAnswer prefill(const std::string& question, const std::vector<const Chunk*>& chunks,
+                          const AnswerOptions& opt);
+  // answer's last part: the decoded answer into the record.
+  static AnswerRecord finish(PrefilledAnswer&& p, DecodeResult&& d);
+
+  const Model& model() const { return model_; }
 
   const CacheKeys& keys() const { return keys_; }
   // XXH64 of the prompt's token ids: equal exactly when answer() would prefill the same tokens.

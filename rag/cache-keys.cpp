@@ -48,9 +48,10 @@ ChunkKvMeta CacheKeys::segment(const PromptSegment& seg) const {
   switch (seg.kind) {
     case PromptSegment::Kind::prefix: return prefix();
     case PromptSegment::Kind::chunk: return chunk(seg.chunk_id, seg.ids);
+    case PromptSegment::Kind::turn:
     case PromptSegment::Kind::suffix: break;
   }
-  fail("internal: the question segment has no cache key");
+  fail("internal: the question and the conversation's turns have no cache key");
 }
 
 ChunkKvMeta CacheKeys::chain_node(const PromptSegment& seg, const std::vector<std::string>& chain) const {

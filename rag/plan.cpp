@@ -271,7 +271,10 @@ void PrefillPlan::drop_cache(size_t segment) {
 
 SegmentLookup tier_lookup(const CacheKeys& keys, const KvTiers* tiers) {
   if (!tiers) return {};
-  return [&keys, tiers](const PromptSegment& seg) { return tiers->find(keys.segment(seg)); };
+  return [&keys, tiers](const PromptSegment& seg) -> std::shared_ptr<const SegmentKv> {
+    if (seg.kind == PromptSegment::Kind::turn) return nullptr;  // a conversation's text: never cached
+    return tiers->find(keys.segment(seg));
+  };
 }
 
 ChainLookup tier_chain_lookup(const CacheKeys& keys, const KvTiers* tiers) {
@@ -372,6 +375,7 @@ PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendPar
     for (size_t s = rest; s + 1 < prompt.segments.size(); ++s) {
       const PromptSegment& seg = prompt.segments[s];
       SegmentPlan& sp = p.segments[s];
+      if (seg.kind == PromptSegment::Kind::turn) continue;  // computed, like the question
       try {
         if (seg.kind != PromptSegment::Kind::chunk) {
           sp.kv = lookup ? lookup(seg) : nullptr;
@@ -406,6 +410,7 @@ PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendPar
   } else {
     // The segments after the exact path, from their canonical caches; the question is never cached.
     for (size_t s = rest; s + 1 < prompt.segments.size(); ++s) {
+      if (prompt.segments[s].kind == PromptSegment::Kind::turn) continue;  // computed, like the question
       try {
         p.segments[s].kv = lookup(prompt.segments[s]);
       } catch (const CacheFileError&) {

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <optional>
 
+#include "kv/claimed-work.h"
 #include "util/error.h"
 #include "rag/cache-keys.h"
 #include "retrieval/chunker.h"
@@ -35,7 +38,7 @@ uint64_t store_rows(const Model& model, const KvStore& store, const ChunkKvMeta&
 
 PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format, const KvStore& store,
                                   const std::vector<const Chunk*>& chunks,
-                                  const std::function<void(size_t, size_t)>& progress) {
+                                  const std::function<void(size_t, size_t)>& progress, ClaimSet* claims) {
   const auto t0 = std::chrono::steady_clock::now();
   const CacheKeys keys(model, format);
   const int64_t n_prefix = int64_t(format.prefix_ids().size());
@@ -61,22 +64,33 @@ PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format
   // Chunks already stored intact are skipped (resume); progress counts the others only, so its
   // rate and ETA are those of the work left.
   std::vector<size_t> todo;
+  std::vector<std::vector<std::filesystem::path>> files;
+  std::map<std::filesystem::path, ChunkKvMeta> meta_of;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (store.has_valid(keys.chunk(chunks[i]->id, ids[i])))
+    const ChunkKvMeta m = keys.chunk(chunks[i]->id, ids[i]);
+    if (store.has_valid(m)) {
       ++st.skipped;
-    else
+    } else {
       todo.push_back(i);
+      files.push_back({store.chunk_path(m)});
+      meta_of.emplace(files.back()[0], m);
+    }
   }
-  if (progress) progress(0, todo.size());
-  for (size_t t = 0; t < todo.size(); ++t) {
-    const size_t i = todo[t];
-    kv.n_used = n_prefix;  // the prefix rows stay; the chunk goes after them
-    model.forward(ids[i], kv, ws);
-    st.bytes_written += store_rows(model, store, keys.chunk(chunks[i]->id, ids[i]), kv, n_prefix);
-    ++st.computed;
-    st.tokens += int64_t(ids[i].size());
-    if (progress) progress(t + 1, todo.size());
-  }
+  std::optional<ClaimSet> own_claims;
+  if (!claims) claims = &own_claims.emplace();
+  const ClaimedWorkStats cw = run_claimed_work(
+      *claims, files, [&](const std::filesystem::path& f) { return store.has_valid(meta_of.at(f)); },
+      [&](size_t t, const std::vector<std::filesystem::path>&) {
+        const size_t i = todo[t];
+        kv.n_used = n_prefix;  // the prefix rows stay; the chunk goes after them
+        model.forward(ids[i], kv, ws);
+        st.bytes_written += store_rows(model, store, keys.chunk(chunks[i]->id, ids[i]), kv, n_prefix);
+        st.tokens += int64_t(ids[i].size());
+      },
+      progress);
+  st.computed = cw.computed;
+  st.claimed_by_other = cw.claimed_by_other;
+  st.taken_over = cw.taken_over;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

@@ -37,7 +37,20 @@ std::vector<int32_t> PromptFormat::suffix_ids(const std::string& question) const
   return ids;
 }
 
-RagPrompt PromptFormat::build(const std::vector<const Chunk*>& chunks, const std::string& question) const {
+std::vector<int32_t> PromptFormat::turn_close_ids(const std::string& answer, bool chunks_follow) const {
+  const Tokenizer& tok = model_.tokenizer();
+  std::vector<int32_t> ids = tok.encode((chat() ? "" : " ") + answer, false);
+  const auto close = tok.encode(tmpl_.next_user_open, /*parse_special=*/true);
+  ids.insert(ids.end(), close.begin(), close.end());
+  if (chunks_follow) {
+    const auto more = tok.encode("Passages:\n", false);
+    ids.insert(ids.end(), more.begin(), more.end());
+  }
+  return ids;
+}
+
+RagPrompt PromptFormat::build(const std::vector<const Chunk*>& chunks, const std::string& question,
+                              const std::vector<PastTurn>& history) const {
   RagPrompt p;
   auto add = [&](PromptSegment::Kind kind, std::string id, std::vector<int32_t> ids) {
     PromptSegment s{kind, std::move(id), std::move(ids), p.n_tokens()};
@@ -45,6 +58,14 @@ RagPrompt PromptFormat::build(const std::vector<const Chunk*>& chunks, const std
     p.segments.push_back(std::move(s));
   };
   add(PromptSegment::Kind::prefix, "", prefix_ids_);
+  for (size_t t = 0; t < history.size(); ++t) {
+    for (const Chunk* c : history[t].chunks) add(PromptSegment::Kind::chunk, c->id, chunk_ids(*c));
+    const bool chunks_follow = t + 1 < history.size() ? !history[t + 1].chunks.empty() : !chunks.empty();
+    std::vector<int32_t> ids = suffix_ids(history[t].question);
+    const auto close = turn_close_ids(history[t].answer, chunks_follow);
+    ids.insert(ids.end(), close.begin(), close.end());
+    add(PromptSegment::Kind::turn, "", std::move(ids));
+  }
   for (const Chunk* c : chunks) add(PromptSegment::Kind::chunk, c->id, chunk_ids(*c));
   add(PromptSegment::Kind::suffix, "", suffix_ids(question));
   return p;

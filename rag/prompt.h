@@ -3,6 +3,12 @@
 // Each segment is tokenized on its own and the ids concatenated, so every mode sees the same
 // tokens and a chunk's tokens do not depend on where it lands (its cache can be reused).
 // A chunk renders as its title, a newline, its text and a blank line — never "Passage 3:".
+// A conversation's later turn (CRAFT §3.2 and §4.3's layout) continues its earlier turns:
+//   [prefix][turn 1's chunks][turn 1: question, answer, next user turn] … [new chunks][question]
+// where each earlier turn keeps the chunks it added and a turn segment (its question suffix, the
+// answer given, the close of the assistant's turn and "Passages:" when chunks follow); chunks
+// already in the conversation are not repeated (conversation-scoped deduplication: the caller
+// passes each turn only the chunks it adds).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,12 +22,18 @@ class Model;
 struct Chunk;
 
 struct PromptSegment {
-  enum class Kind : uint8_t { prefix, chunk, suffix };
+  enum class Kind : uint8_t { prefix, chunk, turn, suffix };  // turn: an earlier turn's question and answer
   Kind kind = Kind::prefix;
   std::string chunk_id;        // chunks only
   std::vector<int32_t> ids;
   int64_t begin = 0;           // absolute position of the first token
   int64_t end() const { return begin + int64_t(ids.size()); }
+};
+
+// An earlier turn of the conversation a prompt continues.
+struct PastTurn {
+  std::vector<const Chunk*> chunks;  // the chunks it added, in prompt order
+  std::string question, answer;
 };
 
 struct RagPrompt {
@@ -45,7 +57,11 @@ class PromptFormat {
   bool chat() const { return tmpl_.name != "none"; }
   const ChatTemplate& chat_template() const { return tmpl_; }
 
-  RagPrompt build(const std::vector<const Chunk*>& chunks, const std::string& question) const;
+  RagPrompt build(const std::vector<const Chunk*>& chunks, const std::string& question,
+                  const std::vector<PastTurn>& history = {}) const;
+  // The turn segment after an earlier turn's question: its answer, the end of the assistant's
+  // turn, the next user turn's opening and, when chunks follow, "Passages:".
+  std::vector<int32_t> turn_close_ids(const std::string& answer, bool chunks_follow) const;
 
   // The instruction and question wording (kept here so tests and reports can quote them).
   static const char* kInstruction;

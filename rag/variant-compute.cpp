@@ -3,9 +3,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
 #include <numeric>
+#include <set>
 #include <string>
 
+#include "kv/claimed-work.h"
 #include "kv/variant-ledger.h"
 #include "rag/cache-keys.h"
 #include "rag/variant-choice.h"
@@ -128,7 +133,8 @@ uint64_t store_variant_rows(const Model& model, const KvStore& store, const Chun
 
 VariantComputeStats precompute_variants(const Model& model, const PromptFormat& format, const KvStore& store,
                                         const std::vector<std::vector<const Chunk*>>& sequences, bool only_last,
-                                        VariantLedger* ledger, const std::function<void(size_t, size_t)>& progress) {
+                                        VariantLedger* ledger, const std::function<void(size_t, size_t)>& progress,
+                                        ClaimSet* claims) {
   const auto t0 = std::chrono::steady_clock::now();
   const ModelConfig& c = model.config();
   const CacheKeys keys(model, format);
@@ -138,16 +144,17 @@ VariantComputeStats precompute_variants(const Model& model, const PromptFormat& 
   // The keys each sequence wants; sequences with nothing missing are skipped.
   VariantComputeStats st;
   struct Job {
-    size_t seq;
     std::vector<std::vector<int32_t>> ids;  // per chunk
     std::vector<size_t> want;               // chunk indices to store
+    std::map<size_t, ChunkKvMeta> metas;    // their keys
   };
   std::vector<Job> jobs;
+  std::set<std::string> wanted;  // file names: a variant two sequences share is computed by the first
   int64_t max_tokens = 1;
   for (size_t s = 0; s < sequences.size(); ++s) {
     const auto& seq = sequences[s];
     if (seq.size() < 2) continue;
-    Job j{s, {}, {}};
+    Job j;
     std::vector<std::string> context;
     int64_t total = 0;
     for (size_t i = 0; i < seq.size(); ++i) {
@@ -156,10 +163,12 @@ VariantComputeStats precompute_variants(const Model& model, const PromptFormat& 
       if (i > 0 && (!only_last || i + 1 == seq.size())) {
         ChunkKvMeta m = keys.chunk(seq[i]->id, j.ids.back());
         m.context = context;
-        if (store.has_valid(m))
+        if (store.has_valid(m)) {
           ++st.skipped;
-        else
+        } else if (wanted.insert(store.chunk_path(m).filename().string()).second) {
           j.want.push_back(i);
+          j.metas.emplace(i, m);
+        }
       }
       context.push_back(seq[i]->id);
     }
@@ -171,15 +180,26 @@ VariantComputeStats precompute_variants(const Model& model, const PromptFormat& 
   if (n_prefix + max_tokens > c.n_ctx_train)
     fail("a variant sequence of {} tokens after the {}-token prefix exceeds the model's context of {}", max_tokens,
          n_prefix, c.n_ctx_train);
-  if (progress) progress(0, jobs.size());
-  if (jobs.empty()) return st;
+  if (jobs.empty()) {
+    if (progress) progress(0, 0);
+    return st;
+  }
 
   KvCache kv = model.new_kv_cache(n_prefix + max_tokens);
   Workspace ws;
   model.forward(format.prefix_ids(), kv, ws);  // rows [0, n_prefix) stay for every sequence
-  for (size_t done = 0; done < jobs.size(); ++done) {
-    const Job& job = jobs[done];
-    const auto& seq = sequences[job.seq];
+  // Each wanted variant is a file; processes sharing the store claim them (kv/claimed-work.h): a
+  // sequence is computed for the files this process claimed, again later for any it had to wait for
+  // and then took over.
+  std::vector<std::vector<std::filesystem::path>> files(jobs.size());
+  std::map<std::filesystem::path, ChunkKvMeta> meta_of;
+  for (size_t t = 0; t < jobs.size(); ++t)
+    for (size_t i : jobs[t].want) {
+      files[t].push_back(store.chunk_path(jobs[t].metas.at(i)));
+      meta_of.emplace(files[t].back(), jobs[t].metas.at(i));
+    }
+  auto compute = [&](size_t t, const std::vector<std::filesystem::path>& to_store) {
+    const Job& job = jobs[t];
     std::vector<int32_t> ids;
     std::vector<int64_t> begin, end;
     SegmentMass mass;
@@ -222,23 +242,24 @@ VariantComputeStats precompute_variants(const Model& model, const PromptFormat& 
       acc.end_layer();
     }
     kv.n_used = n_prefix + n;
-    std::vector<std::string> context;
-    for (size_t i = 0, w = 0; i < seq.size(); ++i) {
-      if (w < job.want.size() && job.want[w] == i) {
-        ChunkKvMeta m = keys.chunk(seq[i]->id, job.ids[i]);
-        m.context = context;
-        m.first_pos = int32_t(begin[i]);
-        const uint64_t written = store_variant_rows(model, store, m, acc.stats(i), kv, begin[i], ledger, &st.evicted);
-        st.bytes_written += written;
-        st.computed += written > 0;
-        st.over_budget += written == 0;
-        ++w;
-      }
-      context.push_back(seq[i]->id);
+    for (size_t i : job.want) {
+      ChunkKvMeta m = job.metas.at(i);
+      if (std::find(to_store.begin(), to_store.end(), store.chunk_path(m)) == to_store.end()) continue;
+      m.first_pos = int32_t(begin[i]);
+      const uint64_t written = store_variant_rows(model, store, m, acc.stats(i), kv, begin[i], ledger, &st.evicted);
+      st.bytes_written += written;
+      st.over_budget += written == 0;
     }
     st.tokens += n;
-    if (progress) progress(done + 1, jobs.size());
-  }
+  };
+  std::optional<ClaimSet> own_claims;
+  if (!claims) claims = &own_claims.emplace();
+  const ClaimedWorkStats cw = run_claimed_work(
+      *claims, files, [&](const std::filesystem::path& f) { return store.has_valid(meta_of.at(f)); }, compute,
+      progress);
+  st.computed = cw.computed - st.over_budget;
+  st.claimed_by_other = cw.claimed_by_other;
+  st.taken_over = cw.taken_over;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

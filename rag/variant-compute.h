@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "kv/claim-set.h"
 #include "kv/kv-store.h"
 #include "model/model.h"
 #include "rag/prompt.h"
@@ -53,6 +54,7 @@ class VariantLedger;
 
 struct VariantComputeStats {
   size_t sequences = 0, computed = 0, skipped = 0;  // variants stored / already intact
+  size_t claimed_by_other = 0, taken_over = 0;      // as PrecomputeStats (rag/precompute.h)
   size_t over_budget = 0, evicted = 0;              // not admitted / evicted to admit others
   int64_t tokens = 0;                               // tokens computed
   uint64_t bytes_written = 0;
@@ -70,11 +72,15 @@ uint64_t store_variant_rows(const Model& model, const KvStore& store, const Chun
 // 0..k−1) that `only_last` (just the last chunk: neighbour sequences) and the store leave missing
 // are computed and stored; a sequence whose wanted variants are all intact is skipped (resume).
 // The canonical caches are not touched (precompute_chunks makes them). progress(done, total)
-// counts sequences. With a ledger, each variant is admitted under the store's variant budget
-// (kv/variant-ledger.h: the lowest-f_r variants are evicted to make room).
+// counts the variants left to compute (done: computed here or by another process). With a ledger, each variant is admitted under the store's variant budget
+// (kv/variant-ledger.h: the lowest-f_r variants are evicted to make room). Each variant file is
+// claimed first (kv/claimed-work.h; claims nullptr: a ClaimSet of the default lease), so processes
+// sharing the store compute each once; a sequence whose variants are partly another's is computed
+// for the rest.
 VariantComputeStats precompute_variants(const Model& model, const PromptFormat& format, const KvStore& store,
                                         const std::vector<std::vector<const Chunk*>>& sequences, bool only_last,
                                         VariantLedger* ledger = nullptr,
-                                        const std::function<void(size_t, size_t)>& progress = {});
+                                        const std::function<void(size_t, size_t)>& progress = {},
+                                        ClaimSet* claims = nullptr);
 
 }  // namespace ragkv

@@ -2,6 +2,7 @@
 // questions) with the default models: the whole pipeline, the quality gate's exit codes, bad
 // query lines and passage ids, and a precompute killed mid-way that resumes.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -140,6 +141,24 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   CHECK(rep["gate"]["passed"] == true);
   CHECK(rep["gate"]["checks"].empty());
 
+  // --batch 5: the (query, mode) answers decoded together; the same records, in input order.
+  const fs::path records_b = m.dir.path / "records-batched.jsonl";
+  r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes prefix,reuse,blend --limit 3 --max-tokens 6 --top-k 3 --batch 5" + gate_off + " --answers " + q(records_b));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  {
+    const auto a = read_jsonl(records), b = read_jsonl(records_b);
+    REQUIRE(a.size() == 3);
+    REQUIRE(b.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(b[i]["id"] == a[i]["id"]);
+      for (const char* mode : {"full", "prefix", "reuse", "blend"}) {
+        CHECK(b[i]["modes"][mode]["output_ids"] == a[i]["modes"][mode]["output_ids"]);
+        CHECK(b[i]["modes"][mode]["kl_first_token_vs_baseline"] == a[i]["modes"][mode]["kl_first_token_vs_baseline"]);
+      }
+    }
+  }
+
   // --resume after a run killed while writing its second record: the first record is kept, the
   // cut line dropped, the rest answered; the report is the uninterrupted run's.
   const auto full_records = read_jsonl(records);
@@ -236,7 +255,7 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   const std::string pair_args = "answer " + q(pairs) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
                                 " --mode prefix --max-tokens 4 --compare full";
   const fs::path reordered = m.dir.path / "reordered.jsonl", reordered_sum = m.dir.path / "reordered.json";
-  r = m.run(pair_args + " --host-budget 64MiB --disk-budget 64MiB --out " + q(reordered) + " --summary " + q(reordered_sum));
+  r = m.run(pair_args + " --host-budget 64MiB --disk-budget 64MiB --batch 1 --out " + q(reordered) + " --summary " + q(reordered_sum));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const auto ra = read_jsonl(reordered);
   REQUIRE(ra.size() == 4);
@@ -258,6 +277,24 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   size_t chain_files = 0;
   for (const auto& e : fs::directory_iterator(m.store / "kv")) chain_files += e.path().filename().string().ends_with(".chain.rkv");
   CHECK(chain_files == 0);  // the host budget held them: nothing was evicted to the disk
+  // Decoded together (--batch 3): the same answers, the same reuse, in input order.
+  const fs::path batched = m.dir.path / "batched.jsonl", batched_sum = m.dir.path / "batched.json";
+  r = m.run(pair_args + " --host-budget 64MiB --disk-budget 64MiB --batch 3 --out " + q(batched) + " --summary " + q(batched_sum));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto ba = read_jsonl(batched);
+  REQUIRE(ba.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(ba[i]["id"] == ids[i]);
+    CHECK(ba[i]["answer"] == ra[i]["answer"]);
+    CHECK(ba[i]["full_answer"] == ra[i]["full_answer"]);
+    CHECK(ba[i]["metrics"]["exact_path_chunks"] == ra[i]["metrics"]["exact_path_chunks"]);
+  }
+  const json bs = json::parse(std::ifstream(batched_sum));
+  CHECK(bs["batch"] == 3);
+  CHECK(rs["batch"] == 1);
+  CHECK(bs["answers_per_s"].get<double>() > 0);
+  CHECK(bs["mean_decode_batch"].get<double>() > 1.0);  // answers were decoded together
+  CHECK(rs["mean_decode_batch"].get<double>() == 1.0);
 
   // A host budget too small for any chunk: computed chain nodes go to the disk store, and a run in
   // input order reads them back from there.
@@ -462,4 +499,189 @@ TEST_CASE("cli rag: a precompute killed mid-way resumes without redoing finished
   CHECK(j["variants"]["computed"].get<size_t>() + j["variants"]["skipped"].get<size_t>() == 6);
   CHECK(j["store_files"] == 13);
   for (const auto& e : fs::directory_iterator(m.store / "kv")) CHECK(e.path().extension() == ".rkv");  // no temporaries
+}
+
+TEST_CASE("cli rag: conversations continue their turns in order, without repeating chunks (CRAFT dedup)") {
+  MiniIndex m;
+  const fs::path conv = m.dir.path / "conv.jsonl";
+  {
+    std::ofstream f(conv);
+    f << R"({"id": "c1-1", "conversation": "c1", "turn": 1, "question": "Where was Maria Curie born?", "passages": ["Warsaw#0", "Normans#5"]})" "\n"
+      << R"({"id": "s1", "question": "Who was Martin Luther?", "passages": ["Martin_Luther#2"]})" "\n"
+      << R"({"id": "c1-2", "conversation": "c1", "turn": 2, "question": "And Tesla?", "passages": ["Normans#5", "Nikola_Tesla#5"]})" "\n"
+      << R"({"id": "c2-1", "conversation": "c2", "turn": 1, "question": "Who was Luther?", "passages": ["Martin_Luther#2"]})" "\n"
+      << R"({"id": "c1-3", "conversation": "c1", "turn": 3, "question": "Which city again?", "passages": ["Warsaw#0"]})" "\n";
+  }
+  const std::string args = "answer " + q(conv) + " --threads 2 --index " + q(m.index) + " --mode full --max-tokens 4";
+  const fs::path out = m.dir.path / "out.jsonl", one = m.dir.path / "one.jsonl", nodedup = m.dir.path / "nodedup.jsonl";
+  const fs::path sum = m.dir.path / "sum.json";
+  Run r = m.run(args + " --batch 4 --out " + q(out) + " --summary " + q(sum));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto a = read_jsonl(out);
+  REQUIRE(a.size() == 5);
+  const std::vector<std::string> ids{"c1-1", "s1", "c1-2", "c2-1", "c1-3"};
+  for (size_t i = 0; i < 5; ++i) CHECK(a[i]["id"] == ids[i]);
+  CHECK(a[0]["metrics"]["history_turns"] == 0);
+  CHECK(a[2]["chunks"] == json::array({"Nikola_Tesla#5#0"}));  // Normans#5 is in the conversation already
+  CHECK(a[2]["metrics"]["chunks_deduplicated"] == 1);
+  CHECK(a[2]["metrics"]["history_turns"] == 1);
+  CHECK(a[4]["chunks"] == json::array());
+  CHECK(a[4]["metrics"]["history_turns"] == 2);
+  CHECK(a[3]["metrics"]["history_turns"] == 0);  // another conversation
+  CHECK_FALSE(a[1].contains("conversation"));
+  CHECK(a[2]["conversation"] == "c1");
+  CHECK(a[2]["turn"] == 2);
+  // The later turn's prompt holds the earlier one: longer than its own chunk and question.
+  CHECK(a[2]["metrics"]["prefill_tokens"].get<int>() > a[0]["metrics"]["prefill_tokens"].get<int>());
+  const json s = json::parse(std::ifstream(sum));
+  CHECK(s["conversations"] == 2);
+  CHECK(s["chunks_deduplicated"] == 2.0);
+  CHECK(s["reordered"] == false);
+
+  // One at a time: the same answers. Without dedup: the repeated chunks are in the prompt again.
+  r = m.run(args + " --batch 1 --out " + q(one));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto b = read_jsonl(one);
+  REQUIRE(b.size() == 5);
+  for (size_t i = 0; i < 5; ++i) CHECK(b[i]["answer"] == a[i]["answer"]);
+  r = m.run(args + " --no-dedup --out " + q(nodedup));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto c = read_jsonl(nodedup);
+  REQUIRE(c.size() == 5);
+  CHECK(c[2]["chunks"] == json::array({"Normans#5#0", "Nikola_Tesla#5#0"}));
+  CHECK(c[2]["metrics"]["chunks_deduplicated"] == 0);
+  CHECK(c[4]["metrics"]["prefill_tokens"].get<int>() > a[4]["metrics"]["prefill_tokens"].get<int>());
+
+  // Turns out of order: an error naming the file and line.
+  const fs::path bad = m.dir.path / "bad.jsonl";
+  {
+    std::ofstream f(bad);
+    f << R"({"id": "x2", "conversation": "x", "turn": 2, "question": "Q2?", "passages": ["Warsaw#0"]})" "\n"
+      << R"({"id": "x1", "conversation": "x", "turn": 1, "question": "Q1?", "passages": ["Warsaw#0"]})" "\n";
+  }
+  r = m.run("answer " + q(bad) + " --threads 2 --index " + q(m.index) + " --mode full --max-tokens 2");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("bad.jsonl:2: query x1: turn 1 of conversation x follows turn 2") != std::string::npos);
+}
+
+TEST_CASE("cli rag: two precompute processes on one fresh store compute each chunk once, byte-identical to one") {
+  MiniIndex m;
+  const fs::path single = m.dir.path / "single";
+  const Run one = m.run("precompute --threads 1 --index " + q(m.index) + " --store " + q(single));
+  REQUIRE_MESSAGE(one.exit_code == 0, one.err);
+  CHECK(json::parse(one.out)["computed"] == 6);
+
+  // Two processes started together on a fresh store.
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 2; ++i) {
+    const std::string cmd = ragkv::test::ragkv_in(m.dir.path) + " precompute --threads 1 --index " + q(m.index) +
+                            " --store " + q(m.store) + " >" + q(m.dir.path / fmt::format("out{}", i)) + " 2>" +
+                            q(m.dir.path / fmt::format("err{}", i));
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  size_t computed = 0, variants = 0;
+  for (int i = 0; i < 2; ++i) {
+    int status = 0;
+    waitpid(pids[size_t(i)], &status, 0);
+    INFO(slurp(m.dir.path / fmt::format("err{}", i)));
+    REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    const json j = json::parse(slurp(m.dir.path / fmt::format("out{}", i)));
+    CHECK(j["computed"].get<size_t>() + j["skipped"].get<size_t>() + j["claimed_by_other"].get<size_t>() == 6);
+    CHECK(j["taken_over"] == 0);
+    computed += j["computed"].get<size_t>();
+    const json& v = j["variants"];
+    CHECK(v["computed"].get<size_t>() + v["skipped"].get<size_t>() + v["claimed_by_other"].get<size_t>() == 6);
+    variants += v["computed"].get<size_t>();
+  }
+  CHECK(computed == 6);  // every chunk computed exactly once in total
+  CHECK(variants == 6);
+
+  // The same files, byte for byte, as the one process wrote; no claim or temporary left.
+  std::map<std::string, std::string> a, b;
+  for (const auto& e : fs::directory_iterator(single / "kv")) a[e.path().filename().string()] = slurp(e.path());
+  for (const auto& e : fs::directory_iterator(m.store / "kv")) b[e.path().filename().string()] = slurp(e.path());
+  CHECK(a.size() == 13);
+  CHECK(a == b);
+}
+
+TEST_CASE("cli store: gc to a byte budget, variants first, canonical caches only when asked") {
+  MiniIndex m;
+  Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const uint64_t before = json::parse(r.out)["store_bytes"];
+
+  r = m.run("store gc --store " + q(m.store) + " --max-bytes " + std::to_string(before - 1));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  json j = json::parse(r.out);
+  CHECK(j["bytes_before"] == before);
+  CHECK(j["bytes_after"].get<uint64_t>() <= before - 1);
+  CHECK(j["budget_met"] == true);
+  REQUIRE(j["removed"].size() == 1);
+  CHECK(j["removed"][0]["kind"] == "variant");
+
+  // Below what the canonical caches hold: refused, nothing removed, the flag named.
+  r = m.run("store gc --store " + q(m.store) + " --max-bytes 1000");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("--include-canonical") != std::string::npos);
+  j = json::parse(r.out);
+  CHECK(j["removed"].empty());
+  CHECK(j["needs_canonical"] == true);
+  CHECK(json::parse(m.run("store stats --store " + q(m.store)).out)["files"] == 12);
+
+  r = m.run("store gc --store " + q(m.store) + " --max-bytes 1000 --include-canonical");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  j = json::parse(r.out);
+  CHECK(j["bytes_after"].get<uint64_t>() <= 1000);
+  CHECK(j["removed"].size() == 12);
+  CHECK(j["removed"].back()["kind"] == "prefix");
+  // The next precompute computes them again.
+  r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(json::parse(r.out)["computed"] == 6);
+}
+
+TEST_CASE("cli rag: precompute takes over the claims of dead processes, verify lists a stale claim, repair removes it") {
+  MiniIndex m;
+  const fs::path single = m.dir.path / "single";
+  Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(single));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // A claim on every file (the prefix's too) by a process killed mid-work on this machine.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  fs::create_directories(m.store / "kv");
+  for (const auto& e : fs::directory_iterator(single / "kv"))
+    std::ofstream(m.store / "kv" / (e.path().filename().string() + ".claim"))
+        << json{{"format", "ragkv-claim"}, {"host", host}, {"boot_id", boot_id}, {"pid", child},
+                {"start_ticks", 0}, {"started_unix_ms", 0}, {"lease_s", 600}, {"token", "dead"}}
+               .dump();
+  r = m.run("store verify --store " + q(m.store));  // (no store.json yet)
+  CHECK(r.exit_code == 1);
+  r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json j = json::parse(r.out);
+  CHECK(j["computed"] == 6);
+  CHECK(j["taken_over"] == 6);
+  // The prefix is not claimed by precompute (every run computes it): its dead claim is left for
+  // verify to list and repair to remove.
+  r = m.run("store verify --store " + q(m.store));
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(json::parse(r.out)["stale_claims"].size() == 1);
+  r = m.run("store repair --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  for (const auto& e : fs::directory_iterator(m.store / "kv")) CHECK(e.path().extension() == ".rkv");
+  for (const auto& e : fs::directory_iterator(single / "kv"))
+    CHECK(slurp(e.path()) == slurp(m.store / "kv" / e.path().filename()));
 }

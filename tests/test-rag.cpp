@@ -4,10 +4,12 @@
 // truncated and foreign caches must never be used (same result as computing those chunks).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "kv/kv-tiers.h"
 #include "model/model.h"
 #include "rag/answer.h"
+#include "rag/answer-batch.h"
 #include "rag/cache-keys.h"
 #include "rag/cost-profile.h"
 #include "rag/fusor.h"
@@ -498,4 +501,90 @@ TEST_CASE("rag: a computed chunk prefix enters the tree only as far as CRAFT's p
   const AnswerRecord r = ans.answer(f.questions[1], ctx, o);
   CHECK(r.exact_path_chunks == 2);
   CHECK(held({p, ctx[0]->id, ctx[1]->id, ctx[2]->id}));
+}
+
+TEST_CASE("rag: answers decoded together (AnswerBatch) equal each answered alone, joining and leaving") {
+  Fixture& f = fixture();
+  const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
+  KvTiers tiers(store);
+  RagAnswerer ans(*f.model, *f.format, &tiers);
+  struct Job {
+    ReuseMode mode;
+    size_t question;
+    std::vector<const Chunk*> ctx;
+    int max_tokens;
+  };
+  const std::vector<Job> jobs = {{ReuseMode::full, 0, f.pick({0, 1, 2}), 12}, {ReuseMode::blend, 5, f.pick({3, 1, 4}), 3},
+                                 {ReuseMode::reuse, 6, f.pick({5, 3, 1, 0}), 16}, {ReuseMode::prefix, 10, f.pick({2, 4}), 8},
+                                 {ReuseMode::blend, 1, f.pick({1, 5}), 1}};
+  std::vector<AnswerRecord> alone;
+  for (const Job& j : jobs) alone.push_back(ans.answer(f.questions[j.question], j.ctx, opts(j.mode, 0.15, j.max_tokens)));
+  // Three in flight: the later jobs join as earlier ones finish.
+  AnswerBatch batch(ans, 3);
+  std::vector<std::optional<AnswerRecord>> together(jobs.size());
+  size_t next = 0, finished = 0;
+  while (finished < jobs.size()) {
+    for (; next < jobs.size() && batch.can_admit(); ++next)
+      batch.admit(next, f.questions[jobs[next].question], jobs[next].ctx, opts(jobs[next].mode, 0.15, jobs[next].max_tokens));
+    for (auto& [tag, r] : batch.step()) {
+      REQUIRE_FALSE(together.at(tag));
+      together[tag] = std::move(r);
+      ++finished;
+    }
+  }
+  CHECK(batch.empty());
+  CHECK(batch.steps() > 0);
+  CHECK(batch.sequence_steps() > batch.steps());  // some steps decoded more than one answer
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(together[i]);
+    CHECK(together[i]->output_ids == alone[i].output_ids);
+    CHECK(together[i]->answer == alone[i].answer);
+    CHECK(together[i]->first_logits == alone[i].first_logits);
+    CHECK(together[i]->mode == alone[i].mode);
+    CHECK(together[i]->prefill.reused_tokens == alone[i].prefill.reused_tokens);
+    CHECK(together[i]->output_ids.size() <= size_t(jobs[i].max_tokens));
+  }
+  CHECK_THROWS_AS(AnswerBatch(ans, 0), Error);
+}
+
+TEST_CASE("rag: a conversation's later turn continues its earlier turns, and prefix stays exact over it") {
+  Fixture& f = fixture();
+  const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
+  KvTiers tiers(store);
+  RagAnswerer ans(*f.model, *f.format, &tiers);
+  const std::vector<PastTurn> history = {{f.pick({0, 1}), f.questions[0], "Warsaw"}, {{}, f.questions[1], "1867"}};
+  const auto added = f.pick({2});
+  const RagPrompt p = f.format->build(added, f.questions[2], history);
+  using K = PromptSegment::Kind;
+  std::vector<K> kinds;
+  for (const PromptSegment& s : p.segments) kinds.push_back(s.kind);
+  CHECK(kinds == std::vector<K>{K::prefix, K::chunk, K::chunk, K::turn, K::turn, K::chunk, K::suffix});
+  // A turn segment: the earlier question as asked, then its answer and the next user turn.
+  std::vector<int32_t> turn1 = f.format->suffix_ids(f.questions[0]);
+  const std::vector<int32_t> close1 = f.format->turn_close_ids("Warsaw", /*chunks_follow=*/false);
+  turn1.insert(turn1.end(), close1.begin(), close1.end());
+  CHECK(p.segments[3].ids == turn1);
+  const std::string text = f.model->tokenizer().decode(p.segments[4].ids);
+  CHECK(text.find("1867") != std::string::npos);
+  CHECK(text.ends_with("user\nPassages:\n"));
+  const auto im_end = f.model->tokenizer().encode("<|im_end|>", /*parse_special=*/true);
+  REQUIRE(im_end.size() == 1);  // the assistant's turn is closed with the template's own token
+  CHECK(std::count(p.segments[4].ids.begin(), p.segments[4].ids.end(), im_end[0]) == 2);  // the question's turn and the answer's
+  CHECK(p.segments.back().ids == f.format->suffix_ids(f.questions[2]));
+
+  AnswerOptions full = opts(ReuseMode::full, 0.15, 6), prefix = opts(ReuseMode::prefix, 0.15, 6),
+                blend = opts(ReuseMode::blend, 0.15, 6);
+  full.history = prefix.history = blend.history = history;
+  const AnswerRecord rf = ans.answer(f.questions[2], added, full);
+  const AnswerRecord rp = ans.answer(f.questions[2], added, prefix);
+  const AnswerRecord rb = ans.answer(f.questions[2], added, blend);
+  CHECK(rf.prefill.prompt_tokens == p.n_tokens());
+  CHECK(rp.first_logits == rf.first_logits);  // the exact path ends at the first turn: still exact
+  CHECK(rp.output_ids == rf.output_ids);
+  CHECK(rp.exact_path_chunks == 1);
+  CHECK(rb.cache.hits() == 4);  // prefix and the three chunks; the turns are computed, not missed
+  CHECK(rb.cache.misses == 0);
+  CHECK(rb.prefill.reused_tokens < rb.prefill.prompt_tokens);
+  CHECK(rb.chunk_ids == std::vector<std::string>{f.chunks[2].id});
 }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -98,6 +99,60 @@ void write_file_atomic(const fs::path& path, std::span<const std::string_view> p
     (void)::fsync(dfd);
     ::close(dfd);
   }
+}
+
+namespace {
+
+// Writes all of content to fd; false on an error (errno set).
+bool write_all(int fd, std::string_view content) {
+  for (size_t done = 0; done < content.size();) {
+    const ssize_t w = ::write(fd, content.data() + done, content.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return false;
+    done += size_t(w);
+  }
+  return true;
+}
+
+bool no_hard_links(int e) { return e == EPERM || e == ENOTSUP || e == EOPNOTSUPP || e == ENOSYS || e == EXDEV; }
+
+}  // namespace
+
+bool create_file_exclusive(const fs::path& path, std::string_view content) {
+  const fs::path tmp = temporary_name(path);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail("{}: cannot create: {}", tmp.string(), errno_text());
+  if (!write_all(fd, content) || ::fsync(fd) != 0) {
+    const std::string err = errno_text();
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail("{}: write failed: {}", tmp.string(), err);
+  }
+  ::close(fd);
+  if (::link(tmp.c_str(), path.c_str()) == 0) {
+    ::unlink(tmp.c_str());
+    return true;
+  }
+  const int e = errno;
+  // Over NFS a link whose reply was lost is retried and answers EEXIST although it was made: the
+  // temporary's link count says what happened.
+  struct stat st {};
+  const bool made = ::stat(tmp.c_str(), &st) == 0 && st.st_nlink == 2;
+  ::unlink(tmp.c_str());
+  if (made) return true;
+  if (e == EEXIST) return false;
+  if (!no_hard_links(e)) fail("{}: cannot create: {}", path.string(), std::strerror(e));
+  fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST) return false;
+  if (fd < 0) fail("{}: cannot create: {}", path.string(), errno_text());
+  const bool ok = write_all(fd, content);
+  const std::string err = ok ? std::string() : errno_text();
+  ::close(fd);
+  if (!ok) {
+    ::unlink(path.c_str());
+    fail("{}: write failed: {}", path.string(), err);
+  }
+  return true;
 }
 
 std::optional<TemporaryOwner> temporary_owner(const fs::path& path) {

@@ -24,6 +24,14 @@ inline void write_file_atomic(const std::filesystem::path& path, std::initialize
   write_file_atomic(path, std::span<const std::string_view>(parts.begin(), parts.size()));
 }
 
+// Creates path holding content unless path exists (false then), so that a reader sees no file or
+// the whole one: content is written to a temporary named as write_file_atomic's, which link(2)
+// then names path — link fails when path exists, on local and NFS file systems alike (the classic
+// NFS-safe lock file) — and the temporary's name is removed. On a file system without hard links,
+// O_EXCL create then write (a reader may then see the file empty for the moment of the write).
+// Error naming the file on any other failure.
+bool create_file_exclusive(const std::filesystem::path& path, std::string_view content);
+
 // The name write_file_atomic gives a temporary of target written by process pid on this machine
 // (counter: any value); for tests and the sweeps that must recognise them.
 std::filesystem::path temporary_path(const std::filesystem::path& target, long pid, uint64_t counter);
