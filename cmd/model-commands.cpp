@@ -2,8 +2,12 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <functional>
 #include <iostream>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -51,7 +55,19 @@ class ModelCommands : public CommandFamily {
     mtm_->add_option("--head-dim", spec_.head_dim, "Head size (0: embd / heads)")->check(CLI::Range(0, 1024))->capture_default_str();
     mtm_->add_option("--ff", spec_.n_ff, "Feed-forward width")->check(CLI::Range(1, 1 << 20))->capture_default_str();
     mtm_->add_option("--context", spec_.n_ctx, "Context length")->check(CLI::Range(1, 1 << 22))->capture_default_str();
-    mtm_->add_option("--weight-type", mtm_type_, "Projection weight type")->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}))->capture_default_str();
+    mtm_->add_option("--vocab", spec_.n_vocab, "Vocabulary size (0: the 262 byte-level tokens; more: filler tokens added)")
+        ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+    std::vector<std::string> type_names;
+    for (const auto& [name, type] : weight_types()) type_names.push_back(name);
+    type_names.push_back("q4_k_m");
+    mtm_->add_option("--weight-type", mtm_type_,
+                     "Projection weight type; token_embd/output stay f32 for f32|f16|bf16, else take it; q4_k_m: "
+                     "Q4_K with Q6_K for the head and some attn_v/ffn_down (llama.cpp's Q4_K_M rule)")
+        ->check(CLI::IsMember(type_names))->capture_default_str();
+    mtm_->add_flag("--separate-output", spec_.separate_output,
+                   "Write an output.weight of its own (as Llama-3-8B) instead of tying the head to token_embd");
+    mtm_->add_option("--threads", mtm_threads_, "Threads generating and quantising weights (0: one per core)")
+        ->check(CLI::NonNegativeNumber);
     mtm_->add_option("--seed", spec_.seed, "Random seed")->capture_default_str();
   }
 
@@ -106,11 +122,21 @@ class ModelCommands : public CommandFamily {
     std::cout << fmt::format("{}", fmt::join(ids, " ")) << "\n";
   }
 
+  // --weight-type names (lower case, as llama.cpp's quantize tool spells them) and their types.
+  static const std::vector<std::pair<std::string, GgmlType>>& weight_types() {
+    static const std::vector<std::pair<std::string, GgmlType>> types = {
+        {"f32", GgmlType::F32},   {"f16", GgmlType::F16},   {"bf16", GgmlType::BF16}, {"q4_0", GgmlType::Q4_0},
+        {"q4_1", GgmlType::Q4_1}, {"q5_0", GgmlType::Q5_0}, {"q5_1", GgmlType::Q5_1}, {"q8_0", GgmlType::Q8_0},
+        {"q4_k", GgmlType::Q4_K}, {"q5_k", GgmlType::Q5_K}, {"q6_k", GgmlType::Q6_K}};
+    return types;
+  }
+
   void run_make_test_model() {
-    spec_.weight_type = mtm_type_ == "f16"    ? GgmlType::F16
-                        : mtm_type_ == "bf16" ? GgmlType::BF16
-                        : mtm_type_ == "q8_0" ? GgmlType::Q8_0
-                                              : GgmlType::F32;
+    spec_.q4_k_m = mtm_type_ == "q4_k_m";
+    for (const auto& [name, type] : weight_types())
+      if (name == mtm_type_) spec_.weight_type = type;
+    spec_.threads = mtm_threads_ > 0 ? mtm_threads_ : int(std::max(1u, std::thread::hardware_concurrency()));
+    spec_.progress = true;
     write_random_model(spec_, mtm_out_);
     std::fprintf(stderr, "ragkv: wrote %s\n", mtm_out_.c_str());
   }
@@ -124,6 +150,7 @@ class ModelCommands : public CommandFamily {
   bool tok_no_special_ = false, tok_bos_ = false;
   RandomModelSpec spec_;
   std::string mtm_out_, mtm_type_ = "f32";
+  int mtm_threads_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // GgufWriter: encodes the GGUF v3 layout (header, metadata, tensor infos, aligned data).
 #include "format/gguf-writer.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -68,7 +69,17 @@ void GgufWriter::set(const std::string& key, const IntArray& v) {
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> ne,
                             std::vector<uint8_t> data) {
-  tensors_.push_back({name, type, std::move(ne), std::move(data)});
+  const uint64_t bytes = data.size();
+  tensors_.push_back({name, type, std::move(ne), bytes, std::move(data), {}});
+}
+
+void GgufWriter::add_tensor_source(const std::string& name, GgmlType type, std::vector<int64_t> ne,
+                                   TensorSource source) {
+  if (ne.empty()) fail("tensor '{}': no dimensions", name);
+  uint64_t rows = 1;
+  for (size_t i = 1; i < ne.size(); ++i) rows *= uint64_t(ne[i]);
+  const uint64_t bytes = ggml_row_bytes(type, ne[0]) * rows;
+  tensors_.push_back({name, type, std::move(ne), bytes, {}, std::move(source)});
 }
 
 void GgufWriter::add_tensor_f32(const std::string& name, std::vector<int64_t> ne, const std::vector<float>& values) {
@@ -95,18 +106,37 @@ void GgufWriter::write(const std::string& path) const {
     for (int64_t d : t.ne) put<int64_t>(b, d);
     put<uint32_t>(b, static_cast<uint32_t>(t.type));
     put<uint64_t>(b, offset);
-    offset += (t.data.size() + kAlignment - 1) / kAlignment * kAlignment;
+    offset += (t.bytes + kAlignment - 1) / kAlignment * kAlignment;
   }
   b.resize((b.size() + kAlignment - 1) / kAlignment * kAlignment, 0);
-  for (const auto& t : tensors_) {
-    b.insert(b.end(), t.data.begin(), t.data.end());
-    b.resize((b.size() + kAlignment - 1) / kAlignment * kAlignment, 0);
-  }
+
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("{}: cannot create: {}", tmp, std::strerror(errno));
-  const bool ok = std::fwrite(b.data(), 1, b.size(), f) == b.size();
-  if (std::fclose(f) != 0 || !ok) {
+  auto write_padded = [&](const uint8_t* data, size_t n) {
+    static const uint8_t zeros[kAlignment] = {};
+    const size_t pad = (kAlignment - n % kAlignment) % kAlignment;
+    if (std::fwrite(data, 1, n, f) != n || std::fwrite(zeros, 1, pad, f) != pad)
+      fail("{}: write failed: {}", tmp, std::strerror(errno));
+  };
+  try {
+    write_padded(b.data(), b.size());
+    for (const auto& t : tensors_) {
+      if (!t.source) {
+        write_padded(t.data.data(), t.data.size());
+        continue;
+      }
+      const std::vector<uint8_t> data = t.source();
+      if (data.size() != t.bytes)
+        fail("tensor '{}': its source made {} bytes, expected {}", t.name, data.size(), t.bytes);
+      write_padded(data.data(), data.size());
+    }
+  } catch (...) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::fclose(f) != 0) {
     std::remove(tmp.c_str());
     fail("{}: write failed", tmp);
   }

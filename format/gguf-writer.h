@@ -1,7 +1,10 @@
 // GGUF v3 writer: metadata and tensors to a new file, written to a temporary name and renamed
 // into place. Used to make test models (random weights of given shapes) and test fixtures.
+// Tensors are written one after another: a tensor added with a source is made only when write()
+// reaches it, so a model of many GB is never held in memory whole.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -27,6 +30,10 @@ class GgufWriter {
   // ne[0] is the row length; data holds ggml_row_bytes(type, ne[0]) * rows bytes.
   void add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> ne, std::vector<uint8_t> data);
   void add_tensor_f32(const std::string& name, std::vector<int64_t> ne, const std::vector<float>& values);
+  // The tensor's bytes come from source() when write() reaches it, in the order tensors were
+  // added; it must return exactly ggml_row_bytes(type, ne[0]) * rows bytes (checked).
+  using TensorSource = std::function<std::vector<uint8_t>()>;
+  void add_tensor_source(const std::string& name, GgmlType type, std::vector<int64_t> ne, TensorSource source);
 
   void write(const std::string& path) const;
 
@@ -40,7 +47,9 @@ class GgufWriter {
     std::string name;
     GgmlType type;
     std::vector<int64_t> ne;
+    uint64_t bytes;               // data's size, or what source must return
     std::vector<uint8_t> data;
+    TensorSource source;          // empty when data is given
   };
   std::vector<Entry> kv_;
   std::vector<TensorEntry> tensors_;

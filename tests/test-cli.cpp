@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "format/gguf.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"
@@ -37,6 +40,35 @@ TEST_CASE("cli: tokenize prints ids on one line") {
   const Run r = run("tokenize --text 'Hello world'");
   CHECK(r.exit_code == 0);
   CHECK(r.out == "19556 905\n");
+}
+
+TEST_CASE("cli: make-test-model writes quantised weights, a padded vocabulary and a separate head, and generate runs it") {
+  const ragkv::test::TempDir tmp("cli-quantised");
+  const std::string path = (tmp.path / "q4km.gguf").string();
+  const Run made = run("make-test-model --arch llama --layers 2 --embd 256 --heads 4 --kv-heads 2 --ff 512 --context 64 "
+                       "--vocab 1000 --separate-output --weight-type q4_k_m --threads 2 --out " + path);
+  CAPTURE(made.err);
+  REQUIRE(made.exit_code == 0);
+  CHECK(made.err.find("M weights") != std::string::npos);  // progress
+  {
+    ragkv::GgufFile g(path);
+    CHECK(g.tensor("token_embd.weight").ne == std::vector<int64_t>{256, 1000});
+    CHECK(g.tensor("token_embd.weight").type == ragkv::GgmlType::Q4_K);
+    CHECK(g.tensor("output.weight").type == ragkv::GgmlType::Q6_K);
+    CHECK(g.tensor("blk.1.attn_q.weight").type == ragkv::GgmlType::Q4_K);
+    CHECK(g.tensor("blk.1.ffn_norm.weight").type == ragkv::GgmlType::F32);
+  }
+  const Run a = run("generate --device cpu --threads 2 --json --max-tokens 5 --prompt 'the cat' --model " + path);
+  const Run b = run("generate --device cpu --threads 2 --json --max-tokens 5 --prompt 'the cat' --model " + path);
+  CAPTURE(a.err);
+  CHECK(a.exit_code == 0);
+  const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  CHECK(ja["output_ids"].size() == 5);
+  CHECK(ja["output_ids"] == jb["output_ids"]);
+  CHECK(ja["text"] == jb["text"]);
+  const Run bad = run("make-test-model --weight-type q4_k --out " + (tmp.path / "bad.gguf").string());
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.err.find("token_embd.weight has rows of 64 values") != std::string::npos);
 }
 
 TEST_CASE("cli: bad input gives a one-line error and a non-zero exit") {

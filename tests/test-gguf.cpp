@@ -76,6 +76,45 @@ TEST_CASE("gguf: writer and reader round trip metadata and tensors") {
   CHECK(g.tensor("v").shape_str() == "[7]");
 }
 
+TEST_CASE("gguf: tensors from sources are made in order while writing, their sizes checked") {
+  const test::TempDir tmp("gguf");
+  GgufWriter w;
+  std::vector<std::string> made;
+  w.add_tensor_f32("a", {3}, {1.f, 2.f, 3.f});
+  w.add_tensor_source("q", GgmlType::Q8_0, {64, 2}, [&] {
+    made.push_back("q");
+    std::vector<uint8_t> b(2 * 2 * ggml_block_bytes(GgmlType::Q8_0));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i);
+    return b;
+  });
+  w.add_tensor_source("f", GgmlType::F32, {5}, [&] {
+    made.push_back("f");
+    std::vector<float> v = {5, 4, 3, 2, 1};
+    std::vector<uint8_t> b(20);
+    std::memcpy(b.data(), v.data(), 20);
+    return b;
+  });
+  CHECK(made.empty());  // nothing made before write()
+  const std::string path = temp_path(tmp, "sources.gguf");
+  w.write(path);
+  CHECK(made == std::vector<std::string>{"q", "f"});
+  GgufFile g(path);
+  CHECK(reinterpret_cast<const float*>(g.tensor("a").data)[2] == 3.f);
+  const GgufTensor& q = g.tensor("q");
+  CHECK(q.type == GgmlType::Q8_0);
+  CHECK(q.nbytes == 136);
+  CHECK(q.data[135] == 135);
+  CHECK(reinterpret_cast<uintptr_t>(g.tensor("f").data) % 32 == 0);
+  CHECK(reinterpret_cast<const float*>(g.tensor("f").data)[0] == 5.f);
+
+  GgufWriter bad;
+  bad.add_tensor_source("short", GgmlType::F32, {8}, [] { return std::vector<uint8_t>(16); });
+  const std::string bad_path = temp_path(tmp, "bad.gguf");
+  CHECK(error_of([&] { bad.write(bad_path); }) == "tensor 'short': its source made 16 bytes, expected 32");
+  CHECK_FALSE(fs::exists(bad_path));
+  CHECK_FALSE(fs::exists(bad_path + ".tmp"));
+}
+
 TEST_CASE("gguf: wrong types and missing keys name the key") {
   const test::TempDir tmp("gguf");
   GgufWriter w;

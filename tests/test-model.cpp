@@ -3,11 +3,13 @@
 // default models with Hugging Face transformers and llama.cpp (golden logits and
 // greedy tokens in testdata/, made by testdata/make_logits_golden.py).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +20,7 @@
 #include "backend/cpu-backend.h"
 #include "model/model.h"
 #include "model/random-model.h"
+#include "format/gguf.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 
@@ -91,6 +94,140 @@ TEST_CASE("model: f16, bf16 and Q8_0 weights load and give close logits to f32")
     // Same random weights, rounded: bf16 keeps 8 significant bits, Q8_0 ~2 digits per weight.
     CHECK_MESSAGE(max_abs_diff(logits, ref) < (t == GgmlType::Q8_0 || t == GgmlType::BF16 ? 0.1 : 0.01), ggml_type_name(t));
   }
+}
+
+namespace {
+
+// A small llama whose every matrix has rows of a multiple of 256 values (the K-quants' blocks),
+// the same random values (same seed) whatever the type they are written in.
+std::string quantised_model(const test::TempDir& dir, GgmlType t, bool q4_k_m = false, int threads = 2,
+                            bool separate_output = false) {
+  const std::string path = (dir.path / fmt::format("quantised-{}-{}{}.gguf", q4_k_m ? "Q4_K_M" : ggml_type_name(t),
+                                                    threads, separate_output ? "-separate" : ""))
+                               .string();
+  RandomModelSpec s;
+  s.n_layer = 8;  // Q4_K_M's rule gives Q6_K to layers 0, 3, 6, 7 of 8
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 512;
+  s.n_ctx = 64;
+  s.n_vocab = 300;
+  s.separate_output = separate_output;
+  s.weight_type = t;
+  s.q4_k_m = q4_k_m;
+  s.threads = threads;
+  write_random_model(s, path);
+  return path;
+}
+
+double rms(const std::vector<float>& a) {
+  double s = 0;
+  for (float x : a) s += double(x) * x;
+  return std::sqrt(s / double(a.size()));
+}
+
+}  // namespace
+
+TEST_CASE("model: every quantised weight type loads, generates deterministically and stays near the f32 model") {
+  const test::TempDir tmp("model-quantised");
+  auto backend = make_cpu_backend(2);
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  GenerateOptions opt;
+  opt.max_tokens = 6;
+  opt.stop_at_eog = false;
+  auto logits_of = [&](const std::string& path) {
+    Model m(path, *backend);
+    KvCache kv = m.new_kv_cache(16);
+    Workspace ws;
+    return m.forward(ids, kv, ws);
+  };
+  // The same random values in f32, with the head tied (as the single types write it) and separate
+  // (as the Q4_K_M case does).
+  const std::vector<float> ref_tied = logits_of(quantised_model(tmp, GgmlType::F32));
+  const std::vector<float> ref_separate = logits_of(quantised_model(tmp, GgmlType::F32, false, 2, true));
+  REQUIRE(ref_tied.size() == 300);
+  struct Case {
+    GgmlType type;
+    bool q4_k_m;
+    double tolerance;  // RMS logit deviation from the f32 model, relative to the f32 logits' RMS
+  };
+  // Tolerances, measured not derived: a random network amplifies a perturbation of its weights
+  // through its 8 layers, so the logits deviate about 5× the weights' own RMS rounding error
+  // (tests/test-quantize.cpp: 0.08 of the values at 4 bits, 0.04 at 5, 0.02 at Q6_K, 0.005 at Q8_0;
+  // measured here 0.42 for Q4_0, 0.38 for Q4_K, 0.20-0.23 at 5 bits, 0.13 for Q6_K, 0.028 for Q8_0,
+  // the products' 8-bit activations included). The limits are about 1.7× those; logits of an
+  // unrelated model (a layout error) deviate by √2 ≈ 1.41.
+  const std::vector<Case> cases = {
+      {GgmlType::Q8_0, false, 0.05}, {GgmlType::Q4_0, false, 0.7}, {GgmlType::Q4_1, false, 0.7},
+      {GgmlType::Q5_0, false, 0.4},  {GgmlType::Q5_1, false, 0.4}, {GgmlType::Q4_K, false, 0.7},
+      {GgmlType::Q5_K, false, 0.4},  {GgmlType::Q6_K, false, 0.22}, {GgmlType::Q4_K, true, 0.7},
+  };
+  for (const Case& c : cases) {
+    const std::string name = c.q4_k_m ? std::string("Q4_K_M mix") : std::string(ggml_type_name(c.type));
+    CAPTURE(name);
+    const std::string path = quantised_model(tmp, c.type, c.q4_k_m, 2, c.q4_k_m);
+    {  // The types the file holds.
+      GgufFile g(path);
+      for (const GgufTensor& t : g.tensors()) {
+        CAPTURE(t.name);
+        if (t.ne.size() == 1) {
+          CHECK(t.type == GgmlType::F32);  // norm weights stay f32
+          continue;
+        }
+        const bool more_bits = t.name.starts_with("blk.0.") || t.name.starts_with("blk.3.") ||
+                               t.name.starts_with("blk.6.") || t.name.starts_with("blk.7.");
+        const bool v_or_down = t.name.ends_with("attn_v.weight") || t.name.ends_with("ffn_down.weight");
+        if (!c.q4_k_m) CHECK(t.type == c.type);
+        else if (t.name == "output.weight" || (more_bits && v_or_down)) CHECK(t.type == GgmlType::Q6_K);
+        else CHECK(t.type == GgmlType::Q4_K);
+      }
+      CHECK((g.find_tensor("output.weight") != nullptr) == c.q4_k_m);
+    }
+    const std::vector<float> logits = logits_of(path);
+    const std::vector<float>& ref = c.q4_k_m ? ref_separate : ref_tied;
+    REQUIRE(logits.size() == ref.size());
+    std::vector<float> diff(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) diff[i] = logits[i] - ref[i];
+    const double rel = rms(diff) / rms(ref);
+    MESSAGE(name << ": logits' RMS deviation from f32 " << rel);
+    CHECK(rel < c.tolerance);
+    CHECK(rel > 0);  // the weights really are rounded
+    Model m(path, *backend);
+    const auto a = generate_greedy(m, ids, opt), b = generate_greedy(m, ids, opt);
+    CHECK(a.output_ids.size() == 6);
+    CHECK(a.output_ids == b.output_ids);
+    CHECK(a.first_logits == b.first_logits);
+  }
+}
+
+TEST_CASE("model: a random model's bytes do not depend on the threads that wrote it") {
+  const test::TempDir tmp("model-threads");
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::F16}) {
+    CAPTURE(ggml_type_name(t));
+    const auto one = bytes(quantised_model(tmp, t, false, 1));
+    const auto three = bytes(quantised_model(tmp, t, false, 3));
+    CHECK(one.size() > 1000000);
+    CHECK(one == three);
+  }
+}
+
+TEST_CASE("model: a random model refuses shapes its weight type cannot block, naming the tensor") {
+  const test::TempDir tmp("model-bad-shape");
+  RandomModelSpec s;
+  s.weight_type = GgmlType::Q4_K;  // n_embd 64: rows of 64 values, not 256
+  CHECK_THROWS_WITH_AS(write_random_model(s, (tmp.path / "bad.gguf").string()),
+                       doctest::Contains("token_embd.weight has rows of 64 values, not a multiple of Q4_K's 256"),
+                       Error);
+  s.weight_type = GgmlType::Q8_0;
+  s.n_vocab = 100;
+  CHECK_THROWS_WITH_AS(write_random_model(s, (tmp.path / "bad.gguf").string()),
+                       doctest::Contains("smaller than the 262"), Error);
+  CHECK_FALSE(fs::exists(tmp.path / "bad.gguf"));
 }
 
 TEST_CASE("model: sequences decoded together (GreedyBatch) equal each decoded alone, joining and leaving between steps") {
