@@ -2,7 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build test clean bench demo device-bundle
+.PHONY: setup build test test-sanitize fuzz fuzz-build fuzz-smoke clean bench demo device-bundle
 
 setup:
 	bash scripts/setup.sh
@@ -11,8 +11,45 @@ build:
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# `make test` is what CI runs (`bash .ci/run`): the whole suite on the Release build, then the unit
+# tests again under AddressSanitizer + UndefinedBehaviorSanitizer (test-sanitize), then every fuzz
+# target for FUZZ_SMOKE_SECONDS on its checked-in seeds (fuzz-smoke). While iterating, run
+# `cd build && ctest -R pattern` instead.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-sanitize
+	$(MAKE) fuzz-smoke
+
+# The suite under ASan + UBSan (-fno-sanitize-recover: UB fails the test; LeakSanitizer on), built
+# with gcc at -O1 in $(SAN_BUILD_DIR) without cuda/. SAN_EXCLUDE: the tests left out — those that
+# run the real models end to end (minutes each under the sanitizers; their code paths are covered by
+# the unit tests on random models).
+SAN_BUILD_DIR ?= build-asan
+SAN_EXCLUDE ?=
+test-sanitize:
+	cmake -S . -B $(SAN_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DRAGKV_SANITIZE=ON
+	cmake --build $(SAN_BUILD_DIR) -j $(JOBS) --target ragkv ragkv_tests
+	cd $(SAN_BUILD_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) $(if $(SAN_EXCLUDE),-E '$(SAN_EXCLUDE)')
+
+# libFuzzer targets (fuzz/, clang, ASan + UBSan) in $(FUZZ_BUILD_DIR). `make fuzz` runs each for
+# FUZZ_SECONDS (FUZZ_TARGETS: a subset) and prints executions, time, corpus size and crashes;
+# fuzz-smoke is the short run of `make test`.
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_TARGETS ?=
+fuzz-build:
+	cmake -S . -B $(FUZZ_BUILD_DIR) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_BUILD_TYPE=Release -DRAGKV_FUZZ=ON -DRAGKV_OPENBLAS=OFF
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzz-targets fuzz-make-seeds
+
+fuzz: fuzz-build
+	bash fuzz/run.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-smoke: fuzz-build
+	bash fuzz/run.sh $(FUZZ_BUILD_DIR) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
 
 # The main job on the bundled defaults: index testdata/rag-mini (6 SQuAD passages), precompute its
 # chunk caches, answer its 12 questions in blend, reuse and prefix modes against full recompute,

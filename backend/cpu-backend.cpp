@@ -32,9 +32,14 @@ float gelu_tanh(float x) {
 
 // exp(x) in f32 for x in [-87, 88], without a libm call so loops over it vectorise: Cody–Waite
 // reduction by ln 2 and the Cephes expf polynomial (relative error < 1e-7). No clamping: callers
-// keep x in range (a clamp by select would stop GCC vectorising under -ftrapping-math).
+// keep x in range (a clamp by select would stop GCC vectorising under -ftrapping-math). The
+// integer n is read from the bits of the rounded sum, never converted from a float: a NaN (a
+// corrupt model's weights) then gives NaN rather than undefined behaviour (found by fuzzing).
 inline float exp_f32(float x) {
-  const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(x / ln 2)
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
+  const float t = x * 1.44269504088896341f + kRound;
+  const float n = t - kRound;  // round(x / ln 2)
+  const uint32_t n_bits = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRound);  // n, two's complement
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -44,7 +49,7 @@ inline float exp_f32(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return p * std::bit_cast<float>((n_bits + 127u) << 23);
 }
 
 // gelu(x) = x·Φ(x) = x/2 · (1 + erf(x/√2)), through erfc (Numerical Recipes' erfcc, fractional
@@ -388,7 +393,8 @@ void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos,
       const int h = g * group + hg;
       for (int64_t q0 = 0, b = 0; q0 < n_q; q0 += kBlock, ++b) {
         const int64_t nb = std::min(kBlock, n_q - q0);
-        const auto [lo, hi] = ranges[b];
+        const int64_t lo = ranges[b].lo, hi = ranges[b].hi;  // (not a structured binding:
+        // clang before 16 cannot capture one in the OpenMP region below, and the fuzz build is clang)
         const int64_t w = hi - lo;
         float* o = out.as<float>() + q0 * q_cols + int64_t(h) * hd;
         if (w == 0) {  // nothing visible (cannot happen for a query that sees itself)

@@ -28,8 +28,10 @@ inline void act_scale(const float* x, int n, float* d, float* id) {
   *id = amax > 0.f ? 127.f / amax : 0.f;
 }
 
-// Round to nearest, ties to even (the default rounding mode, as the SIMD round instruction).
-inline int8_t act_round(float v) { return static_cast<int8_t>(std::nearbyint(v)); }
+// Round to nearest, ties to even (the default rounding mode, as the SIMD round instruction). A NaN
+// (an activation of a corrupt model) becomes -128, as the AVX2 conversion and saturating packs
+// make it, rather than an undefined float-to-int conversion.
+inline int8_t act_round(float v) { return v == v ? static_cast<int8_t>(std::nearbyint(v)) : int8_t(-128); }
 
 void quantize_act32(const float* x, ActBlock32* y, int64_t k) {
   for (int64_t b = 0; b < k / 32; ++b, x += 32) {

@@ -5,6 +5,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "util/error.h"
 
@@ -61,8 +64,11 @@ GemmFn gemm_for(const QuantKernels& k, GgmlType t) {
 const QuantKernels* quant_kernels_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return &kQuantKernelsAvx2;
+  // F16C from CPUID leaf 1 (ECX bit 29): clang before 15 does not know "f16c" in
+  // __builtin_cpu_supports, and the fuzz build is clang.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return &kQuantKernelsAvx2;
 #endif
   return nullptr;
 }

@@ -73,8 +73,10 @@ double scalar_as_double(Cursor& c, GgufType t, int64_t* as_int) {
     case GgufType::u64: { auto v = c.read<uint64_t>("value"); *as_int = (int64_t)v; return (double)v; }
     case GgufType::i64: { auto v = c.read<int64_t>("value"); *as_int = v; return (double)v; }
     case GgufType::boolean: { auto v = c.read<uint8_t>("value"); *as_int = v != 0; return v != 0; }
-    case GgufType::f32: { auto v = c.read<float>("value"); *as_int = (int64_t)v; return v; }
-    case GgufType::f64: { auto v = c.read<double>("value"); *as_int = (int64_t)v; return v; }
+    // Floats have no integer value (find_int refuses them); converting one out of int64's range
+    // would be undefined behaviour (found by fuzzing).
+    case GgufType::f32: { auto v = c.read<float>("value"); *as_int = 0; return v; }
+    case GgufType::f64: { auto v = c.read<double>("value"); *as_int = 0; return v; }
     default: return 0;
   }
 }
@@ -160,10 +162,15 @@ void GgufFile::parse() {
     const uint32_t n_dims = c.read<uint32_t>("tensor dims");
     if (n_dims == 0 || n_dims > kMaxDims)
       fail("{}: tensor '{}' has {} dimensions (expected 1..4)", path_, t.name, n_dims);
+    int64_t elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const int64_t n = c.read<int64_t>("tensor shape");
       if (n <= 0 || n > (int64_t(1) << 40)) fail("{}: tensor '{}' has bad dimension {}", path_, t.name, n);
       t.ne.push_back(n);
+      // Every later product over the shape (n_elements, byte sizes) stays inside int64 (found by
+      // fuzzing: four dimensions of 2^40 overflowed n_elements()).
+      if (__builtin_mul_overflow(elements, n, &elements) || elements > (int64_t(1) << 56))
+        fail("{}: tensor '{}' has a shape of more than 2^56 elements: the file is corrupt", path_, t.name);
     }
     t.type = static_cast<GgmlType>(c.read<uint32_t>("tensor type"));
     t.offset = c.read<uint64_t>("tensor offset");
@@ -186,7 +193,9 @@ void GgufFile::parse() {
       if (t.ne[0] % ggml_block_elems(t.type) != 0)
         fail("{}: tensor '{}' row length {} is not a multiple of the {} block size {}", path_,
              t.name, t.ne[0], ggml_type_name(t.type), ggml_block_elems(t.type));
-      t.nbytes = ggml_row_bytes(t.type, t.ne[0]) * static_cast<size_t>(t.rows());
+      if (__builtin_mul_overflow(ggml_row_bytes(t.type, t.ne[0]), static_cast<size_t>(t.rows()), &t.nbytes))
+        fail("{}: tensor '{}' of shape {} has a byte size beyond 2^64: the file is corrupt", path_, t.name,
+             t.shape_str());
     } catch (const Error&) {
       if (ggml_type_supported(t.type)) throw;
       t.nbytes = 0;

@@ -298,6 +298,9 @@ void ChunkKvReader::open(const fs::path& path, const ChunkKvMeta* expected, bool
       throw CacheFileError(e.what());
     }
 
+    // No model has 0 layers; and a file of 0 layers with a huge layer shape would pass the size
+    // check below, then make verify_all_layers allocate gigabytes (found by fuzzing).
+    if (meta_.n_layer == 0) bad("corrupt: the header gives the chunk 0 layers");
     const auto want_size = implied_size(meta_, encoding_, header_len);
     if (!want_size) bad("corrupt: the header's shape overflows");
     if (file_bytes_ != *want_size)

@@ -33,14 +33,14 @@ KvStoreInfo read_store_json(const fs::path& path) {
   const json j = read_json_file(path);
   try {
     if (j.value("format", "") != "ragkv-store") fail("{}: not a ragkv store file", path.string());
-    i.format_version = j.at("format_version").get<int>();
+    i.format_version = json_integer<int>(j.at("format_version"));
     if (i.format_version != 1 && i.format_version != 2)
       fail("{}: store format version {}, this build reads versions 1 and 2", path.string(), i.format_version);
     i.model_fingerprint = j.at("model_fingerprint").get<std::string>();
     i.model_name = j.at("model_name").get<std::string>();
-    i.n_layer = j.at("n_layer").get<uint32_t>();
-    i.n_kv_head = j.at("n_kv_head").get<uint32_t>();
-    i.head_dim = j.at("head_dim").get<uint32_t>();
+    i.n_layer = json_integer<uint32_t>(j.at("n_layer"));
+    i.n_kv_head = json_integer<uint32_t>(j.at("n_kv_head"));
+    i.head_dim = json_integer<uint32_t>(j.at("head_dim"));
     i.dtype = j.at("dtype").get<std::string>();
     i.prefix = j.at("prefix").get<std::string>();
   } catch (const json::exception& e) {

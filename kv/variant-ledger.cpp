@@ -72,8 +72,10 @@ CraftStoreSettings read_craft_settings(const KvStore& store) {
     if (j.contains("alpha") && !j["alpha"].is_null()) s.alpha = j["alpha"].get<double>();
     s.alpha_fit = j.value("alpha_fit", json());
     if (j.contains("budget")) {
-      s.budget.max_variants = j["budget"].value("max_variants", size_t(0));
-      s.budget.max_bytes = j["budget"].value("max_bytes", uint64_t(0));
+      const json& b = j["budget"];
+      if (!b.is_object()) fail("{}: malformed craft settings: \"budget\" is not an object", p.string());
+      if (b.contains("max_variants")) s.budget.max_variants = json_integer<size_t>(b["max_variants"]);
+      if (b.contains("max_bytes")) s.budget.max_bytes = json_integer<uint64_t>(b["max_bytes"]);
     }
   } catch (const json::exception& e) {
     fail("{}: malformed craft settings: {}", p.string(), e.what());

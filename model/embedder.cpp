@@ -85,7 +85,12 @@ void Embedder::load(const std::filesystem::path& dir, Backend& backend) {
                               ? "bert."
                               : "";
   auto load = [&](const std::string& name, std::vector<int64_t> shape) {
-    return backend.load_weight(st.weight_view(pre + name, shape));
+    const GgufTensor view = st.weight_view(pre + name, shape);
+    try {
+      return backend.load_weight(view);
+    } catch (const Error& e) {  // the backend names the tensor, not the file
+      fail("{}: {}", st.path(), e.what());
+    }
   };
   const int64_t d = cfg.n_embd, ff = cfg.n_ff;
   BertWeights w;

@@ -97,16 +97,27 @@ const GgufTensor* Model::checked(const std::string& name, const std::vector<int6
 
 // Weights are used where they lie in the mapped file (gguf_ outlives them: members are destroyed
 // in reverse order).
+// The backend's refusals (a tensor type it cannot compute with) name the tensor, not the file:
+// the file is added here (found by fuzzing).
 std::unique_ptr<Weight> Model::load(const std::string& name, std::vector<int64_t> shape, bool required) {
   const GgufTensor* t = checked(name, shape, required);
-  return t ? backend_.load_weight(*t, WeightMemory::in_place) : nullptr;
+  if (!t) return nullptr;
+  try {
+    return backend_.load_weight(*t, WeightMemory::in_place);
+  } catch (const Error& e) {
+    fail("{}: {}", gguf_->path(), e.what());
+  }
 }
 
 std::unique_ptr<Weight> Model::load_stack(const std::string& name, const std::vector<std::string>& parts,
                                           const std::vector<std::vector<int64_t>>& shapes) {
   std::vector<const GgufTensor*> ts;
   for (size_t i = 0; i < parts.size(); ++i) ts.push_back(checked(parts[i], shapes[i]));
-  return backend_.load_weight_stack(ts, name, WeightMemory::in_place);
+  try {
+    return backend_.load_weight_stack(ts, name, WeightMemory::in_place);
+  } catch (const Error& e) {
+    fail("{}: {}", gguf_->path(), e.what());
+  }
 }
 
 void Model::embed(std::span<const int32_t> ids, Workspace& ws) const {

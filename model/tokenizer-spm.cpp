@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "util/error.h"
+#include "util/utf8.h"
 #include "format/gguf.h"
 #include "model/tokenizer.h"
 
@@ -69,7 +70,7 @@ int byte_token_value(const std::string& t) {
 
 class SpmTokenizer final : public Tokenizer {
  public:
-  explicit SpmTokenizer(const GgufFile& gguf) {
+  explicit SpmTokenizer(const GgufFile& gguf) : path_(gguf.path()) {
     tokens_ = gguf.get_string_array("tokenizer.ggml.tokens");
     const size_t n = tokens_.size();
     if (n == 0 || n > size_t(INT32_MAX)) fail("{}: tokenizer.ggml.tokens has {} entries", gguf.path(), n);
@@ -142,7 +143,9 @@ class SpmTokenizer final : public Tokenizer {
       else if (type < kNormal || type > kByte) type = kNormal;
       std::string placeholder;
       std::string_view piece = proto_pieces[i];
-      if (piece.empty() || !seen.insert(piece).second) {  // sentencepiece wants unique, non-empty
+      // sentencepiece wants unique, non-empty pieces of valid UTF-8 (an invalid one made it fail
+      // to encode text it had accepted the vocabulary for; found by fuzzing).
+      if (piece.empty() || find_invalid_utf8(piece) != std::string_view::npos || !seen.insert(piece).second) {
         placeholder = fmt::format("<ragkv-placeholder-{}>", i);
         piece = placeholder;
         if (type != kUnknown) type = kControl;
@@ -203,7 +206,11 @@ class SpmTokenizer final : public Tokenizer {
         }
         after_special = false;
         const auto status = sp_.Encode(piece, &ids);
-        if (!status.ok()) fail("sentencepiece failed to encode {} bytes of text: {}", piece.size(), status.ToString());
+        // A vocabulary sentencepiece accepted can still fail on some text (found by fuzzing a
+        // model file's vocabulary): the error names the model the vocabulary came from.
+        if (!status.ok())
+          fail("{}: sentencepiece failed to encode {} bytes of text with this model's vocabulary: {}", path_,
+               piece.size(), status.ToString());
         out.insert(out.end(), ids.begin(), ids.end());
       }
     }
@@ -238,6 +245,7 @@ class SpmTokenizer final : public Tokenizer {
   }
 
  private:
+  std::string path_;  // the GGUF file, for errors
   std::vector<std::string> tokens_;
   std::vector<int32_t> types_;
   std::unordered_map<TokenId, int> byte_value_;  // byte tokens -> their byte (-1: malformed)

@@ -3,9 +3,11 @@
 #include "retrieval/chunker.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <exception>
 #include <mutex>
+#include <optional>
 
 #include "util/error.h"
 #include "model/tokenizer.h"
@@ -27,15 +29,63 @@ size_t char_start(std::string_view t, size_t p) {
   return p;
 }
 
+// Bytes of the UTF-8 character starting at p (1 for a stray continuation or invalid byte).
+size_t char_length(std::string_view t, size_t p) {
+  const auto b = static_cast<unsigned char>(t[p]);
+  const size_t n = b < 0xC0 || b >= 0xF8 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+  return std::min(n, t.size() - p);
+}
+
+// The characters a tokenizer drops: those that encode to no token (byte-level BPE drops the bytes
+// its vocabulary has no token for — SmolLM2 has none for 0x04 or 0xFF — and merges across them).
+// One-byte answers are remembered.
+class DroppedChars {
+ public:
+  explicit DroppedChars(const Tokenizer& tok) : tok_(tok) { ascii_.fill(-1); }
+  bool operator()(std::string_view ch) {
+    if (ch.size() == 1 && static_cast<unsigned char>(ch[0]) < 0x80) {
+      int8_t& known = ascii_[static_cast<unsigned char>(ch[0])];
+      if (known < 0) known = tok_.encode(ch, false).empty() ? 1 : 0;
+      return known == 1;
+    }
+    return tok_.encode(ch, false).empty();
+  }
+
+ private:
+  const Tokenizer& tok_;
+  std::array<int8_t, 128> ascii_;
+};
+
+// Where piece ends when it spells text from pos, stepping over dropped characters before it and
+// inside it (a token merged across them); nullopt when it does not. The dropped characters before
+// it count as the token's, so chunks still cover every byte of the text.
+std::optional<size_t> match_piece(std::string_view text, size_t pos, std::string_view piece, DroppedChars& dropped) {
+  size_t j = pos;
+  for (size_t i = 0; i < piece.size();) {
+    if (j < text.size() && text[j] == piece[i]) {
+      ++i, ++j;
+      continue;
+    }
+    if (j >= text.size()) return std::nullopt;
+    const size_t len = char_length(text, j);
+    if (!dropped(text.substr(j, len))) return std::nullopt;
+    j += len;
+  }
+  return j;
+}
+
 // Byte offset in text where each token starts (offs[i]), with offs[n] = text.size(), from the
-// token_to_piece lengths. For byte-level BPE the pieces spell the text exactly. Where a piece
-// does not match the text at the current position (a byte the vocabulary cannot spell, a
-// SentencePiece prefix space, a normalised character) the piece is looked for a little further
-// on; failing that the token gets zero width. Offsets are therefore always monotonic and within
-// the text, and exact wherever the pieces spell the text.
+// token_to_piece lengths. For byte-level BPE the pieces spell the text exactly, but for the
+// characters the vocabulary cannot spell, which the tokenizer drops: a piece is matched stepping
+// over those (before it and inside it, however many: a long run of them must not leave every
+// later token behind it; found by fuzzing the chunker). Where a piece still does not match (a
+// SentencePiece prefix space, a normalised character) it is looked for a little further on;
+// failing that the token gets zero width. Offsets are therefore always monotonic and within the
+// text, and exact wherever the pieces spell the text.
 std::vector<size_t> token_offsets(std::string_view text, const std::vector<TokenId>& ids, const Tokenizer& tok) {
   constexpr size_t kResyncWindow = 16;
   std::vector<size_t> offs(ids.size() + 1, text.size());
+  DroppedChars dropped(tok);
   size_t pos = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     offs[i] = pos;
@@ -44,6 +94,10 @@ std::vector<size_t> token_offsets(std::string_view text, const std::vector<Token
     if (piece.empty()) continue;
     if (text.compare(pos, piece.size(), piece) == 0) {
       pos += piece.size();
+      continue;
+    }
+    if (const auto end = match_piece(text, pos, piece, dropped)) {
+      pos = *end;
       continue;
     }
     if (piece.front() == ' ' && pos == 0) piece.remove_prefix(1);  // SentencePiece's added space

@@ -42,7 +42,7 @@ std::string read_listed_file(const fs::path& dir, const json& files, const char*
   uint64_t want_bytes = 0;
   std::string want_sum;
   try {
-    want_bytes = files.at(key).at("bytes").get<uint64_t>();
+    want_bytes = json_integer<uint64_t>(files.at(key).at("bytes"));
     want_sum = files.at(key).at("xxh64").get<std::string>();
   } catch (const json::exception& e) {
     fail("{}: malformed manifest entry for {}: {}", (dir / kManifest).string(), name, e.what());
@@ -83,10 +83,10 @@ std::vector<Chunk> parse_chunks_jsonl(const std::string& name, std::string_view 
       Chunk c;
       c.id = j.at("id").get<std::string>();
       c.doc = j.at("doc").get<std::string>();
-      c.offset = j.at("offset").get<size_t>();
+      c.offset = json_integer<size_t>(j.at("offset"));
       c.title = j.at("title").get<std::string>();
       c.text = j.at("text").get<std::string>();
-      c.n_tokens = j.at("n_tokens").get<int>();
+      c.n_tokens = json_integer<int>(j.at("n_tokens"));
       chunks.push_back(std::move(c));
     } catch (const json::exception& e) {
       fail("{}:{}: not a chunk record {{\"id\",\"doc\",\"offset\",\"title\",\"text\",\"n_tokens\"}}: {}", name,
@@ -127,7 +127,7 @@ IndexManifest parse_manifest(const fs::path& path, const json& j) {
   IndexManifest m;
   try {
     if (j.value("format", "") != kFormatName) fail("{}: not a ragkv index manifest", path.string());
-    m.format_version = j.at("format_version").get<int>();
+    m.format_version = json_integer<int>(j.at("format_version"));
     if (m.format_version != kIndexFormatVersion)
       fail("{}: index format version {}, this build reads version {}: rebuild the index", path.string(),
            m.format_version, kIndexFormatVersion);
@@ -135,17 +135,17 @@ IndexManifest parse_manifest(const fs::path& path, const json& j) {
     m.tokenizer_fingerprint = j.at("tokenizer_fingerprint").get<std::string>();
     m.embedder_fingerprint = j.at("embedder_fingerprint").get<std::string>();
     const json& c = j.at("chunking");
-    m.chunking.chunk_tokens = c.at("chunk_tokens").get<int>();
-    m.chunking.chunk_overlap = c.at("chunk_overlap").get<int>();
+    m.chunking.chunk_tokens = json_integer<int>(c.at("chunk_tokens"));
+    m.chunking.chunk_overlap = json_integer<int>(c.at("chunk_overlap"));
     m.chunking.snap_fraction = c.at("snap_fraction").get<double>();
-    m.n_documents = j.at("counts").at("documents").get<size_t>();
-    m.n_chunks = j.at("counts").at("chunks").get<size_t>();
-    m.dim = j.at("embedding").at("dim").get<size_t>();
+    m.n_documents = json_integer<size_t>(j.at("counts").at("documents"));
+    m.n_chunks = json_integer<size_t>(j.at("counts").at("chunks"));
+    m.dim = json_integer<size_t>(j.at("embedding").at("dim"));
     const json& h = j.at("hnsw");
-    m.hnsw.M = h.at("M").get<size_t>();
-    m.hnsw.ef_construction = h.at("ef_construction").get<size_t>();
-    m.hnsw.ef_search = h.at("ef_search").get<size_t>();
-    m.hnsw.seed = h.at("seed").get<uint64_t>();
+    m.hnsw.M = json_integer<size_t>(h.at("M"));
+    m.hnsw.ef_construction = json_integer<size_t>(h.at("ef_construction"));
+    m.hnsw.ef_search = json_integer<size_t>(h.at("ef_search"));
+    m.hnsw.seed = json_integer<uint64_t>(h.at("seed"));
   } catch (const json::exception& e) {
     fail("{}: malformed manifest: {}", path.string(), e.what());
   }

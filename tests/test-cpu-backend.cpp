@@ -247,3 +247,37 @@ TEST_CASE("cpu backend: row_sq_dist is the per-row squared distance to gathered 
     }
   }
 }
+
+// Fuzz regression (fuzz/fuzz-gguf.cpp, fuzz-safetensors.cpp): a model whose weights hold NaN or
+// infinities (a corrupt file) made exp_f32 convert a NaN to int — undefined behaviour, which
+// UBSan stopped on in the attention softmax. What a NaN row computes is unspecified (NaN or any
+// value), but nothing may be undefined (`make test-sanitize` runs this under UBSan) and the other
+// rows must not notice.
+TEST_CASE("cpu backend: NaN and infinite inputs are never undefined behaviour (fuzz regression)") {
+  auto b = make_cpu_backend(1);
+  // NaNs of both signs: which one reaches exp depends on it (the clamp compares bits).
+  const std::vector<float> q = {NAN, 1.f, 2.f, INFINITY, -NAN, 1.f, 2.f, 0.f, 0.5f, -1.f, 0.25f, 2.f};
+  const std::vector<float> k = random_vec(8, 1), v = random_vec(8, 2);
+  std::vector<f16_t> kh(8), vh(8);
+  fp32_to_fp16_row(k.data(), kh.data(), 8);
+  fp32_to_fp16_row(v.data(), vh.data(), 8);
+  Tensor K = b->alloc(DType::f16, 2, 4), V = b->alloc(DType::f16, 2, 4);
+  b->upload(K, kh.data());
+  b->upload(V, vh.data());
+  const std::vector<int32_t> qpos = {1, 1, 1}, kpos = {0, 1};
+  const AttentionParams p{1, 1, 4, 0.5f, 0, 0.f};
+  Tensor Q = upload(*b, q, 3, 4), O = b->alloc(DType::f32, 3, 4);
+  b->attention(Q, qpos, K, V, kpos, 2, p, O);
+  const std::vector<float> q1(q.begin() + 8, q.end());
+  Tensor Q1 = upload(*b, q1, 1, 4), O1 = b->alloc(DType::f32, 1, 4);
+  b->attention(Q1, std::span(qpos).first(1), K, V, kpos, 2, p, O1);
+  const std::vector<float> o = download(*b, O), o1 = download(*b, O1);
+  CHECK(std::vector<float>(o.begin() + 8, o.end()) == o1);
+
+  const std::vector<float> x = {NAN, 1.f, -INFINITY, INFINITY};
+  Tensor X = upload(*b, x, 1, 4), Y = b->alloc(DType::f32, 1, 4);
+  b->gelu_erf(X, Y);
+  const std::vector<float> y = download(*b, Y);
+  CHECK(std::isnan(y[0]));
+  CHECK(y[1] == doctest::Approx(0.5 * (1 + std::erf(1 / std::sqrt(2.0)))).epsilon(1e-6));
+}

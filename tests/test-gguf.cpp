@@ -2,10 +2,12 @@
 // that names the problem.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <iterator>
 
 #include "backend/backend.h"
 #include "backend/cpu-backend.h"
@@ -13,6 +15,8 @@
 #include "format/gguf-writer.h"
 #include "format/gguf.h"
 #include "model/model-config.h"
+#include "model/model.h"
+#include "model/random-model.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 
@@ -179,4 +183,75 @@ TEST_CASE("gguf: an unsupported architecture or tensor type is refused by name")
   const std::string msg = error_of([&] { cpu->load_weight(g.tensor("blk.0.attn_q.weight")); });
   CHECK(msg.find("IQ2_XS") != std::string::npos);
   CHECK(msg.find("blk.0.attn_q.weight") != std::string::npos);
+}
+
+namespace {
+
+// Offset of the type field of tensor `name`'s info in GGUF bytes (name, u32 n_dims, i64 dims).
+size_t tensor_info_type_offset(const std::string& bytes, const std::string& name, uint32_t n_dims) {
+  const size_t at = bytes.find(name);
+  REQUIRE(at != std::string::npos);
+  return at + name.size() + 4 + 8 * n_dims;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+// Fuzz regressions (fuzz/fuzz-gguf.cpp; each found by libFuzzer under UBSan, each input in
+// fuzz/corpus/gguf/crash-*): the parser and the model loader on hostile GGUF files.
+TEST_CASE("gguf: a float value beyond int64 opens, and is no integer (fuzz regression)") {
+  // f64 1.1e219 for a key used to be converted to int64 for GgufValue::inum: undefined behaviour.
+  const test::TempDir tmp("gguf");
+  GgufWriter w;
+  w.set_f32("big", 3e38f);
+  w.set_f32("nan", NAN);
+  const std::string path = temp_path(tmp, "floats.gguf");
+  w.write(path);
+  GgufFile g(path);
+  CHECK(g.get_float("big") == doctest::Approx(3e38));
+  CHECK(std::isnan(g.get_float("nan")));
+  CHECK(error_of([&] { g.get_int("big"); }).find("'big' is f32 (expected an integer)") != std::string::npos);
+}
+
+TEST_CASE("gguf: a tensor shape whose element count overflows is refused (fuzz regression)") {
+  // Dimensions of up to 2^40 each passed; their product overflowed int64 in n_elements().
+  const test::TempDir tmp("gguf");
+  GgufWriter w;
+  w.add_tensor_f32("t", {4, 2}, std::vector<float>(8, 1.f));
+  const std::string path = temp_path(tmp, "shape.gguf");
+  w.write(path);
+  std::string bytes = read_all(path);
+  const size_t type_at = tensor_info_type_offset(bytes, "t", 2);
+  for (const int64_t dim : {int64_t(1) << 40, (int64_t(1) << 40) - 1}) {
+    std::memcpy(bytes.data() + type_at - 16, &dim, 8);
+    std::memcpy(bytes.data() + type_at - 8, &dim, 8);
+    write_bytes(path, std::vector<char>(bytes.begin(), bytes.end()));
+    const std::string msg = error_of([&] { GgufFile g(path); });
+    CHECK(msg.find(path) != std::string::npos);
+    CHECK(msg.find("tensor 't' has a shape of more than 2^56 elements") != std::string::npos);
+  }
+}
+
+TEST_CASE("gguf: a weight of a type the backend cannot use is refused naming the file (fuzz regression)") {
+  // The backend's message named the tensor only; the model loader now adds the file.
+  const test::TempDir tmp("gguf");
+  const std::string path = temp_path(tmp, "tiny.gguf");
+  RandomModelSpec spec;
+  spec.n_layer = 1;
+  spec.n_embd = 8;
+  spec.n_head = 2;
+  spec.n_head_kv = 1;
+  spec.n_ff = 16;
+  write_random_model(spec, path);
+  std::string bytes = read_all(path);
+  const uint32_t iq2_xs = static_cast<uint32_t>(GgmlType::IQ2_XS);
+  std::memcpy(bytes.data() + tensor_info_type_offset(bytes, "blk.0.attn_q.weight", 2), &iq2_xs, 4);
+  write_bytes(path, std::vector<char>(bytes.begin(), bytes.end()));
+  auto cpu = make_cpu_backend(1);
+  const std::string msg = error_of([&] { Model m(path, *cpu); });
+  CHECK(msg.find(path + ": tensor 'blk.0.attn_q.weight' has type IQ2_XS") != std::string::npos);
 }

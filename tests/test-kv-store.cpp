@@ -20,6 +20,7 @@
 #include "kv/kv-tiers.h"
 #include "kv/segment-kv.h"
 #include "tests/test-tempdir.h"
+#include "tests/test-util.h"
 
 namespace {
 
@@ -30,6 +31,7 @@ using ragkv::ChunkKvReader;
 using ragkv::KvStore;
 using ragkv::KvStoreInfo;
 using ragkv::test::TempDir;
+using ragkv::test::error_of;
 
 ChunkKvMeta small_meta(uint32_t n_layer = 3, uint32_t n_tokens = 5) {
   ChunkKvMeta m;
@@ -302,6 +304,25 @@ TEST_CASE("chunk KV file: truncated or corrupt files are refused") {
   SUBCASE("missing file") {
     CHECK(open_error(tmp.path / "none.rkv", m).find("cannot open") != std::string::npos);
   }
+  SUBCASE("0 layers of a huge shape, checksum intact (fuzz regression)") {
+    // fuzz/fuzz-chunk-kv.cpp: the size check passed (0 layers need no bytes), then
+    // verify_all_layers allocated gigabytes for one layer's K and V.
+    uint32_t header_len;
+    std::memcpy(&header_len, bytes.data() + 12, 4);
+    std::string b = bytes.substr(0, 16 + header_len);
+    const uint32_t shape[3] = {0, 30000, 30000};  // n_layer, n_kv_head, head_dim: 28 bytes before the end
+    std::memcpy(b.data() + b.size() - 28, shape, sizeof shape);
+    const uint64_t sum = ragkv::checksum64(b.data(), b.size());
+    b.append(reinterpret_cast<const char*>(&sum), 8);
+    overwrite(p, b);
+    std::string err;
+    try {
+      ChunkKvReader::open_any(p).verify_all_layers();
+    } catch (const CacheFileError& e) {
+      err = e.what();
+    }
+    CHECK(err.find(p.string() + ": corrupt: the header gives the chunk 0 layers") != std::string::npos);
+  }
 }
 
 TEST_CASE("chunk KV file: another model, shape, token ids, chunk or prefix is refused by name") {
@@ -474,6 +495,19 @@ TEST_CASE("KvStore: reopening, another model's store, foreign reads") {
   CHECK_THROWS_AS(KvStore::open_for_read(tmp.path / "empty", "model-a"), ragkv::Error);
   tmp.write("garbage/store.json", "{not json");
   CHECK_THROWS_AS(KvStore::open_for_read(tmp.path / "garbage", "model-a"), ragkv::Error);
+  // The same reading as fuzz/fuzz-index.cpp found in the index manifest: a shape field written as
+  // a float beyond the integer's range (an undefined cast in nlohmann's get<uint32_t>()) or as an
+  // integer beyond it (wrapped) is malformed, and the message names the file.
+  for (const char* n_layer : {"1e47", "4294967298", "2.5"}) {
+    CAPTURE(n_layer);
+    const fs::path sj = tmp.write("odd/store.json",
+                                  fmt::format(R"({{"format": "ragkv-store", "format_version": 1, "model_fingerprint": "a",
+                                                "model_name": "a", "n_layer": {}, "n_kv_head": 1, "head_dim": 4,
+                                                "dtype": "f16", "prefix": "p"}})",
+                                              n_layer));
+    const std::string msg = error_of([&] { KvStore::open_for_read(tmp.path / "odd", "a"); });
+    CHECK(msg.find(sj.string() + ": malformed store file") != std::string::npos);
+  }
 }
 
 TEST_CASE("KvStore: chunk_path is a content address over model, prefix, chunk and tokens") {

@@ -389,3 +389,24 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
     }
   }
 }
+
+// Fuzz regression: activations of a corrupt model hold NaN; the portable table rounded them with
+// an undefined float-to-int8 conversion. Both tables give -128 (the AVX2 conversion's integer
+// indefinite, saturated), and the rest of the block is unaffected.
+TEST_CASE("quant kernels: a NaN activation quantises to -128 in every table (fuzz regression)") {
+  std::vector<float> x(256, 0.25f);
+  x[3] = NAN;
+  x[40] = 2.f;
+  for (const QuantKernels* t : {&quant_kernels_scalar(), quant_kernels_avx2()}) {
+    if (!t) continue;
+    CAPTURE(t->name);
+    std::vector<ActBlock32> a32(8);
+    std::vector<ActBlock256> a256(1);
+    t->quantize_act32(x.data(), a32.data(), 256);
+    t->quantize_act256(x.data(), a256.data(), 256);
+    CHECK(a32[0].q[3] == -128);
+    CHECK(a32[0].q[4] == 127);  // 0.25 is the block's largest value
+    CHECK(a32[1].q[8] == 127);
+    CHECK(a256[0].q[3] == -128);
+  }
+}

@@ -259,6 +259,25 @@ TEST_CASE("retrieval chunker: windows snap to paragraph and sentence ends") {
   }
 }
 
+// Fuzz regression (fuzz/fuzz-corpus.cpp): SmolLM2's vocabulary has no token for some bytes
+// (0x04, 0x06, 0xFF ...), which the tokenizer drops, merging across them (" \x06...\x06:" is
+// the one token " :"). The token offsets lost the text at the first run of more than 16 such
+// bytes, every later token got zero width, and the rest of the document became one chunk of far
+// more than chunk_tokens tokens (27 and 40 for windows of 22 and 32 in the fuzzer's inputs).
+TEST_CASE("retrieval chunker: characters the tokenizer drops, in long runs and inside merged tokens (fuzz regression)") {
+  const ragkv::Tokenizer& tok = smollm_tokenizer();
+  REQUIRE(tok.encode("\x04", false).empty());
+  ChunkParams p;
+  p.chunk_tokens = 16;
+  p.chunk_overlap = 0;
+  for (const std::string& junk : {std::string(200, '\x04'), " " + std::string(30, '\x06') + ":" + std::string(30, '\x06') + "ort."}) {
+    const Document doc{"d", "", prose(2, 3) + "town was" + junk + "\n\n" + prose(2, 3), "d.txt", 0};
+    const std::vector<Chunk> chunks = ragkv::chunk_document(doc, tok, p);
+    check_chunks(doc, chunks, p, tok);
+    CHECK(chunks.size() >= 8);  // ~100 tokens of prose on either side: no giant tail chunk
+  }
+}
+
 TEST_CASE("retrieval chunker: overlap, hard cuts and multi-byte text") {
   const auto& tok = smollm_tokenizer();
   SUBCASE("overlap repeats the tail of the previous window") {

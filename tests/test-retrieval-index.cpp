@@ -354,6 +354,19 @@ TEST_CASE("retrieval index dir: build, open and search, the manifest written las
   std::ofstream(copy / "manifest.json", std::ios::trunc) << "{\"format\": ";
   CHECK(error_of([&] { ragkv::IndexDir::open(copy, "fake-bow-64"); }).find("malformed manifest") !=
         std::string::npos);
+  // Fuzz regression (fuzz/fuzz-index.cpp): a count written as a float beyond size_t (1e47) was
+  // converted by nlohmann's get<size_t>() with an undefined cast; an integer beyond int wrapped.
+  mj["complete"] = true;
+  for (const auto& [field, value] : {std::pair{"dim", nlohmann::json(1e47)}, std::pair{"dim", nlohmann::json(384.5)},
+                                     std::pair{"chunk_tokens", nlohmann::json(int64_t(1) << 32 | 64)}}) {
+    CAPTURE(field);
+    auto bad = mj;
+    (std::string(field) == "dim" ? bad["embedding"]["dim"] : bad["chunking"]["chunk_tokens"]) = value;
+    std::ofstream(copy / "manifest.json", std::ios::trunc) << bad.dump();
+    const std::string msg = error_of([&] { ragkv::IndexDir::open(copy, "fake-bow-64"); });
+    CHECK(msg.find((copy / "manifest.json").string() + ": malformed manifest") != std::string::npos);
+    CHECK(msg.find(value.is_number_float() ? "must be an integer" : "out of range") != std::string::npos);
+  }
 
   // An interrupted rebuild (the embedder fails half way) leaves no index that looks complete.
   size_t calls = 0;

@@ -238,3 +238,38 @@ TEST_CASE("tokenizer: an unknown tokenizer.ggml.model is refused, naming it") {
   }
   std::filesystem::remove(path);
 }
+
+// Fuzz regression (fuzz/fuzz-gguf.cpp, input fuzz/corpus/gguf/crash-0a89dbae…): a SentencePiece
+// vocabulary with one piece that is not valid UTF-8 ("\xBD" + "0xB1>", a damaged byte token) was
+// accepted, then sentencepiece failed on ordinary text ("all normalized characters are not
+// consumed") with an error naming no file. Such a piece now never matches (a placeholder, as for
+// empty and repeated pieces) and the text encodes; encode errors name the model file.
+TEST_CASE("tokenizer: a SentencePiece piece of invalid UTF-8 is left out, and text still encodes (fuzz regression)") {
+  const ragkv::test::TempDir tmp("tokenizer");
+  const auto path = temp_gguf(tmp, "spm-bad-piece");
+  ragkv::GgufWriter w;
+  w.set("general.architecture", "llama");
+  w.set("tokenizer.ggml.model", "llama");
+  ragkv::GgufWriter::StringArray tokens = {"<unk>", "<s>", "</s>"};
+  ragkv::GgufWriter::IntArray types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(b == 0xB1 ? std::string("\xBD" "0xB1>") : fmt::format("<0x{:02X}>", b));
+    types.push_back(6);
+  }
+  for (const char* p : {"\xE2\x96\x81", "\xE2\x96\x81hello", "h", "e", "l", "o", "he", "ll", "llo"}) {
+    tokens.push_back(p);
+    types.push_back(1);
+  }
+  ragkv::GgufWriter::FloatArray scores;
+  for (size_t i = 0; i < tokens.size(); ++i) scores.push_back(-float(i));
+  w.set("tokenizer.ggml.tokens", tokens);
+  w.set("tokenizer.ggml.token_type", types);
+  w.set("tokenizer.ggml.scores", scores);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.write(path.string());
+  GgufFile gguf(path.string());
+  const auto tok = Tokenizer::from_gguf(gguf);
+  const std::vector<TokenId> ids = tok->encode("Hello world, <|im_start|> 12345 \xF0\x9F\x98\x80!", true);
+  CHECK(!ids.empty());
+  for (const TokenId id : ids) CHECK((id >= 0 && id < tok->vocab_size()));
+}
