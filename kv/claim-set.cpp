@@ -132,6 +132,12 @@ bool remove_claim_if_unchanged(const fs::path& claim, const ClaimView& seen) {
   return false;
 }
 
+bool remove_stale_claim_of_finished(const fs::path& file) {
+  const fs::path claim = claim_path(file);
+  const auto seen = inspect_claim(claim);
+  return seen && seen->stale() && remove_claim_if_unchanged(claim, *seen);
+}
+
 ClaimSet::ClaimSet(double lease_seconds) : lease_(lease_seconds) {
   if (!(lease_ > 0)) fail("claim lease of {} s: must be positive", lease_);
   heartbeat_ = std::thread([this] { beat(); });

@@ -68,6 +68,10 @@ std::optional<ClaimView> inspect_claim(const std::filesystem::path& claim);
 // temporary name of this process first — of two removers one wins — then checked, and put back
 // when it was replaced or refreshed meanwhile). True when it was removed.
 bool remove_claim_if_unchanged(const std::filesystem::path& claim, const ClaimView& seen);
+// The claim beside a finished (intact) file when it is stale: its owner stopped after writing the
+// file and before releasing the claim (killed), and no later worker would take it over, since
+// nobody computes that file again. True when one was removed; a live owner's claim is kept.
+bool remove_stale_claim_of_finished(const std::filesystem::path& file);
 
 // The claims one worker holds in a store, with the heartbeat that keeps them live. Each set has
 // its own tokens: two sets in one process are two claimants.

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "kv/claim-set.h"
 #include "kv/claimed-work.h"
 #include "util/error.h"
 #include "rag/cache-keys.h"
@@ -70,6 +71,7 @@ PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format
     const ChunkKvMeta m = keys.chunk(chunks[i]->id, ids[i]);
     if (store.has_valid(m)) {
       ++st.skipped;
+      remove_stale_claim_of_finished(store.chunk_path(m));  // a killed run's, left beside its file
     } else {
       todo.push_back(i);
       files.push_back({store.chunk_path(m)});

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "kv/claim-set.h"
 #include "kv/claimed-work.h"
 #include "kv/variant-ledger.h"
 #include "rag/cache-keys.h"
@@ -165,6 +166,7 @@ VariantComputeStats precompute_variants(const Model& model, const PromptFormat& 
         m.context = context;
         if (store.has_valid(m)) {
           ++st.skipped;
+          remove_stale_claim_of_finished(store.chunk_path(m));  // a killed run's, left beside its file
         } else if (wanted.insert(store.chunk_path(m).filename().string()).second) {
           j.want.push_back(i);
           j.metas.emplace(i, m);

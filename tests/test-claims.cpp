@@ -279,6 +279,21 @@ TEST_CASE("claimed work: a file claimed by a live other is passed over, then don
   }
 }
 
+TEST_CASE("claims: a finished file's stale claim is removed, a live owner's kept") {
+  TempDir tmp("claims-finished");
+  const fs::path a = tmp.path / "00000000000000aa.rkv", b = tmp.path / "00000000000000bb.rkv";
+  ragkv::ProcessIdentity dead = ragkv::this_process();
+  dead.pid = dead_pid();
+  std::ofstream(ragkv::claim_path(a)) << ragkv::claim_text(record(dead, 600, "dead"));
+  ClaimSet live(60);
+  REQUIRE(live.try_claim(b) == Result::acquired);
+  CHECK(ragkv::remove_stale_claim_of_finished(a));
+  CHECK_FALSE(fs::exists(ragkv::claim_path(a)));
+  CHECK_FALSE(ragkv::remove_stale_claim_of_finished(b));
+  CHECK(fs::exists(ragkv::claim_path(b)));
+  CHECK_FALSE(ragkv::remove_stale_claim_of_finished(tmp.path / "00000000000000cc.rkv"));  // no claim
+}
+
 TEST_CASE("claims in a store: verify lists stale claims, repair removes them, the sweep only dead claim temporaries") {
   TempDir tmp("claims-store");
   const fs::path dir = tmp.path / "store";
