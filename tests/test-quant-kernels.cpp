@@ -431,3 +431,23 @@ TEST_CASE("quant kernels: a NaN activation quantises to -128 in every table (fuz
     CHECK(a256[0].q[3] == -128);
   }
 }
+
+TEST_CASE("quant kernels: each table's Q6_K dequantiser gives dequantize_row's values bit for bit") {
+  for (const QuantKernels* qk : tables())
+    for (const int64_t blocks : {1, 2, 5}) {
+      CAPTURE(qk->name);
+      CAPTURE(blocks);
+      const int64_t k = 256 * blocks, n = 3;
+      const std::vector<uint8_t> w = random_rows(GgmlType::Q6_K, n, k, uint32_t(100 + blocks));
+      const size_t rb = ggml_row_bytes(GgmlType::Q6_K, k);
+      for (int64_t j = 0; j < n; ++j) {
+        std::vector<float> want(static_cast<size_t>(k)), got(static_cast<size_t>(k), -1.f);
+        dequantize_row(GgmlType::Q6_K, w.data() + j * rb, want.data(), k);
+        qk->dequantize_q6_k(w.data() + j * rb, got.data(), k);
+        CHECK(std::memcmp(want.data(), got.data(), size_t(k) * sizeof(float)) == 0);
+        std::vector<float> via(static_cast<size_t>(k));  // and through the helper the matmul calls
+        dequantize_row_with(*qk, GgmlType::Q6_K, w.data() + j * rb, via.data(), k);
+        CHECK(std::memcmp(want.data(), via.data(), size_t(k) * sizeof(float)) == 0);
+      }
+    }
+}
