@@ -154,6 +154,7 @@ void CpuMatmul::run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<
     for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += kDequantTile)
       tiles.push_back({p, r0, std::min(kDequantTile, w.parts[p].rows - r0)});
   const float* xp = x.as<float>();
+  const QuantKernels& qk = quant_kernels();
 #pragma omp parallel num_threads(threads)
   {
     std::vector<float> wf;
@@ -168,7 +169,7 @@ void CpuMatmul::run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<
       } else {
         wf.resize(size_t(tl.rows * k));
         for (int64_t r = 0; r < tl.rows; ++r)
-          dequantize_row(part.type, part.data + (tl.row0 + r) * part.row_bytes, wf.data() + r * k, k);
+          dequantize_row_with(qk, part.type, part.data + (tl.row0 + r) * part.row_bytes, wf.data() + r * k, k);
         wt = wf.data();
       }
       gemm_nt(m, tl.rows, k, xp, k, wt, k, y + tl.row0, ldy, 1.f, /*rows_independent=*/true);

@@ -473,6 +473,44 @@ void axpy_f16_rows(const float* p, const uint16_t* v, size_t v_stride, int64_t n
     for (int64_t j = 0; j < n; ++j) out[c] += p[j] * one_f16(reinterpret_cast<const uint8_t*>(v + j * v_stride + c));
 }
 
+// ---- dequantisation
+
+// Q6_K super-blocks to f32 (layout: format/quant.cpp): the 6-bit values unpacked as row_q6_k does,
+// 32 at a time, then (d · scale) · (q − 32) in f32 — the scalar dequantiser's two products, so
+// the values are the same bits.
+void dequantize_q6_k(const uint8_t* w, float* y, int64_t k) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+  for (int64_t b = 0; b < k / 256; ++b, w += 210) {
+    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+    const float d = f16_at(w + 208);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = w + 64 * half;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
+      for (int t = 0; t < 4; ++t) {
+        // elements 32t .. 32t + 31 of this half: sub-blocks 8·half + 2t (first 16) and + 1
+        alignas(32) int8_t v[32];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(v), _mm256_sub_epi8(q[t], off));
+        float* yt = y + 256 * b + 128 * half + 32 * t;
+        for (int g = 0; g < 4; ++g) {
+          const __m256 ds = _mm256_set1_ps(d * float(sc[8 * half + 2 * t + g / 2]));
+          const __m256 qv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + 8 * g))));
+          _mm256_storeu_ps(yt + 8 * g, _mm256_mul_ps(ds, qv));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern const QuantKernels kQuantKernelsAvx2;
@@ -491,7 +529,8 @@ const QuantKernels kQuantKernelsAvx2{"avx2",
                                      gemm_bf16,
                                      gemm_q8_0_f32,
                                      dot_f16_rows,
-                                     axpy_f16_rows};
+                                     axpy_f16_rows,
+                                     dequantize_q6_k};
 
 }  // namespace ragkv
 

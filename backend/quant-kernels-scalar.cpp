@@ -319,13 +319,15 @@ void axpy_f16_rows(const float* p, const uint16_t* v, size_t v_stride, int64_t n
   }
 }
 
+void dequantize_q6_k(const uint8_t* w, float* y, int64_t k) { dequantize_row(GgmlType::Q6_K, w, y, k); }
+
 }  // namespace
 
 const QuantKernels& quant_kernels_scalar() {
   static const QuantKernels k{"scalar",  quantize_act32, quantize_act256, gemm_q4_0,    gemm_q4_1,
                               gemm_q5_0, gemm_q5_1,      gemm_q8_0,       gemm_q4_k,    gemm_q5_k,
                               gemm_q6_k, gemm_f16,       gemm_bf16,       gemm_q8_0_f32, dot_f16_rows,
-                              axpy_f16_rows};
+                              axpy_f16_rows, dequantize_q6_k};
   return k;
 }
 

@@ -61,6 +61,11 @@ GemmFn gemm_for(const QuantKernels& k, GgmlType t) {
   fail("internal: no CPU product kernel for weights of type {}", ggml_type_name(t));
 }
 
+void dequantize_row_with(const QuantKernels& kernels, GgmlType t, const uint8_t* src, float* dst, int64_t k) {
+  if (t == GgmlType::Q6_K) kernels.dequantize_q6_k(src, dst, k);
+  else dequantize_row(t, src, dst, k);
+}
+
 const QuantKernels* quant_kernels_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();

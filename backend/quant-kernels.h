@@ -66,7 +66,15 @@ struct QuantKernels {
   void (*dot_f16_rows)(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale,
                        float* out);
   void (*axpy_f16_rows)(const float* p, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out);
+  // One Q6_K row of k values (a multiple of 256) to f32, the same values as format/quant.h's
+  // dequantize_row (each is (d · scale) · (q − 32), two f32 products): prompts' tiles and the
+  // output head dequantise through it (the portable table calls dequantize_row).
+  void (*dequantize_q6_k)(const uint8_t* w, float* y, int64_t k);
 };
+
+// A row of weights of type t to f32 through the table's dequantiser where it has one, else
+// format/quant.h's dequantize_row: the same values either way.
+void dequantize_row_with(const QuantKernels& kernels, GgmlType t, const uint8_t* src, float* dst, int64_t k);
 
 // The kernel for weights of type t (Q4_0 … Q6_K, F16, BF16); throws for other types.
 GemmFn gemm_for(const QuantKernels& kernels, GgmlType t);

@@ -13,14 +13,22 @@
 
 namespace {
 
-// OpenMP worker threads busy-wait between parallel regions by default; on a shared or
-// oversubscribed machine (ctest -j, other jobs) that stalls every region behind descheduled
-// spinners (measured: 7 s instead of 0.3 s for a short prefill on a loaded 2-core machine).
-// ragkv therefore runs with OMP_WAIT_POLICY=PASSIVE unless the user chose a policy. The runtime
-// reads it when it loads, before main, hence the re-exec.
-void ensure_passive_openmp_wait(char** argv) {
+// OpenMP worker threads busy-wait between parallel regions by default (libgomp: about 3 ms of
+// spinning); on a shared or oversubscribed machine (ctest -j, other jobs) that stalls every region
+// behind descheduled spinners (measured: 7 s instead of 0.3 s for a short prefill on a loaded
+// 2-core machine). Sleeping at once (OMP_WAIT_POLICY=PASSIVE) has the opposite cost: every
+// parallel region then wakes its workers through the kernel, and a decode step of a small model
+// is ~120 short regions — SmolLM2 decoded at 2 threads at 55–67 tokens/s against 104–112 at one.
+// ragkv therefore runs PASSIVE with a short spin first (GOMP_SPINCOUNT=10000: libgomp estimates
+// ~100,000 spins per ms, so a worker spins about 0.1 ms before it sleeps), which catches the next
+// region of a decode step and gives the cores back soon after the work stops (SmolLM2 at 2
+// threads: 113–127 tokens/s; bench/results/README.md, 2026-11-25). A policy or spin count the user
+// set is kept (ctest sets PASSIVE). The runtime reads them when it loads, before main, hence the
+// re-exec.
+void ensure_openmp_wait_policy(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("RAGKV_NO_REEXEC")) return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  if (!std::getenv("GOMP_SPINCOUNT")) setenv("GOMP_SPINCOUNT", "10000", 1);
   setenv("RAGKV_NO_REEXEC", "1", 1);
   execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
 }
@@ -28,7 +36,7 @@ void ensure_passive_openmp_wait(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ensure_passive_openmp_wait(argv);
+  ensure_openmp_wait_policy(argv);
   CLI::App app{"ragkv: retrieval-augmented generation with chunk-KV reuse"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ragkv 0.1.0");

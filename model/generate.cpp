@@ -7,12 +7,31 @@
 
 namespace ragkv {
 
-int32_t argmax(const std::vector<float>& v) {
-  int32_t best = 0;
-  for (size_t i = 1; i < v.size(); ++i)
-    if (v[i] > v[best]) best = int32_t(i);
-  return best;
+namespace {
+
+// The index of the largest logit, the first on ties; NaNs are never chosen, except a NaN at index
+// 0, which is (the result of the plain loop `if (l[i] > l[best]) best = i`). The maximum is found
+// in eight independent lanes (vectorised: a 262,144-entry vocabulary's scan was 4 % of a Gemma 3
+// decode step), then its first index.
+int32_t argmax_first(const float* logits, int64_t n) {
+  if (n <= 0) return 0;
+  float mx = logits[0];
+  if (mx != mx) return 0;
+  float lane[8];
+  for (float& l : lane) l = mx;
+  int64_t i = 1;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) lane[l] = logits[i + l] > lane[l] ? logits[i + l] : lane[l];
+  for (; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
+  for (float l : lane) mx = l > mx ? l : mx;
+  for (int64_t j = 0; j < n; ++j)
+    if (logits[j] == mx) return int32_t(j);
+  return 0;
 }
+
+}  // namespace
+
+int32_t argmax(const std::vector<float>& v) { return argmax_first(v.data(), int64_t(v.size())); }
 
 std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text) {
   std::vector<int32_t> ids;
@@ -27,9 +46,7 @@ bool GreedyChooser::choose(const float* logits, int64_t n_vocab,
   auto has_text = [&] { return r_.text.find_first_not_of(" \t\r\n") != std::string::npos; };
   if (steps_ >= opt_.max_tokens) return false;
   ++steps_;
-  int32_t best = 0;  // argmax, the first on ties
-  for (int64_t i = 1; i < n_vocab; ++i)
-    if (logits[i] > logits[best]) best = int32_t(i);
+  const int32_t best = argmax_first(logits, n_vocab);
   next_ = best;
   if (opt_.stop_at_eog && tok_.is_eog(best)) return false;
   std::string piece = tok_.token_to_piece(best);

@@ -63,6 +63,25 @@ TEST_CASE("cpu backend: rms_norm, glu and add equal their formulas") {
     ref[i] = float(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))) * u[i]);
   }
   CHECK(max_rel_err(download(*b, O), ref) < 1e-5);
+  {  // GeGLU's GELU element by element over its whole range: relative to the value where it is
+     // not tiny, absolute below (the negative tail underflows towards 0).
+    std::vector<float> xs;
+    for (float v = -60.f; v <= 60.f; v += 0.0371f) xs.push_back(v);
+    for (float v : {0.f, -0.f, 1e-30f, -1e-30f, 1e-8f, -3.f, 3.f}) xs.push_back(v);
+    const int64_t n = int64_t(xs.size());
+    Tensor XG = upload(*b, xs, 1, n), ONE = upload(*b, std::vector<float>(xs.size(), 1.f), 1, n);
+    Tensor XO = b->alloc(DType::f32, 1, n);
+    b->geglu(XG, ONE, XO);
+    const std::vector<float> got = download(*b, XO);
+    for (int64_t i = 0; i < n; ++i) {
+      // x/2 · (1 + tanh u) = x / (1 + e^(−2u)) in double (the first form loses the negative tail
+      // to cancellation). f32 rounding of u (a few ulp) moves e^(−2u) by |2u| times as much.
+      const double v = xs[size_t(i)], u2 = 2 * std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v);
+      const double want = v / (1 + std::exp(-u2));
+      CAPTURE(v);
+      CHECK(std::fabs(got[size_t(i)] - want) <= (4 + 2 * std::fabs(u2)) * 6e-8 * std::fabs(want) + 1e-36);
+    }
+  }
   b->add(G, U);
   for (size_t i = 0; i < g.size(); ++i) ref[i] = g[i] + u[i];
   CHECK(max_rel_err(download(*b, G), ref) < 1e-6);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -443,4 +444,28 @@ TEST_CASE("bench: prefill_flops counts projections, attended pairs and the outpu
   c.sliding_window = 2;
   c.layer_is_local = {true};  // pairs 1 + 2 + 2 = 5
   CHECK(prefill_flops(c, 3) == doctest::Approx(1024));
+}
+
+TEST_CASE("model: argmax equals the plain first-maximum loop (ties, NaNs, tails)") {
+  auto plain = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[best]) best = int32_t(i);
+    return best;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> cases = {
+      {}, {1.f}, {nan, 5.f}, {1.f, nan, 3.f, 3.f}, {-0.f, 0.f}, {-inf, -inf}, {2.f, 1.f, 2.f}};
+  uint32_t seed = 1;
+  for (int64_t n : {9, 17, 100, 1003}) {  // random rows with ties and a NaN, lengths with tails
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = float((seed = seed * 1103515245u + 12345u) >> 27);  // 0..31: many ties
+    cases.push_back(v);
+    v[size_t(n / 2)] = nan;
+    cases.push_back(v);
+  }
+  for (const auto& v : cases) {
+    CAPTURE(v.size());
+    CHECK(ragkv::argmax(v) == plain(v));
+  }
 }

@@ -256,6 +256,27 @@ TEST_CASE("quant kernels: an output row depends only on its own activation row (
     }
 }
 
+TEST_CASE("quant kernels: the f32-activation Q8_0 head kernel gives a row the same bits alone and in a batch") {
+  // A decode step of one sequence and a batch of several run different register tiles; each
+  // output must still see the same operations in the same order.
+  for (const QuantKernels* qk : tables())
+    for (const int64_t n : {1, 3, 4, 7, 9}) {
+      CAPTURE(qk->name);
+      CAPTURE(n);
+      const int64_t m = 5, k = 32 * 7;
+      const std::vector<uint8_t> w = random_rows(GgmlType::Q8_0, n, k, uint32_t(17 + n));
+      const size_t rb = ggml_row_bytes(GgmlType::Q8_0, k);
+      const std::vector<float> x = test::random_vec(size_t(m * k), uint64_t(5 + n), 2.f);
+      std::vector<float> all(size_t(m * n));
+      qk->gemm_q8_0_f32(m, n, k, x.data(), size_t(k) * sizeof(float), w.data(), rb, all.data(), n);
+      for (int64_t i = 0; i < m; ++i) {
+        std::vector<float> one(static_cast<size_t>(n));
+        qk->gemm_q8_0_f32(1, n, k, x.data() + i * k, size_t(k) * sizeof(float), w.data(), rb, one.data(), n);
+        CHECK(std::memcmp(one.data(), all.data() + i * n, size_t(n) * sizeof(float)) == 0);
+      }
+    }
+}
+
 TEST_CASE("quant kernels: the CPU backend's matmul on quantised and stacked weights equals the kernels' reference") {
   auto b = make_cpu_backend(2);
   const int64_t k = 512, n = 8;
@@ -409,4 +430,24 @@ TEST_CASE("quant kernels: a NaN activation quantises to -128 in every table (fuz
     CHECK(a32[1].q[8] == 127);
     CHECK(a256[0].q[3] == -128);
   }
+}
+
+TEST_CASE("quant kernels: each table's Q6_K dequantiser gives dequantize_row's values bit for bit") {
+  for (const QuantKernels* qk : tables())
+    for (const int64_t blocks : {1, 2, 5}) {
+      CAPTURE(qk->name);
+      CAPTURE(blocks);
+      const int64_t k = 256 * blocks, n = 3;
+      const std::vector<uint8_t> w = random_rows(GgmlType::Q6_K, n, k, uint32_t(100 + blocks));
+      const size_t rb = ggml_row_bytes(GgmlType::Q6_K, k);
+      for (int64_t j = 0; j < n; ++j) {
+        std::vector<float> want(static_cast<size_t>(k)), got(static_cast<size_t>(k), -1.f);
+        dequantize_row(GgmlType::Q6_K, w.data() + j * rb, want.data(), k);
+        qk->dequantize_q6_k(w.data() + j * rb, got.data(), k);
+        CHECK(std::memcmp(want.data(), got.data(), size_t(k) * sizeof(float)) == 0);
+        std::vector<float> via(static_cast<size_t>(k));  // and through the helper the matmul calls
+        dequantize_row_with(*qk, GgmlType::Q6_K, w.data() + j * rb, via.data(), k);
+        CHECK(std::memcmp(want.data(), via.data(), size_t(k) * sizeof(float)) == 0);
+      }
+    }
 }
