@@ -99,7 +99,7 @@ std::string spm_gguf(const fs::path& tmp) {
   return read_file(p);
 }
 
-std::string chunk_file(const fs::path& tmp, bool variant, bool chain) {
+std::string chunk_file(const fs::path& tmp, bool variant, bool chain, const KvEncoding& encoding = {}) {
   ChunkKvMeta m;
   m.model_fingerprint = "fuzz-model:0123456789abcdef";
   m.chunk_id = "doc#0";
@@ -125,7 +125,7 @@ std::string chunk_file(const fs::path& tmp, bool variant, bool chain) {
   for (size_t i = 0; i < kv.size(); ++i) kv[i] = uint16_t(0x3C00 + i);  // f16 1.0 and up
   const uint16_t* layers[2] = {kv.data(), kv.data()};
   const fs::path p = tmp / "chunk.rkv";
-  write_chunk_kv(p, m, layers, layers, variant && !chain ? &stats : nullptr);
+  write_chunk_kv(p, m, layers, layers, variant && !chain ? &stats : nullptr, encoding);
   return read_file(p);
 }
 
@@ -138,6 +138,11 @@ void chunk_kv_seeds(const fs::path& tmp) {
     seed("chunk-kv", "variant.flags" + std::to_string(flags), f + variant);
     seed("chunk-kv", "chain.flags" + std::to_string(flags), f + chain);
   }
+  // Compressed caches (file version 4, kv/kv-quant.h): 8- and 4-bit groups.
+  const std::string q8 = chunk_file(tmp, false, false, KvEncoding::from_bits(8)),
+                    q4_variant = chunk_file(tmp, true, false, KvEncoding::from_bits(4));
+  seed("chunk-kv", "canonical.q8.flags1", std::string(1, '\1') + q8);
+  seed("chunk-kv", "variant.q4.flags1", std::string(1, '\1') + q4_variant);
   seed("chunk-kv", "truncated", std::string(1, '\1') + canonical.substr(0, canonical.size() - 5));
   const std::string store_json = nlohmann::json{{"format", "ragkv-store"},
                                                 {"format_version", 1},
@@ -154,6 +159,10 @@ void chunk_kv_seeds(const fs::path& tmp) {
   const std::string usage = R"({"format": "ragkv-variant-usage", "frequency_reuse": {"0123456789abcdef.0123456789abcdef.rkv": 2.5}})";
   seed("chunk-kv", "store.canonical", std::string(1, '\3') + fuzz::join_parts({store_json, verified, craft, usage, canonical}));
   seed("chunk-kv", "store.variant", std::string(1, '\3') + fuzz::join_parts({store_json, "", craft, usage, variant}));
+  nlohmann::json q4_store = nlohmann::json::parse(store_json);
+  q4_store["format_version"] = 2;
+  q4_store["dtype"] = "q4";
+  seed("chunk-kv", "store.q4", std::string(1, '\3') + fuzz::join_parts({q4_store.dump(2), "", craft, usage, q4_variant}));
   seed("chunk-kv", "store.foreign", std::string(1, '\2') + fuzz::join_parts({R"({"format": "ragkv-store"})", verified, "[]", "{}", chain}));
 }
 

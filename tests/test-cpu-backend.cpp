@@ -3,6 +3,7 @@
 // checked here op by op.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -287,11 +288,15 @@ TEST_CASE("cpu backend: NaN and infinite inputs are never undefined behaviour (f
   const AttentionParams p{1, 1, 4, 0.5f, 0, 0.f};
   Tensor Q = upload(*b, q, 3, 4), O = b->alloc(DType::f32, 3, 4);
   b->attention(Q, qpos, K, V, kpos, 2, p, O);
-  const std::vector<float> q1(q.begin() + 8, q.end());
-  Tensor Q1 = upload(*b, q1, 1, 4), O1 = b->alloc(DType::f32, 1, 4);
-  b->attention(Q1, std::span(qpos).first(1), K, V, kpos, 2, p, O1);
-  const std::vector<float> o = download(*b, O), o1 = download(*b, O1);
-  CHECK(std::vector<float>(o.begin() + 8, o.end()) == o1);
+  // The same batch with the first two rows finite: the last row's output is the same bits (the
+  // same code path; a single-row call may round differently where the compiler vectorises the two
+  // paths differently, as at -O1 in the sanitizer build).
+  std::vector<float> clean = q;
+  std::fill(clean.begin(), clean.begin() + 8, 0.5f);
+  Tensor Qc = upload(*b, clean, 3, 4), Oc = b->alloc(DType::f32, 3, 4);
+  b->attention(Qc, qpos, K, V, kpos, 2, p, Oc);
+  const std::vector<float> o = download(*b, O), oc = download(*b, Oc);
+  CHECK(std::vector<float>(o.begin() + 8, o.end()) == std::vector<float>(oc.begin() + 8, oc.end()));
 
   const std::vector<float> x = {NAN, 1.f, -INFINITY, INFINITY};
   Tensor X = upload(*b, x, 1, 4), Y = b->alloc(DType::f32, 1, 4);
