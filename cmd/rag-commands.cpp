@@ -98,7 +98,7 @@ class RagCommands : public CommandFamily {
   RagFlags an;
   CacheFlags an_cache;
   std::string an_mode, an_out, an_compare, an_summary;
-  bool an_write_back = false, an_no_reorder = false, an_no_dedup = false, an_no_pipeline = false;
+  bool an_write_back = false, an_no_reorder = false, an_no_dedup = false, an_pipeline = false;
   size_t an_reorder_window = 64, an_ca_window = 1000, an_search_slice = 32;
   int64_t an_promotion_threshold = 1;
   std::string an_chunk_order = "retrieval";
@@ -332,8 +332,8 @@ void RagCommands::add_to(CLI::App& app) {
   answer_->add_option("--promotion-threshold", an_promotion_threshold, "CRAFT's CP-Tree: a computed chunk prefix enters the knowledge tree once every chunk of it was retrieved this many times in the CA-Table's window (1: at once, as RAGCache; CRAFT's default 2)")->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
   answer_->add_option("--ca-window", an_ca_window, "CRAFT's CA-Table: requests in its sliding window of chunk access counts")->check(CLI::Range(size_t(1), size_t(1) << 40))->capture_default_str();
   answer_->add_option("--reorder-window", an_reorder_window, "Reordering: queries (of the grouped order) among which the best-cached is answered next (0: the whole file)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  answer_->add_flag("--no-pipeline", an_no_pipeline, "Retrieve every query before answering any (default: a worker thread embeds and searches ahead of the answering loop, which starts once the first query — with reordering, the first --reorder-window block — is retrieved; RAGCache §5.3)");
-  answer_->add_option("--search-slice", an_search_slice, "Pipelined: run each search in stages of N distance computations and, whenever a stage's top-k changes, start loading those chunks' caches, keeping the longest common chunk prefix with the previous stage's (RAGCache §5.3 speculative pipelining; 0: no speculation)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  answer_->add_flag("--pipeline", an_pipeline, "Retrieve in a worker thread ahead of the answering loop, which starts once the first query (with reordering, the first --reorder-window block) is retrieved, and load caches speculatively from staged-search snapshots (RAGCache §5.3). Off by default: on a CPU the embedder takes turns with the LLM on the same cores, and it was measured slower there (bench/results, 2026-11-25); default: retrieve every query first")->capture_default_str();
+  answer_->add_option("--search-slice", an_search_slice, "With --pipeline: run each search in stages of N distance computations and, whenever a stage's top-k changes, start loading those chunks' caches, keeping the longest common chunk prefix with the previous stage's (RAGCache §5.3 speculative pipelining; 0: no speculation)")->check(CLI::NonNegativeNumber)->capture_default_str();
   answer_->add_flag("--no-dedup", an_no_dedup, "Conversations: repeat a chunk a later turn retrieves again (default: CRAFT's conversation-scoped deduplication drops chunks already in the conversation)");
   answer_->add_flag("--write-back", an_write_back, "Store each chunk a prompt computes (it had no cache) as the Cache-Craft variant of the chunks before it, within the store's variant budget (reuse, blend, craft, auto)");
 
@@ -486,10 +486,10 @@ int RagCommands::run_answer() {
   };
   // Retrieval (rag/retrieval-pipeline.h): by a worker thread ahead of the answering loop, which
   // holds backend_turn while it computes (the worker embeds on the same backend in between); or,
-  // with --no-pipeline, the whole file first (issue 14: a batch knows its queries up front).
+  // by default, the whole file first (issue 14: a batch knows its queries up front).
   using Clock = std::chrono::steady_clock;
   auto ms_since = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
-  const bool pipelined = !an_no_pipeline;
+  const bool pipelined = an_pipeline;
   const CacheKeys keys(*p.model, *p.format);
   TurnLock backend_turn;
   std::unique_ptr<KvPrefetcher> prefetch;
@@ -827,7 +827,7 @@ int RagCommands::run_answer() {
                                {"loader_busy_ms", ps.busy_ms}, {"speculate_ms", rs.speculate_ms}};
     }
     summary["search"] = search;
-    summary["wall_s"] = retrieve_wall_ms / 1000.0 + answer_s;  // retrieval phase (--no-pipeline) + answering
+    summary["wall_s"] = retrieve_wall_ms / 1000.0 + answer_s;  // retrieval phase (without --pipeline) + answering
   }
   if (p.tiers && p.tiers->tree()) {
     const KnowledgeTree& t = *p.tiers->tree();

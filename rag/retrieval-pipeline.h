@@ -13,7 +13,7 @@
 // beside the answering loop's compute.
 //
 // Without `background`, run_all() retrieves everything on the caller's thread first, as
-// `answer --no-pipeline` does: every search then precedes the first answer (RAGCache's T2).
+// `answer` does without --pipeline (its default): every search then precedes the first answer (RAGCache's T2).
 #pragma once
 #include <condition_variable>
 #include <cstddef>

@@ -720,12 +720,12 @@ TEST_CASE("cli rag: pipelined retrieval with speculative loads answers exactly a
   };
   // Reordered (the file is shorter than --reorder-window, so one block: the same order) and in
   // input order with two answers in flight: pipelined and speculating, or retrieval first.
-  const auto [pa, ps] = run("pipelined", "--search-slice 4");
-  const auto [fa, fs_] = run("first", "--no-pipeline");
+  const auto [pa, ps] = run("pipelined", "--pipeline --search-slice 4");
+  const auto [fa, fs_] = run("first", "");
   same(pa, fa);
   CHECK(ps["order_runs"] == fs_["order_runs"]);
-  const auto [pn, pns] = run("pipelined-in-order", "--no-reorder --batch 2");
-  const auto [fn, fns] = run("first-in-order", "--no-reorder --batch 2 --no-pipeline");
+  const auto [pn, pns] = run("pipelined-in-order", "--pipeline --no-reorder --batch 2");
+  const auto [fn, fns] = run("first-in-order", "--no-reorder --batch 2");
   same(pn, fn);
   for (const json* s : {&ps, &pns}) {
     const json& sr = (*s)["search"];

@@ -6,7 +6,7 @@ R=/work/data/bin/ragkv-specsearch
 D=/work/data
 O=$D/runs/specsearch
 common="$D/squad200.jsonl --index $D/specsearch-big/index-c64 --mode full --top-k 5 --threads 2 --batch 8 --limit 60 --max-tokens 8 --no-reorder"
-for cfg in "no-pipeline:--no-pipeline" "pipeline:--search-slice 32"; do
+for cfg in "no-pipeline:" "pipeline:--pipeline --search-slice 32"; do
   name=${cfg%%:*}; flags=${cfg#*:}
   $R answer $common $flags --out $O/big-$name.jsonl --summary $O/big-$name.json 2> $O/big-$name.log
 done

@@ -7,12 +7,12 @@ D=/work/data
 O=$D/runs/specsearch
 common="$D/squad200.jsonl --index $D/squad-index --store $D/squad-store-smollm2 --mode blend --top-k 5 --threads 2 --batch 8 --limit 100"
 if [ "$1" = a ]; then
-  for cfg in "no-pipeline:--no-pipeline" "pipeline:--search-slice 0" "speculative:--search-slice 32"; do
+  for cfg in "no-pipeline:" "pipeline:--pipeline --search-slice 0" "speculative:--pipeline --search-slice 32"; do
     name=${cfg%%:*}; flags=${cfg#*:}
     $R answer $common --no-reorder $flags --out $O/squad-inorder-$name.jsonl --summary $O/squad-inorder-$name.json 2> $O/squad-inorder-$name.log
   done
 else
-  for cfg in "no-pipeline:--no-pipeline" "speculative:--search-slice 32"; do
+  for cfg in "no-pipeline:" "speculative:--pipeline --search-slice 32"; do
     name=${cfg%%:*}; flags=${cfg#*:}
     $R answer $common $flags --out $O/squad-reorder-$name.jsonl --summary $O/squad-reorder-$name.json 2> $O/squad-reorder-$name.log
   done
