@@ -28,6 +28,7 @@
 #include "eval/scoring.h"
 #include "eval/tradeoff-plot.h"
 #include "kv/claim-set.h"
+#include "kv/kv-prefetch.h"
 #include "kv/kv-tiers.h"
 #include "kv/variant-ledger.h"
 #include "model/model.h"
@@ -44,6 +45,7 @@
 #include "rag/variant-compute.h"
 #include "rag/queries.h"
 #include "rag/query-order.h"
+#include "rag/retrieval-pipeline.h"
 #include "model/embedder.h"
 #include "retrieval/index-dir.h"
 #include "util/error.h"
@@ -51,6 +53,7 @@
 #include "util/line-writer.h"
 #include "util/paths.h"
 #include "util/progress.h"
+#include "util/turn-lock.h"
 
 namespace ragkv::cli {
 
@@ -95,8 +98,8 @@ class RagCommands : public CommandFamily {
   RagFlags an;
   CacheFlags an_cache;
   std::string an_mode, an_out, an_compare, an_summary;
-  bool an_write_back = false, an_no_reorder = false, an_no_dedup = false;
-  size_t an_reorder_window = 64, an_ca_window = 1000;
+  bool an_write_back = false, an_no_reorder = false, an_no_dedup = false, an_pipeline = false;
+  size_t an_reorder_window = 64, an_ca_window = 1000, an_search_slice = 32;
   int64_t an_promotion_threshold = 1;
   std::string an_chunk_order = "retrieval";
   // eval
@@ -329,6 +332,8 @@ void RagCommands::add_to(CLI::App& app) {
   answer_->add_option("--promotion-threshold", an_promotion_threshold, "CRAFT's CP-Tree: a computed chunk prefix enters the knowledge tree once every chunk of it was retrieved this many times in the CA-Table's window (1: at once, as RAGCache; CRAFT's default 2)")->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
   answer_->add_option("--ca-window", an_ca_window, "CRAFT's CA-Table: requests in its sliding window of chunk access counts")->check(CLI::Range(size_t(1), size_t(1) << 40))->capture_default_str();
   answer_->add_option("--reorder-window", an_reorder_window, "Reordering: queries (of the grouped order) among which the best-cached is answered next (0: the whole file)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  answer_->add_flag("--pipeline", an_pipeline, "Retrieve in a worker thread ahead of the answering loop, which starts once the first query (with reordering, the first --reorder-window block) is retrieved, and load caches speculatively from staged-search snapshots (RAGCache §5.3). Off by default: on a CPU the embedder takes turns with the LLM on the same cores, and it was measured slower there (bench/results, 2026-11-25); default: retrieve every query first")->capture_default_str();
+  answer_->add_option("--search-slice", an_search_slice, "With --pipeline: run each search in stages of N distance computations and, whenever a stage's top-k changes, start loading those chunks' caches, keeping the longest common chunk prefix with the previous stage's (RAGCache §5.3 speculative pipelining; 0: no speculation)")->check(CLI::NonNegativeNumber)->capture_default_str();
   answer_->add_flag("--no-dedup", an_no_dedup, "Conversations: repeat a chunk a later turn retrieves again (default: CRAFT's conversation-scoped deduplication drops chunks already in the conversation)");
   answer_->add_flag("--write-back", an_write_back, "Store each chunk a prompt computes (it had no cache) as the Cache-Craft variant of the chunks before it, within the store's variant budget (reuse, blend, craft, auto)");
 
@@ -479,25 +484,48 @@ int RagCommands::run_answer() {
     ++skipped;
     std::fprintf(stderr, "ragkv: skipped %s\n", where(q, e).c_str());
   };
-  // Retrieval for the whole file first (issue 14: a batch knows its queries up front), then the
-  // answering order (rag/query-order.h); the answers are written in input order all the same.
+  // Retrieval (rag/retrieval-pipeline.h): by a worker thread ahead of the answering loop, which
+  // holds backend_turn while it computes (the worker embeds on the same backend in between); or,
+  // by default, the whole file first (issue 14: a batch knows its queries up front).
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  const bool pipelined = an_pipeline;
+  const CacheKeys keys(*p.model, *p.format);
+  TurnLock backend_turn;
+  std::unique_ptr<KvPrefetcher> prefetch;
+  if (pipelined && an_search_slice > 0 && p.store && !p.store->foreign()) prefetch = std::make_unique<KvPrefetcher>(*p.store);
+  RetrievalPipeline retrieval(*p.retriever, queries, {pipelined, an_search_slice}, &backend_turn, prefetch.get(),
+                              prefetch ? tree_load_plan(keys, *p.format) : LoadPlan{});
+  double retrieve_wall_ms = 0;
+  if (!pipelined) {
+    const auto t0 = Clock::now();
+    Progress rbar("answer: retrieve", int64_t(queries.size()), "queries");
+    retrieval.run_all([&] { rbar.add(); });
+    rbar.finish();
+    retrieve_wall_ms = ms_since(t0);
+  }
+  // Each query's chunks and prompt shape, taken from the pipeline when first needed (nullopt:
+  // skipped at retrieval).
   std::vector<std::optional<RagContext>> contexts(queries.size());
   std::vector<QueryShape> shapes(queries.size());
-  {
-    Progress rbar("answer: retrieve", int64_t(queries.size()), "queries");
-    for (size_t i = 0; i < queries.size(); ++i) {
-      try {
-        contexts[i] = p.retriever->context_for(queries[i]);
-        shapes[i].path = {kPrefixChunkId};
-        for (const Chunk* c : contexts[i]->chunks) shapes[i].path.push_back(c->id);
-        shapes[i].prompt_tokens = p.format->build(contexts[i]->chunks, queries[i].question).n_tokens();
-      } catch (const Error& e) {
-        skip(queries[i], e);
-      }
-      rbar.add();
+  std::vector<uint8_t> fetched(queries.size(), 0);
+  std::vector<double> wait_of(queries.size(), 0.0);  // the answering loop waiting for its retrieval
+  auto fetch = [&](size_t i) {
+    if (fetched[i]) return;
+    fetched[i] = 1;
+    const double waited = retrieval.waited_ms();
+    try {
+      contexts[i] = retrieval.wait(i);
+      shapes[i].path = {kPrefixChunkId};
+      for (const Chunk* c : contexts[i]->chunks) shapes[i].path.push_back(c->id);
+      shapes[i].prompt_tokens = p.format->build(contexts[i]->chunks, queries[i].question).n_tokens();
+    } catch (const Error& e) {
+      contexts[i].reset();
+      wait_of[i] = retrieval.waited_ms() - waited;
+      skip(queries[i], e);
     }
-    rbar.finish();
-  }
+    wait_of[i] = retrieval.waited_ms() - waited;
+  };
   // Conversations (CRAFT §4.3): a turn continues its conversation's earlier turns, so turns are
   // answered in input order, one at a time per conversation; their turn numbers must increase.
   struct Conversation {
@@ -518,7 +546,37 @@ int RagCommands::run_answer() {
   const bool reorder = !an_no_reorder && conversations.empty();
   if (!an_no_reorder && !conversations.empty())
     std::fprintf(stderr, "ragkv: answer: %zu conversations: queries are answered in input order\n", conversations.size());
-  QueryOrder order(std::move(shapes), an_reorder_window, reorder, mode.mode == ReuseMode::prefix);
+  // The answering order (rag/query-order.h). Reordering orders retrieved queries: without the
+  // pipeline, the whole file at once; with it, consecutive blocks of --reorder-window queries
+  // (input order; 0: the whole file), each grouped and then answered best-cached first once all
+  // of it is retrieved — a file no longer than the window is ordered as without the pipeline.
+  const size_t n_queries = queries.size();
+  const size_t block = !pipelined ? n_queries : !reorder ? 1 : an_reorder_window == 0 ? n_queries : an_reorder_window;
+  std::optional<QueryOrder> order;
+  size_t block_begin = 0, block_end = 0;
+  constexpr size_t kNone = ~size_t(0);
+  constexpr size_t kNotReady = kNone - 1;
+  // The next query to answer, kNone when none is left, or (may_wait false) kNotReady while the
+  // next block is still being retrieved.
+  auto next_query = [&](bool may_wait) -> size_t {
+    for (;;) {
+      if (order) {
+        if (const std::optional<size_t> next = order->next(p.tiers ? p.tiers->tree() : nullptr)) return block_begin + *next;
+        order.reset();
+      }
+      if (block_end == n_queries) return kNone;
+      const size_t end = std::min(n_queries, block_end + block);
+      if (!may_wait && !retrieval.ready(end - 1)) return kNotReady;
+      std::vector<QueryShape> block_shapes;
+      for (size_t i = block_end; i < end; ++i) {
+        fetch(i);
+        block_shapes.push_back(shapes[i]);
+      }
+      block_begin = block_end;
+      block_end = end;
+      order.emplace(std::move(block_shapes), an_reorder_window, reorder, mode.mode == ReuseMode::prefix);
+    }
+  };
   ChunkAccessTable ca(an_ca_window, an_promotion_threshold);
   std::vector<std::optional<std::string>> lines(queries.size());
   std::vector<uint8_t> done(queries.size(), 0);
@@ -550,6 +608,7 @@ int RagCommands::run_answer() {
     tot.written_back += r.written_back;
     tot.output_tokens += double(r.output_ids.size());
     json m = r.metrics();
+    m["retrieval_wait_ms"] = wait_of[qi];  // the answering loop blocked on this query's retrieval
     json line = {{"id", q.id}, {"answer", r.answer}, {"mode", r.mode}, {"chunks", r.chunk_ids}};
     if (!q.conversation.empty()) {
       Conversation& c = conversations.at(q.conversation);
@@ -662,19 +721,29 @@ int RagCommands::run_answer() {
       for (const Chunk* ch : chunks) c.chunks.insert(ch->id);
     }
   };
+  // The answering loop computes only while holding backend_turn; the time it waited for the turn
+  // is the worker's embedding that compute did not hide.
+  double turn_wait_ms = 0;
+  auto compute_turn = [&] {
+    const auto t0 = Clock::now();
+    std::unique_lock<TurnLock> turn(backend_turn);
+    turn_wait_ms += ms_since(t0);
+    return turn;
+  };
   const auto t_answer = std::chrono::steady_clock::now();
   bool more = true;
-  constexpr size_t kNone = ~size_t(0);
   size_t held = kNone;  // the next query, when it waits for its conversation
   while (more || !batch.empty()) {
     while (more && batch.can_admit()) {
       if (held == kNone) {
-        const std::optional<size_t> next = order.next(p.tiers ? p.tiers->tree() : nullptr);
-        if (!next) {
+        // With answers in flight, a query still being retrieved does not stall them: decode on.
+        const size_t next = next_query(batch.empty());
+        if (next == kNotReady) break;
+        if (next == kNone) {
           more = false;
           break;
         }
-        held = *next;
+        held = next;
       }
       const size_t qi = held;
       // A turn waits until its conversation's previous turn has its answer.
@@ -686,6 +755,7 @@ int RagCommands::run_answer() {
       }
       answered_order.push_back(qi);
       try {
+        const auto turn = compute_turn();
         admit(qi);
       } catch (const Error& e) {
         compared.erase(qi);
@@ -694,7 +764,12 @@ int RagCommands::run_answer() {
       }
     }
     if (batch.empty()) continue;
-    for (auto& [qi, r] : batch.step()) {
+    std::vector<std::pair<size_t, AnswerRecord>> finished;
+    {
+      const auto turn = compute_turn();
+      finished = batch.step();
+    }
+    for (auto& [qi, r] : finished) {
       try {
         complete(qi, std::move(r));
       } catch (const Error& e) {
@@ -727,6 +802,33 @@ int RagCommands::run_answer() {
   size_t moved = 0;
   for (size_t i = 0; i < answered_order.size(); ++i) moved += i == 0 || answered_order[i] != answered_order[i - 1] + 1;
   summary["order_runs"] = moved;  // maximal runs of consecutive input queries answered in sequence
+  if (reorder && pipelined) summary["reorder_block"] = block;
+  // Search time not hidden behind compute (RAGCache §7.4, Table 3's non-overlapping search time):
+  // without the pipeline, the whole retrieval phase; with it, the answering loop blocked on a
+  // query's retrieval plus its waits for the backend while the worker embedded.
+  {
+    const RetrievalStats rs = retrieval.stats();
+    const double unhidden = pipelined ? retrieval.waited_ms() + turn_wait_ms : retrieve_wall_ms;
+    json search = {{"pipelined", pipelined}, {"speculative", prefetch != nullptr}, {"slice", prefetch ? an_search_slice : 0},
+                   {"queries_searched", rs.searched}, {"search_ms", rs.search_ms}, {"embed_ms", rs.embed_ms},
+                   {"hnsw_ms", rs.hnsw_ms}, {"retrieve_phase_ms", retrieve_wall_ms},
+                   {"unhidden_search_ms", unhidden},
+                   {"unhidden_search_ms_per_query", tot.n ? json(unhidden / double(tot.n)) : json(nullptr)},
+                   {"retrieval_wait_ms", retrieval.waited_ms()}, {"answer_turn_wait_ms", turn_wait_ms},
+                   {"worker_turn_wait_ms", rs.turn_wait_ms}};
+    if (prefetch) {
+      const KvPrefetchStats ps = prefetch->stats();
+      search["speculation"] = {{"speculations", rs.speculations}, {"restarts", rs.restarts},
+                               {"tree_paths_started", rs.items_started}, {"tree_paths_wasted", rs.items_wasted},
+                               {"loads_wanted", ps.wanted}, {"loads_started", ps.started}, {"loads_completed", ps.completed},
+                               {"loads_missing", ps.missing}, {"loads_failed", ps.failed}, {"loads_dropped", ps.dropped},
+                               {"loads_stopped", ps.stopped}, {"wasted_loads", ps.wasted_loads},
+                               {"bytes_read", ps.bytes_read}, {"wasted_bytes", ps.wasted_bytes},
+                               {"loader_busy_ms", ps.busy_ms}, {"speculate_ms", rs.speculate_ms}};
+    }
+    summary["search"] = search;
+    summary["wall_s"] = retrieve_wall_ms / 1000.0 + answer_s;  // retrieval phase (without --pipeline) + answering
+  }
   if (p.tiers && p.tiers->tree()) {
     const KnowledgeTree& t = *p.tiers->tree();
     json tiers = json::object();

@@ -18,6 +18,24 @@ std::vector<StagedSnapshot> run_staged_search(StagedSearch& s, size_t slice) {
   return snaps;
 }
 
+std::vector<Hit> run_staged_search(StagedSearch& s, size_t slice, size_t complete,
+                                   const std::function<void(const std::vector<Hit>&)>& on_change) {
+  std::vector<Hit> reported;
+  bool any = false;
+  auto report = [&](const std::vector<Hit>& top) {
+    if (any && top == reported) return;
+    reported = top;
+    any = true;
+    on_change(top);
+  };
+  while (!s.done()) {
+    const std::vector<Hit>& top = s.step(slice);
+    if (!s.done() && top.size() >= complete) report(top);
+  }
+  report(s.current());
+  return s.current();
+}
+
 double final_topk_work_fraction(const std::vector<StagedSnapshot>& snaps) {
   if (snaps.empty()) fail("final_topk_work_fraction: no snapshots");
   const auto& final_top = snaps.back().top;

@@ -697,3 +697,67 @@ TEST_CASE("cli rag: precompute takes over the claims of dead processes, verify l
   for (const auto& e : fs::directory_iterator(single / "kv"))
     if (e.path().extension() == ".rkv") CHECK(slurp(e.path()) == slurp(m.store / "kv" / e.path().filename()));
 }
+
+TEST_CASE("cli rag: pipelined retrieval with speculative loads answers exactly as retrieval first") {
+  MiniIndex m;
+  Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store) + " --neighbours 0");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // The questions without their pinned passages: every query is embedded and searched.
+  const fs::path searched = m.dir.path / "searched.jsonl";
+  {
+    std::ofstream f(searched);
+    for (json j : read_jsonl(m.queries)) {
+      j.erase("passages");
+      f << j.dump() << "\n";
+    }
+  }
+  const std::string base = "answer " + q(searched) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+                           " --limit 6 --top-k 3 --max-tokens 3 --mode prefix --host-budget 64MiB";
+  auto run = [&](const std::string& name, const std::string& flags) {
+    const fs::path out = m.dir.path / (name + ".jsonl"), sum = m.dir.path / (name + ".json");
+    const Run rr = m.run(base + " " + flags + " --out " + q(out) + " --summary " + q(sum));
+    REQUIRE_MESSAGE(rr.exit_code == 0, rr.err);
+    return std::make_pair(read_jsonl(out), json::parse(std::ifstream(sum)));
+  };
+  auto same = [](const std::vector<json>& a, const std::vector<json>& b) {
+    REQUIRE(a.size() == 6);
+    REQUIRE(b.size() == a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i]["id"] == b[i]["id"]);
+      CHECK(a[i]["answer"] == b[i]["answer"]);
+      CHECK(a[i]["chunks"] == b[i]["chunks"]);  // speculation never changes the chunks used
+      for (const char* k : {"exact_path_chunks", "cache_hits", "computed_tokens", "reused_tokens"})
+        CHECK_MESSAGE(a[i]["metrics"][k] == b[i]["metrics"][k], k);
+    }
+  };
+  // Reordered (the file is shorter than --reorder-window, so one block: the same order) and in
+  // input order with two answers in flight: pipelined and speculating, or retrieval first.
+  const auto [pa, ps] = run("pipelined", "--pipeline --search-slice 4");
+  const auto [fa, fs_] = run("first", "");
+  same(pa, fa);
+  CHECK(ps["order_runs"] == fs_["order_runs"]);
+  const auto [pn, pns] = run("pipelined-in-order", "--pipeline --no-reorder --batch 2");
+  const auto [fn, fns] = run("first-in-order", "--no-reorder --batch 2");
+  same(pn, fn);
+  for (const json* s : {&ps, &pns}) {
+    const json& sr = (*s)["search"];
+    CHECK(sr["pipelined"] == true);
+    CHECK(sr["speculative"] == true);
+    CHECK(sr["queries_searched"] == 6);
+    CHECK(sr["retrieve_phase_ms"] == 0.0);
+    const json& sp = sr["speculation"];
+    CHECK(sp["speculations"].get<int>() >= 6);           // at least the final top-k of each query
+    CHECK(sp["tree_paths_started"].get<int>() >= 6 * 3);  // its three tree paths
+    CHECK(sp["loads_wanted"].get<int>() > 0);
+    CHECK(sp["bytes_read"].get<double>() > 0);  // the stored caches were read ahead
+    CHECK(sp["tree_paths_wasted"].get<int>() <= sp["tree_paths_started"].get<int>());
+  }
+  for (const json* s : {&fs_, &fns}) {
+    const json& sr = (*s)["search"];
+    CHECK(sr["pipelined"] == false);
+    CHECK(sr["speculative"] == false);
+    CHECK(sr["unhidden_search_ms"] == sr["retrieve_phase_ms"]);  // every search before the first answer
+    CHECK(sr["search_ms"].get<double>() > 0);
+  }
+  for (const json& line : pa) CHECK(line["metrics"].contains("retrieval_wait_ms"));
+}
