@@ -76,11 +76,13 @@ TEST_CASE("cpu backend: rms_norm, glu and add equal their formulas") {
     const std::vector<float> got = download(*b, XO);
     for (int64_t i = 0; i < n; ++i) {
       // x/2 · (1 + tanh u) = x / (1 + e^(−2u)) in double (the first form loses the negative tail
-      // to cancellation). f32 rounding of u (a few ulp) moves e^(−2u) by |2u| times as much.
+      // to cancellation). 2u takes up to five f32 roundings (x·x, ·x, ·0.044715, +x, ·k: no FMA
+      // contraction at -O1, as in the sanitizer build), each ≤ 6e-8 relative and none cancelling;
+      // its error moves e^(−2u) by |2u| times as much.
       const double v = xs[size_t(i)], u2 = 2 * std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v);
       const double want = v / (1 + std::exp(-u2));
       CAPTURE(v);
-      CHECK(std::fabs(got[size_t(i)] - want) <= (4 + 2 * std::fabs(u2)) * 6e-8 * std::fabs(want) + 1e-36);
+      CHECK(std::fabs(got[size_t(i)] - want) <= (4 + 5 * std::fabs(u2)) * 6e-8 * std::fabs(want) + 1e-36);
     }
   }
   b->add(G, U);
