@@ -285,9 +285,25 @@ inline void row_q45_k(const uint8_t* w, const ActBlock256* const* a, int64_t nb,
   for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]);
 }
 
+// Q6_K's 6-bit values of one half block (128 elements) as unsigned bytes 0..63: q[t] holds
+// elements 32t .. 32t + 31 of the half (low 4 bits from ql, high 2 from qh).
+inline void unpack_q6_k_half(const uint8_t* w, int half, __m256i q[4]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
+  const uint8_t* ql = w + 64 * half;
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+  const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
+  q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
+  q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
+}
+
 template <int R>
 inline void row_q6_k(const uint8_t* w, const ActBlock256* const* a, int64_t nb, float* y, int64_t ldy) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, w += 210) {
@@ -297,18 +313,8 @@ inline void row_q6_k(const uint8_t* w, const ActBlock256* const* a, int64_t nb, 
     __m256i isum[R];
     for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = w + 64 * half;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
+      unpack_q6_k_half(w, half, q);
       for (int t = 0; t < 4; ++t) {
         // q[t] holds elements 32t..32t+31 of this half: sub-blocks 8·half + 2t (i16 lanes 0-7 of
         // vpmaddubsw's pair sums) and 8·half + 2t + 1 (lanes 8-15).
@@ -479,23 +485,13 @@ void axpy_f16_rows(const float* p, const uint16_t* v, size_t v_stride, int64_t n
 // 32 at a time, then (d · scale) · (q − 32) in f32 — the scalar dequantiser's two products, so
 // the values are the same bits.
 void dequantize_q6_k(const uint8_t* w, float* y, int64_t k) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+  const __m256i off = _mm256_set1_epi8(32);
   for (int64_t b = 0; b < k / 256; ++b, w += 210) {
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
     const float d = f16_at(w + 208);
     for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = w + 64 * half;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
+      unpack_q6_k_half(w, half, q);
       for (int t = 0; t < 4; ++t) {
         // elements 32t .. 32t + 31 of this half: sub-blocks 8·half + 2t (first 16) and + 1
         alignas(32) int8_t v[32];
