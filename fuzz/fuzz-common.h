@@ -1,4 +1,4 @@
-// What every fuzz target shares (README "Fuzzing"): a private scratch directory for the files a
+// What every fuzz target shares (README "Fuzzing and sanitizers"): a private scratch directory for the files a
 // reader opens, the input cut into the parts of a multi-file target, the bundled models' paths,
 // and the rule for errors. A reader given bad bytes must throw ragkv::Error naming the file (or
 // folder) it read; any other exception, a crash, a sanitizer report, a leak or a hang is a

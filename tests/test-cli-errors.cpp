@@ -20,13 +20,7 @@ namespace fs = std::filesystem;
 using ragkv::test::run_ragkv;
 using ragkv::test::TempDir;
 
-// Shell-quoted path (built with += : GCC 12 warns falsely on "'" + std::string&&).
-std::string q(const fs::path& p) {
-  std::string s(1, '\'');
-  s += p.string();
-  s += '\'';
-  return s;
-}
+constexpr auto q = &ragkv::test::shell_quote;
 
 }  // namespace
 

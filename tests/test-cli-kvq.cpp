@@ -26,12 +26,7 @@ using nlohmann::json;
 using ragkv::test::run_ragkv;
 using ragkv::test::TempDir;
 
-std::string q(const fs::path& p) {
-  std::string s(1, '\'');
-  s += p.string();
-  s += '\'';
-  return s;
-}
+constexpr auto q = &ragkv::test::shell_quote;
 
 void flip_byte(const fs::path& p, std::streamoff at) {
   std::fstream io(p, std::ios::in | std::ios::out | std::ios::binary);

@@ -42,13 +42,7 @@ std::string slurp(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-// Shell-quoted path (built with += : GCC 12 warns falsely on "'" + std::string&&).
-std::string q(const fs::path& p) {
-  std::string s(1, '\'');
-  s += p.string();
-  s += '\'';
-  return s;
-}
+constexpr auto q = &ragkv::test::shell_quote;
 
 // A built index of testdata/rag-mini in a fresh directory.
 struct MiniIndex {

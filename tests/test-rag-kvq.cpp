@@ -25,6 +25,7 @@
 #include "rag/prompt.h"
 #include "retrieval/chunker.h"
 #include "tests/test-paths.h"
+#include "tests/test-rag-mini.h"
 #include "tests/test-tempdir.h"
 
 namespace {
@@ -32,34 +33,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ragkv;
 
-struct Fixture {
-  std::unique_ptr<Backend> backend = make_cpu_backend(2);
-  std::unique_ptr<Model> model;
-  std::unique_ptr<PromptFormat> format;
-  std::vector<Chunk> chunks;
-  std::vector<std::string> questions;
+struct Fixture : test::RagMini {
   test::TempDir dir{"rag-kvq"};
-  Fixture() {
-    model = std::make_unique<Model>(test::smollm_path(), *backend);
-    format = std::make_unique<PromptFormat>(*model);
-    std::ifstream f(test::testdata("rag-mini.corpus.jsonl"));
-    for (std::string line; std::getline(f, line);) {
-      const auto j = nlohmann::json::parse(line);
-      Chunk c;
-      c.doc = j["id"];
-      c.id = c.doc + "#0";
-      c.title = j["title"];
-      c.text = j["text"];
-      chunks.push_back(c);
-    }
-    std::ifstream q(test::testdata("rag-mini.queries.jsonl"));
-    for (std::string line; std::getline(q, line);) questions.push_back(nlohmann::json::parse(line)["question"]);
-  }
-  std::vector<const Chunk*> pick(std::initializer_list<int> idx) const {
-    std::vector<const Chunk*> out;
-    for (int i : idx) out.push_back(&chunks[size_t(i)]);
-    return out;
-  }
   // dir/<dtype>: every chunk precomputed in that encoding (once per test binary run).
   fs::path store(int bits) {
     const KvEncoding e = KvEncoding::from_bits(bits);
@@ -68,9 +43,7 @@ struct Fixture {
       KvStoreInfo info = CacheKeys(*model, *format).store_info();
       info.dtype = e.name();
       const KvStore s = KvStore::open_for_write(p, info);
-      std::vector<const Chunk*> all;
-      for (const Chunk& c : chunks) all.push_back(&c);
-      REQUIRE(precompute_chunks(*model, *format, s, all).computed == chunks.size());
+      REQUIRE(precompute_chunks(*model, *format, s, all()).computed == chunks.size());
     }
     return p;
   }

@@ -79,4 +79,12 @@ inline Run run_ragkv(const std::string& args) {
   return r;
 }
 
+// A path quoted for the shell (built with += : GCC 12 warns falsely on "'" + std::string&&).
+inline std::string shell_quote(const std::filesystem::path& p) {
+  std::string s(1, '\'');
+  s += p.string();
+  s += '\'';
+  return s;
+}
+
 }  // namespace ragkv::test
