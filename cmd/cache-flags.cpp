@@ -19,7 +19,11 @@ void CacheFlags::add_to(CLI::App* app) {
       ->transform(CLI::AsSizeValue(false));
   app->add_option("--disk-budget", disk_bytes, "Bytes of knowledge-tree chain nodes written to the store and kept there (default 0: none written)")
       ->transform(CLI::AsSizeValue(false));
-  app->add_option("--cost-profile", cost_profile, "PGDSF's prefill cost T(cached, computed tokens): read from this file when it was measured for this model and device, else measured now (a few seconds) and written there; without it, fitted to this run's prefills");
+  app->add_option("--cost-profile", cost_profile, "PGDSF's prefill cost T(cached, computed tokens) and, with --load-control, the tiers' read rates: read from this file when they were measured for this model and device, else measured now (a few seconds) and written there; without it, T is fitted to this run's prefills and the loading controller measures each run");
+  app->add_option("--load-control", load_control, "Loading controller (CacheBlend 5, Cache-Craft Eq. 16): from the measured compute speed and tier read rates, per cached chunk load or recompute, the loader's preload depth and the recompute ratio hidden under loading; on: carried out, report: only decided and reported (metrics load_control), off: every cache is loaded")
+      ->check(CLI::IsMember({"off", "report", "on"}))
+      ->capture_default_str();
+  app->add_flag("--raise-ratio", raise_ratio, "With --load-control on: blend recomputes max(--recompute-ratio, hidden ratio), the most that still hides under loading (CacheBlend 5.1)");
 }
 
 std::optional<uint64_t> available_memory_bytes() {

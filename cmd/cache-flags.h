@@ -15,7 +15,9 @@ namespace ragkv::cli {
 struct CacheFlags {
   std::string policy = "pgdsf";
   std::optional<uint64_t> device_bytes, host_bytes, disk_bytes;
-  std::string cost_profile;  // PGDSF's T(α, β) grid: read, or measured now and written there
+  std::string cost_profile;  // PGDSF's T(α, β) grid and the tiers' read rates: read, or measured now and written there
+  std::string load_control = "off";  // the loading controller: off, report (decide only) or on
+  bool raise_ratio = false;          // with it on: blend's r raised to the hidden ratio
   void add_to(CLI::App* app);
   // The budgets: given ones as given; by default the device tier 0 on the CPU backend (its memory
   // is host memory, which the host tier already budgets) and 1 GiB on a GPU, host memory a quarter

@@ -39,6 +39,7 @@
 #include "rag/chunk-access-table.h"
 #include "rag/context.h"
 #include "rag/cost-profile.h"
+#include "rag/loading-controller.h"
 #include "rag/mode-spec.h"
 #include "rag/selection.h"
 #include "rag/precompute.h"
@@ -169,6 +170,7 @@ struct Pipeline {
   std::unique_ptr<RagAnswerer> answerer;
   CraftStoreSettings craft_settings;       // the store's fitted α and variant budget
   std::unique_ptr<VariantLedger> ledger;   // f_r of the variants answers use
+  std::unique_ptr<LoadingController> load_controller;  // answer --load-control report|on
 
   Pipeline(const RagFlags& f, bool need_store, const CacheFlags* cache = nullptr) {
     queries = load_queries(f.queries, parse_on_error(f.on_error));
@@ -195,7 +197,15 @@ struct Pipeline {
                      keys.model_fingerprint().c_str());
       if (cache && !store->foreign()) {
         tiers = std::make_unique<KvTiers>(*store, cache->config(*backend), *backend);
-        if (!cache->cost_profile.empty()) {
+        if (cache->load_control != "off") {  // the T(α, β) grid and the tiers' read rates
+          const MachineProfile m = load_or_profile_machine(cache->cost_profile, *model,
+                                                           CacheKeys(*model, *format).model_fingerprint(), &*store);
+          if (m.measured_prefill || m.measured_tiers)
+            std::fprintf(stderr, "ragkv: machine profile measured%s%s\n", cache->cost_profile.empty() ? "" : " into ",
+                         cache->cost_profile.c_str());
+          tiers->cost() = m.prefill;
+          load_controller = std::make_unique<LoadingController>(m.tiers, m.prefill, model->config().n_layer);
+        } else if (!cache->cost_profile.empty()) {
           bool measured = false;
           tiers->cost() = load_or_profile_prefill_cost(cache->cost_profile, *model,
                                                        CacheKeys(*model, *format).model_fingerprint(), &measured);
@@ -284,6 +294,7 @@ struct ModeTotals {
   double prompt_tokens = 0, computed_tokens = 0;
   double vs_full_f1 = 0, vs_full_first = 0;
   size_t n_compare = 0;
+  LoadControlSummary load_control;  // answer --load-control report|on
   json to_json() const {
     auto m = [&](double s, size_t k) { return k ? json(s / double(k)) : json(nullptr); };
     return {{"queries", n}, {"ttft_ms", m(ttft, n)}, {"prefill_ms", m(prefill, n)}, {"recompute_ratio", m(recompute, n)},
@@ -294,7 +305,8 @@ struct ModeTotals {
             {"chunk_memory_hit_rate", chunks > 0 ? json(chunk_memory_hits / chunks) : json(nullptr)},  // from device or host
             {"exact_path_chunks", exact_path_chunks}, {"prompt_tokens", prompt_tokens},
             {"computed_tokens", computed_tokens}, {"cache_misses", misses}, {"cache_bad", bad}, {"variants_written", written_back},
-            {"f1_vs_full", m(vs_full_f1, n_compare)}, {"first_token_match", m(vs_full_first, n_compare)}};
+            {"f1_vs_full", m(vs_full_f1, n_compare)}, {"first_token_match", m(vs_full_first, n_compare)},
+            {"load_control", load_control.empty() ? json(nullptr) : load_control.to_json()}};
   }
 };
 
@@ -473,6 +485,9 @@ int RagCommands::run_precompute() {
 int RagCommands::run_answer() {
   Pipeline p(an, false, &an_cache);
   const ModeSpec mode = !an_mode.empty() ? parse_mode_spec(an_mode) : ModeSpec(p.store ? ReuseMode::auto_ : ReuseMode::full);
+  if (an_cache.load_control != "off" && !p.load_controller)
+    std::fprintf(stderr, "ragkv: answer: --load-control %s: no store of this model, nothing is loaded\n",
+                 an_cache.load_control.c_str());
   const bool compare = !an_compare.empty();
   const ModeSpec compare_mode = compare ? parse_mode_spec(an_compare) : ModeSpec(ReuseMode::full);
   LineWriter out(an_out);
@@ -638,6 +653,7 @@ int RagCommands::run_answer() {
     if (r.prefill.n_layer > 0) tot.computed_tokens += double(r.prefill.computed_token_layers) / r.prefill.n_layer;
     tot.misses += r.cache.misses;
     tot.bad += r.cache.bad;
+    if (r.load_control) tot.load_control.add(*r.load_control, r.prefill.load_ms, r.prefill.prefill_ms);
     if (!q.answers.empty()) {
       const GoldScores g = score_against_golds(r.answer, q.answers);
       m["f1"] = g.f1;
@@ -669,6 +685,9 @@ int RagCommands::run_answer() {
     AnswerOptions opt = p.options(an, mode);
     opt.write_back = an_write_back;
     opt.record_in_tiers = true;
+    opt.load_control = p.load_controller.get();
+    opt.apply_load_control = an_cache.load_control == "on";
+    opt.raise_ratio = an_cache.raise_ratio;
     // CRAFT §4: the CA-Table counts this request's chunks; --chunk-order freq puts the most
     // accessed first; the CP-Tree admits a computed prefix only when its chunks reach the threshold.
     std::vector<const Chunk*> chunks = ctx.chunks;

@@ -3,6 +3,7 @@
 #include "kv/chunk-kv-file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -378,6 +379,19 @@ void ChunkKvReader::evict_page_cache() const {
   if (fd_ < 0) return;
   ::fdatasync(fd_);  // dirty pages are not dropped
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+double ChunkKvReader::resident_fraction() const {
+  if (fd_ < 0 || file_bytes_ == 0) return 0.0;
+  void* map = ::mmap(nullptr, file_bytes_, PROT_READ, MAP_SHARED, fd_, 0);
+  if (map == MAP_FAILED) return 0.0;
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_core((file_bytes_ + page - 1) / page);
+  size_t resident = 0;
+  if (::mincore(map, file_bytes_, in_core.data()) == 0)
+    for (unsigned char c : in_core) resident += c & 1;
+  ::munmap(map, file_bytes_);
+  return double(resident) / double(in_core.size());
 }
 
 }  // namespace ragkv

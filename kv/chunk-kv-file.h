@@ -125,6 +125,10 @@ class ChunkKvReader {
   // Writes back and drops the file's pages from the OS page cache, so the next read_layer goes to
   // the disk (the cold-disk tier). Best effort: a no-op where the OS ignores the advice.
   void evict_page_cache() const;
+  // The share of the file's pages in the OS page cache now (mincore), 0 to 1: how much of a
+  // disk-tier read will come from memory (the loading controller's disk read time). 0 where it
+  // cannot be told.
+  double resident_fraction() const;
 
  private:
   std::filesystem::path path_;

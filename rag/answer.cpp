@@ -39,6 +39,7 @@ nlohmann::json AnswerRecord::metrics() const {
   if (written_back > 0) j["variants_written"] = written_back;
   if (cache_update_ms > 0) j["cache_update_ms"] = cache_update_ms;
   if (!craft.empty()) j["craft"] = craft_metrics();
+  if (load_control) j["load_control"] = load_control->to_json();
   return j;
 }
 
@@ -146,6 +147,13 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
   const VariantSource variants = tier_variants(keys_, tiers_);
   PrefillPlan plan = plan_prefill(prompt, opt.mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_),
                                   &variants, opt.craft, tier_chain_lookup(keys_, tiers_));
+  if (opt.load_control) {  // load or recompute each cached segment, the preload depth, the hidden ratio
+    const PlanLoad pl = plan_load(*opt.load_control, prompt, plan);
+    LoadControl lc = opt.load_control->decide(pl.cached, pl.base_compute_ms, plan.blend.recompute_ratio,
+                                              pl.pipelined, opt.raise_ratio && opt.apply_load_control);
+    if (opt.apply_load_control) apply_load_control(lc, plan, opt.blend.preload_depth);
+    rec.load_control = std::move(lc);
+  }
   KvCache kv = model_.new_kv_cache(n_ctx);
   // Write-back: the chunks after the first that this prompt computes, with their metadata.
   std::vector<size_t> chunk_segs;

@@ -4,6 +4,7 @@
 // the fusor (rag/fusor.h) and answered by greedy decoding.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "model/generate.h"
 #include "rag/cache-keys.h"
 #include "rag/fusor.h"
+#include "rag/loading-controller.h"
 #include "rag/plan.h"
 
 namespace ragkv {
@@ -37,6 +39,14 @@ struct AnswerOptions {
   // A conversation's earlier turns this prompt continues (rag/prompt.h), each with the chunks it
   // added; the chunks passed with the question are those this turn adds.
   std::vector<PastTurn> history;
+  // The loading controller (rag/loading-controller.h; CacheBlend §5, Cache-Craft Eq. 16): null:
+  // every cache found is loaded and the loader reads blend.preload_depth layers ahead. Else its
+  // decisions are made and reported (AnswerRecord::load_control) and, with apply_load_control,
+  // carried out: segments it recomputes, the loader's depth max(L_p, blend.preload_depth), and
+  // with raise_ratio r = max(r, hidden ratio).
+  const LoadingController* load_control = nullptr;
+  bool apply_load_control = true;
+  bool raise_ratio = false;
   GenerateOptions gen;  // max_tokens; stop_at_newline is set by the answerer
 };
 
@@ -59,6 +69,7 @@ struct AnswerRecord {
   PrefillStats prefill;
   CacheCounts cache;
   std::vector<CraftChunkRecord> craft;  // craft: per cached chunk, in prompt order
+  std::optional<LoadControl> load_control;  // the loading controller's decisions, when it ran
   int written_back = 0;                 // variants this answer stored (write-back)
   size_t exact_path_chunks = 0;         // chunks reused on the knowledge tree's exact path
   size_t chunk_hits = 0;                // chunks whose KV came from a tier (exact or not; not the prefix)

@@ -1,12 +1,19 @@
-// The prefill cost profile of PGDSF (RAGCache §5.1: "profiles the LLM prefill time with varying
-// cached and non-cached token lengths offline and uses bilinear interpolation"): T(α, β) measured
-// on this machine with this model and backend on a small grid, kept in a JSON file for later runs.
+// The machine's cost profile, kept in one JSON file per model and backend for later runs:
+//  * PGDSF's prefill cost (RAGCache §5.1: "profiles the LLM prefill time with varying cached and
+//    non-cached token lengths offline and uses bilinear interpolation"): T(α, β) measured on a
+//    small grid — also the loading controller's compute speed per token-layer;
+//  * the tiers' read rates (kv/tier-read-rates.h), the loading controller's T_load (CacheBlend §5
+//    "measured offline"), measured on first use by a command that has a store.
+// File: {"model": fingerprint, "backend": name, "profile": T(α, β) grid, "tiers": read rates}.
 #pragma once
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kv/cache-policy.h"
+#include "kv/kv-store.h"
+#include "kv/tier-read-rates.h"
 #include "model/model.h"
 
 namespace ragkv {
@@ -30,5 +37,20 @@ struct ProfileGrid {
 PrefillCostModel load_or_profile_prefill_cost(const std::filesystem::path& path, const Model& model,
                                               const std::string& model_fingerprint, bool* measured = nullptr,
                                               const ProfileGrid& grid = {});
+
+struct MachineProfile {
+  PrefillCostModel prefill;
+  TierReadRates tiers;
+  bool measured_prefill = false, measured_tiers = false;  // measured now (not read from the file)
+};
+
+// Both parts of the profile: those in `path` that were measured for this model (fingerprint) on
+// this backend — the tier rates also only when they cover `store`'s disk (measured on a store of
+// its KV encoding; a store with no chunk files needs no disk rates) — and the others measured now
+// and the file rewritten atomically with both. An empty path: everything measured, nothing kept.
+// Error naming the file when it exists but cannot be read as a profile.
+MachineProfile load_or_profile_machine(const std::filesystem::path& path, const Model& model,
+                                       const std::string& model_fingerprint, const KvStore* store,
+                                       const ProfileGrid& grid = {});
 
 }  // namespace ragkv

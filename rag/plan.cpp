@@ -246,12 +246,20 @@ void derive_rows(PrefillPlan& p) {
 
 }  // namespace
 
-void PrefillPlan::drop_cache(size_t segment) {
+void PrefillPlan::drop_cache(size_t segment) { release_cache(segment, true); }
+void PrefillPlan::compute_instead(size_t segment) { release_cache(segment, false); }
+
+void PrefillPlan::set_recompute_ratio(double r) {
+  blend.recompute_ratio = r;
+  derive_rows(*this);
+}
+
+void PrefillPlan::release_cache(size_t segment, bool bad) {
   SegmentPlan& s = segments.at(segment);
   if (!s.kv) return;
   if (s.exact()) --counts.exact_hits;
   counts.add_hit(s.kv->tier(), -1);
-  ++counts.bad;
+  if (bad) ++counts.bad;
   s.kv.reset();
   if (segment < exact_path) {
     // The path ends here. `prefix` loads only a leading run, so the path's later segments are

@@ -123,11 +123,19 @@ struct PrefillPlan {
   // A cache that failed while loading: the segment is computed instead and counted as bad;
   // the rows and the schedule are derived again.
   void drop_cache(size_t segment);
+  // The loading controller chose to compute a cached segment in place: the same as drop_cache,
+  // but neither a hit nor bad.
+  void compute_instead(size_t segment);
+  // blend: another r (the loading controller's hidden ratio); the rows and schedule derived again.
+  void set_recompute_ratio(double r);
 
   // Filled by the planner; kept for drop_cache.
   BlendParams blend;
   CraftParams craft;
   int n_layer = 0;
+
+ private:
+  void release_cache(size_t segment, bool bad);
 };
 
 // A segment's cache from wherever caches are kept: nullptr when there is none; throws
