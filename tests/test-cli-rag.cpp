@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
@@ -754,4 +755,53 @@ TEST_CASE("cli rag: pipelined retrieval with speculative loads answers exactly a
     CHECK(sr["search_ms"].get<double>() > 0);
   }
   for (const json& line : pa) CHECK(line["metrics"].contains("retrieval_wait_ms"));
+}
+
+TEST_CASE("cli rag: answer --load-control reports each segment's decision, and on a CPU loads them all") {
+  MiniIndex m;
+  Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store) + " --neighbours 0");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const fs::path profile = m.dir.path / "profile.json";
+  const std::string base = "answer " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+                           " --limit 3 --max-tokens 3 --mode blend";
+  auto run = [&](const std::string& name, const std::string& flags) {
+    const fs::path out = m.dir.path / (name + ".jsonl"), sum = m.dir.path / (name + ".json");
+    const Run rr = m.run(base + " " + flags + " --out " + q(out) + " --summary " + q(sum));
+    REQUIRE_MESSAGE(rr.exit_code == 0, rr.err);
+    return std::make_tuple(read_jsonl(out), json::parse(std::ifstream(sum)), rr.err);
+  };
+  const auto [ra, rs, rerr] = run("report", "--load-control report --cost-profile " + q(profile));
+  CHECK(rerr.find("machine profile measured into") != std::string::npos);
+  const json prof = json::parse(std::ifstream(profile));
+  CHECK(prof["tiers"]["disk_cold_mb_s"].get<double>() > 0);
+  CHECK(prof["profile"].contains("ms"));
+  REQUIRE(ra.size() == 3);
+  for (const json& line : ra) {
+    const json& lc = line["metrics"]["load_control"];
+    CHECK(lc["applied"] == false);
+    CHECK(lc["pipelined"] == true);
+    REQUIRE(lc["segments"].size() >= 2);  // the prefix and the chunks
+    for (const json& s : lc["segments"]) {
+      CHECK((s["tier"] == "disk" || s["tier"] == "host"));  // the managed host tier keeps what a prompt used
+      CHECK(s["load_ms"].get<double>() > 0);
+      CHECK(s["compute_ms"].get<double>() > 0);
+    }
+    CHECK(lc["preload_depth"].get<int>() >= 1);
+  }
+  CHECK(rs["load_control"]["prompts"] == 3);
+  // On: this CPU computes a chunk far slower than it reads one, so every cache is loaded and the
+  // answers are report's (and the profile is read, not measured again).
+  const auto [oa, os, oerr] = run("on", "--load-control on --cost-profile " + q(profile));
+  CHECK(oerr.find("machine profile measured") == std::string::npos);
+  CHECK(os["load_control"]["recomputed_segments"] == 0);
+  REQUIRE(oa.size() == 3);
+  for (size_t i = 0; i < oa.size(); ++i) {
+    CHECK(oa[i]["metrics"]["load_control"]["applied"] == true);
+    CHECK(oa[i]["metrics"]["load_control"]["loader_depth"].get<int>() >= 2);
+    CHECK(oa[i]["answer"] == ra[i]["answer"]);
+  }
+  // Off: no controller, no metrics of it.
+  const auto [fa, fs_, ferr] = run("off", "");
+  CHECK(fs_["load_control"].is_null());
+  CHECK_FALSE(fa[0]["metrics"].contains("load_control"));
 }
