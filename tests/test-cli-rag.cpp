@@ -429,6 +429,34 @@ TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the promp
   CHECK(r.err.find("--baseline-cache keeps full and prefix baselines") != std::string::npos);
 }
 
+TEST_CASE("cli rag: eval's MODE+freq answers over CRAFT's frequency order, exactly for prefix") {
+  MiniIndex m;
+  Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // The second query's chunks in frequency order: Normans (1 earlier use) and Super Bowl (1)
+  // ahead of Tesla (none), ties in retrieval order.
+  const fs::path queries = m.dir.path / "freq.jsonl";
+  std::ofstream(queries) << R"({"id": "a", "question": "Who was the Super Bowl 50 MVP?", "answers": ["Von Miller"], "passages": ["Warsaw#0", "Super_Bowl_50#2", "Normans#5"]})" "\n"
+                         << R"({"id": "b", "question": "What was the Norman religion?", "answers": ["Catholicism"], "passages": ["Nikola_Tesla#5", "Normans#5", "Super_Bowl_50#2"]})" "\n";
+  const fs::path records = m.dir.path / "records.jsonl", js = m.dir.path / "report.json";
+  r = m.run("eval " + q(queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes full+freq,prefix+freq --max-tokens 4 --min-agreement 0 --max-kl -1 --answers " + q(records) +
+            " --report " + q(js));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto rec = read_jsonl(records);
+  REQUIRE(rec.size() == 2);
+  CHECK_FALSE(rec[0]["modes"]["full+freq"].contains("chunks"));  // nothing counted yet: retrieval order
+  CHECK(rec[1]["chunks"] == json{"Nikola_Tesla#5#0", "Normans#5#0", "Super_Bowl_50#2#0"});
+  CHECK(rec[1]["modes"]["full+freq"]["chunks"] == json{"Normans#5#0", "Super_Bowl_50#2#0", "Nikola_Tesla#5#0"});
+  CHECK(rec[1]["modes"]["prefix+freq"]["chunks"] == rec[1]["modes"]["full+freq"]["chunks"]);
+  CHECK_FALSE(rec[1]["modes"]["full"].contains("chunks"));
+  for (const json& x : rec)  // prefix reuses [prefix][chunk 1] exactly: the same tokens as full over that order
+    CHECK(x["modes"]["prefix+freq"]["output_ids"] == x["modes"]["full+freq"]["output_ids"]);
+  const json rep = json::parse(std::ifstream(js));
+  CHECK(rep["modes"].contains("full+freq"));
+  CHECK(rep["modes"]["prefix+freq"]["recompute_fraction"].get<double>() < 1.0);
+}
+
 TEST_CASE("cli rag: usage errors exit 2") {
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend,bogus").exit_code == 2);
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend/nonsense").exit_code == 2);
