@@ -457,6 +457,40 @@ TEST_CASE("cli rag: eval's MODE+freq answers over CRAFT's frequency order, exact
   CHECK(rep["modes"]["prefix+freq"]["recompute_fraction"].get<double>() < 1.0);
 }
 
+TEST_CASE("cli rag: bench cache replays exactly the hits and computed tokens of answer --mode prefix") {
+  MiniIndex m;
+  // A store with no chunk caches (RAGCache's setting): its store.json from a one-chunk precompute.
+  Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store) + " --limit 1");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  for (const auto& f : fs::directory_iterator(m.store / "kv")) fs::remove(f.path());
+  const fs::path cost = m.dir.path / "cost.json", summary = m.dir.path / "summary.json";
+  const std::string common = " --threads 2 --index " + q(m.index) + " --top-k 3 --cost-profile " + q(cost);
+  // A host budget that holds a few chunks, so that eviction decides hits.
+  r = m.run("answer " + q(m.queries) + common + " --store " + q(m.store) +
+            " --mode prefix --max-tokens 1 --host-budget 24MiB --chunk-order freq --out " + q(m.dir.path / "a.jsonl") +
+            " --summary " + q(summary));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json real = json::parse(std::ifstream(summary));
+  r = m.run("bench cache " + q(m.queries) + common + " --host-budgets 24MiB,1GiB --policies pgdsf --orders reorder+freq,input");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json sim = json::parse(r.out);
+  CHECK(sim["requests"] == 12);
+  REQUIRE(sim["results"].size() == 4);
+  const json& same = sim["results"][0];
+  CHECK(same["order"] == "reorder+freq");
+  CHECK(same["host_budget_bytes"] == 24u << 20);
+  CHECK(same["hit_chunks"] == real["chunk_hits"]);
+  CHECK(same["computed_tokens"] == real["computed_tokens"]);
+  CHECK(same["prompt_tokens"] == real["prompt_tokens"]);
+  CHECK(same["host_evicted"] == real["cache_manager"]["tiers"]["host"]["evicted"]);
+  CHECK(same["craft_prefix_overlap"] == real["craft_prefix_overlap"]);
+  CHECK(same["hit_chunks"].get<double>() > 0);
+  for (const json& row : sim["results"]) {
+    CHECK(row["host_peak_bytes"].get<uint64_t>() <= row["host_budget_bytes"].get<uint64_t>());
+    CHECK(row["hit_rate"].get<double>() <= 1.0);
+  }
+}
+
 TEST_CASE("cli rag: usage errors exit 2") {
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend,bogus").exit_code == 2);
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend/nonsense").exit_code == 2);
