@@ -1,21 +1,31 @@
-// bench prefill, bench reuse, bench retrieval (DESIGN.md §8): JSON on stdout, progress on stderr.
+// bench prefill, bench reuse, bench retrieval, bench cache (DESIGN.md §8): JSON on stdout, progress on stderr.
 #include <cstdio>
 #include <iostream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/cache-trace.h"
 #include "bench/prefill-bench.h"
 #include "bench/retrieval-bench.h"
 #include "bench/reuse-bench.h"
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
 #include "cmd/mode-validator.h"
+#include "kv/cache-policy.h"
+#include "model/embedder.h"
+#include "model/model.h"
+#include "rag/cache-keys.h"
+#include "rag/context.h"
+#include "rag/cost-profile.h"
 #include "rag/mode-spec.h"
 #include "rag/plan.h"
+#include "rag/prompt.h"
+#include "rag/queries.h"
 #include "rag/selection.h"
-#include "model/embedder.h"
 #include "retrieval/index-dir.h"
 #include "util/paths.h"
+#include "util/progress.h"
 
 namespace ragkv::cli {
 
@@ -60,6 +70,24 @@ class BenchCommands : public CommandFamily {
     retrieval_cmd_->add_option("-k", retrieval_.k, "Hit rate at k")->check(CLI::Range(1, 1000))->capture_default_str();
     retrieval_cmd_->add_option("--embedder", retrieval_embedder_, "Sentence-embedder directory")->capture_default_str();
     retrieval_dev_.add_to(retrieval_cmd_);
+
+    cache_cmd_ = bench_->add_subcommand("cache", "RAGCache's cache manager replayed over a query file's retrieval trace (no KV computed): hit rate, computed tokens and estimated TTFT per policy, host budget and order");
+    cache_cmd_->add_option("QUERIES", cache_queries_, "Queries JSONL (searched, or their passages)")->required();
+    cache_cmd_->add_option("--index", cache_index_, "Index directory")->required();
+    cache_model_ = default_llm_path();
+    cache_cmd_->add_option("--model", cache_model_, "LLM (its tokenizer, KV size and prefill cost)")->capture_default_str();
+    cache_embedder_ = default_embedder_dir();
+    cache_cmd_->add_option("--embedder", cache_embedder_, "Sentence-embedder directory")->capture_default_str();
+    cache_cmd_->add_option("--top-k", cache_top_k_, "Chunks retrieved per question")->check(CLI::Range(1, 1000))->capture_default_str();
+    cache_cmd_->add_option("--limit", cache_limit_, "Only the first N queries (0: all)")->check(CLI::NonNegativeNumber);
+    cache_cmd_->add_option("--host-budgets", cache_budgets_, "Host-memory budgets to replay, comma-separated (e.g. 64MiB,256MiB,1GiB)")->delimiter(',')->transform(CLI::AsSizeValue(false))->required();
+    cache_cmd_->add_option("--policies", cache_policies_, "Replacement policies, comma-separated")->delimiter(',')->check(CLI::IsMember(cache_policy_names()))->capture_default_str();
+    cache_cmd_->add_option("--orders", cache_orders_, "Orders, comma-separated: input (--no-reorder), reorder (answer's default), freq (input order, --chunk-order freq), reorder+freq")->delimiter(',')->check(CLI::IsMember({"input", "reorder", "freq", "reorder+freq"}))->capture_default_str();
+    cache_cmd_->add_option("--reorder-window", cache_.reorder_window, "As answer's --reorder-window")->check(CLI::NonNegativeNumber)->capture_default_str();
+    cache_cmd_->add_option("--ca-window", cache_.ca_window, "As answer's --ca-window")->check(CLI::Range(size_t(1), size_t(1) << 40))->capture_default_str();
+    cache_cmd_->add_option("--promotion-threshold", cache_.promotion_threshold, "As answer's --promotion-threshold")->check(CLI::Range(int64_t(1), int64_t(1) << 40))->capture_default_str();
+    cache_cmd_->add_option("--cost-profile", cache_cost_profile_, "The prefill cost profile T(cached, computed) (answer's --cost-profile): read, or measured now and written there")->required();
+    cache_dev_.add_to(cache_cmd_);
   }
 
   bool selected() const override { return static_cast<bool>(*bench_); }
@@ -68,6 +96,7 @@ class BenchCommands : public CommandFamily {
     if (*prefill_cmd_) run_prefill();
     if (*reuse_cmd_) run_reuse();
     if (*retrieval_cmd_) run_retrieval();
+    if (*cache_cmd_) run_cache();
     return 0;
   }
 
@@ -90,7 +119,10 @@ class BenchCommands : public CommandFamily {
     auto backend = reuse_dev_.make_backend();
     reuse_.threads = reuse_dev_.thread_count();
     reuse_.modes.clear();
-    for (const auto& m : reuse_modes_) reuse_.modes.push_back(parse_mode_spec(m));
+    for (const auto& m : reuse_modes_) {
+      reuse_.modes.push_back(parse_mode_spec(m));
+      if (reuse_.modes.back().freq_order) fail("bench reuse --modes {}: '+freq' orders a query file's chunks (answer, eval), not one prompt's", m);
+    }
     reuse_.tiers.clear();
     for (const auto& t : reuse_tiers_) reuse_.tiers.push_back(parse_kv_start(t));
     std::cout << bench_reuse(*backend, reuse_).dump(2) << "\n";
@@ -104,7 +136,87 @@ class BenchCommands : public CommandFamily {
     std::cout << bench_retrieval(index, embedder, retrieval_).dump(2) << "\n";
   }
 
-  CLI::App *bench_ = nullptr, *prefill_cmd_ = nullptr, *reuse_cmd_ = nullptr, *retrieval_cmd_ = nullptr;
+  // The trace: every query's retrieved chunks and prompt length, then one replay per policy,
+  // budget and order (bench/cache-trace.h).
+  void run_cache() {
+    auto backend = cache_dev_.make_backend();
+    QueryFile queries = load_queries(cache_queries_, OnError::fail);
+    if (cache_limit_ > 0 && queries.queries.size() > cache_limit_) queries.queries.resize(cache_limit_);
+    Embedder embedder;
+    embedder.load(cache_embedder_, *backend);
+    const IndexDir index = IndexDir::open(cache_index_, embedder.fingerprint());
+    const Model model(cache_model_, *backend);
+    const PromptFormat format(model);
+    const ContextRetriever retriever(index, &embedder, cache_top_k_);
+    const ModelConfig& cfg = model.config();
+    CacheTrace trace;
+    trace.prefix_tokens = int64_t(format.prefix_ids().size());
+    trace.bytes_per_token = uint64_t(cfg.n_layer) * cfg.kv_dim() * 2 * sizeof(uint16_t);
+    std::set<std::string> distinct;
+    {
+      Progress bar("bench cache: retrieve", int64_t(queries.queries.size()), "queries");
+      for (const Query& q : queries.queries) {
+        const RagContext ctx = retriever.context_for(q);
+        const RagPrompt prompt = format.build(ctx.chunks, q.question);
+        TraceRequest r;
+        for (const PromptSegment& seg : prompt.segments)
+          if (seg.kind == PromptSegment::Kind::chunk) {
+            r.chunks.push_back(seg.chunk_id);
+            r.chunk_tokens.push_back(int64_t(seg.ids.size()));
+            distinct.insert(seg.chunk_id);
+          }
+        r.prompt_tokens = prompt.n_tokens();
+        trace.requests.push_back(std::move(r));
+        bar.add();
+      }
+      bar.finish();
+    }
+    bool measured = false;
+    const PrefillCostModel cost = load_or_profile_prefill_cost(
+        cache_cost_profile_, model, CacheKeys(model, format).model_fingerprint(), &measured);
+    if (measured) std::fprintf(stderr, "ragkv bench: prefill cost profiled into %s\n", cache_cost_profile_.c_str());
+    nlohmann::json rows = nlohmann::json::array();
+    for (const std::string& order : cache_orders_)
+      for (const std::string& policy : cache_policies_)
+        for (uint64_t budget : cache_budgets_) {
+          TraceConfig c = cache_;
+          c.policy = parse_cache_policy(policy);
+          c.host_bytes = budget;
+          c.reorder = order.starts_with("reorder");
+          c.freq_order = order.ends_with("freq");
+          nlohmann::json row = replay_cache_trace(trace, cost, c).to_json();
+          row["order"] = order;
+          row["policy"] = policy;
+          row["host_budget_bytes"] = budget;
+          rows.push_back(std::move(row));
+          std::fprintf(stderr, "ragkv bench: cache %s %s %llu bytes: hit rate %.3f\n", order.c_str(), policy.c_str(),
+                       static_cast<unsigned long long>(budget), rows.back()["hit_rate"].get<double>());
+        }
+    std::cout << nlohmann::json{{"bench", "cache"},
+                                {"queries", cache_queries_},
+                                {"requests", trace.requests.size()},
+                                {"distinct_chunks", distinct.size()},
+                                {"top_k", cache_top_k_},
+                                {"prefix_tokens", trace.prefix_tokens},
+                                {"bytes_per_token", trace.bytes_per_token},
+                                {"reorder_window", cache_.reorder_window},
+                                {"ca_window", cache_.ca_window},
+                                {"promotion_threshold", cache_.promotion_threshold},
+                                {"cost_profile", cost.to_json()},
+                                {"results", rows}}
+                     .dump(2)
+              << "\n";
+  }
+
+  CLI::App *bench_ = nullptr, *prefill_cmd_ = nullptr, *reuse_cmd_ = nullptr, *retrieval_cmd_ = nullptr,
+           *cache_cmd_ = nullptr;
+  std::string cache_queries_, cache_index_, cache_model_, cache_embedder_, cache_cost_profile_;
+  size_t cache_top_k_ = 5, cache_limit_ = 0;
+  std::vector<uint64_t> cache_budgets_;
+  std::vector<std::string> cache_policies_ = cache_policy_names();
+  std::vector<std::string> cache_orders_{"input", "reorder", "freq", "reorder+freq"};
+  TraceConfig cache_;
+  DeviceFlags cache_dev_;
   std::vector<std::string> prefill_models_;
   PrefillBenchOptions prefill_;
   DeviceFlags prefill_dev_;

@@ -19,7 +19,7 @@ inline CLI::Validator mode_validator() {
         }
         return "";
       },
-      "MODE[/METHOD][@R][~P]");
+      "MODE[/METHOD][@R][~P][+freq]");
 }
 
 }  // namespace ragkv

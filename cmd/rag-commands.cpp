@@ -37,6 +37,7 @@
 #include "rag/answer-batch.h"
 #include "rag/cache-keys.h"
 #include "rag/chunk-access-table.h"
+#include "rag/chunk-overlap.h"
 #include "rag/context.h"
 #include "rag/cost-profile.h"
 #include "rag/loading-controller.h"
@@ -100,7 +101,7 @@ class RagCommands : public CommandFamily {
   CacheFlags an_cache;
   std::string an_mode, an_out, an_compare, an_summary;
   bool an_write_back = false, an_no_reorder = false, an_no_dedup = false, an_pipeline = false;
-  size_t an_reorder_window = 64, an_ca_window = 1000, an_search_slice = 32;
+  size_t an_reorder_window = 64, an_ca_window = kDefaultCaWindow, an_search_slice = 32;
   int64_t an_promotion_threshold = 1;
   std::string an_chunk_order = "retrieval";
   // eval
@@ -332,7 +333,7 @@ void RagCommands::add_to(CLI::App& app) {
   answer_ = app.add_subcommand("answer", "Answer a query file with retrieval and chunk-KV reuse (ANSWERS.jsonl)");
   add_rag_flags(answer_, an);
   answer_->add_option("--store", an.store, "Chunk-cache store (precompute); without it every mode computes in full");
-  answer_->add_option("--mode", an_mode, "full, prefix, reuse, blend[/METHOD][@R], craft[/ABLATION][@ALPHA] or auto (default: auto with --store, else full)")
+  answer_->add_option("--mode", an_mode, "full, prefix, reuse, blend[/METHOD][@R], craft[/ABLATION][@ALPHA] or auto (default: auto with --store, else full); MODE+freq is --chunk-order freq")
       ->check(mode_validator());
   answer_->add_option("--out", an_out, "ANSWERS.jsonl to write (default: stdout)");
   answer_->add_option("--compare", an_compare, "Also answer in this mode and score against it (e.g. full)")
@@ -352,7 +353,7 @@ void RagCommands::add_to(CLI::App& app) {
   eval_ = app.add_subcommand("eval", "Quality gate: each mode against a baseline on the same chunks");
   add_rag_flags(eval_, ev);
   eval_->add_option("--store", ev.store, "Chunk-cache store (precompute)")->required();
-  eval_->add_option("--modes", ev_modes, "Modes to evaluate, comma-separated: full, prefix, reuse, blend[/METHOD][@R], craft[/ABLATION][@ALPHA], auto; reuse is added as the reference of recovery")->check(modes_validator())->capture_default_str();
+  eval_->add_option("--modes", ev_modes, "Modes to evaluate, comma-separated: full, prefix, reuse, blend[/METHOD][@R], craft[/ABLATION][@ALPHA], auto; MODE+freq puts each prompt's chunks in CRAFT's frequency order (e.g. full+freq against the full baseline measures what the order costs); reuse is added as the reference of recovery")->check(modes_validator())->capture_default_str();
   eval_->add_option("--baseline", ev_baseline, "Baseline mode")->check(mode_validator())->capture_default_str();
   eval_->add_option("--sweep", ev_sweep, "Recompute ratios: every blend mode without @R is run at each (e.g. 0,0.05,0.1,0.15,0.2,0.3,0.5), every craft mode without @ALPHA at each as alpha")->delimiter(',')->check(CLI::Range(0.0, 1.0));
   eval_->add_option("--min-agreement", ev_gate.min_agreement, "Gate: first-token agreement with the baseline, lower 95 % bound, at least this (0: off)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
@@ -490,6 +491,8 @@ int RagCommands::run_answer() {
                  an_cache.load_control.c_str());
   const bool compare = !an_compare.empty();
   const ModeSpec compare_mode = compare ? parse_mode_spec(an_compare) : ModeSpec(ReuseMode::full);
+  if (compare_mode.freq_order) fail("--compare {}: the comparison answers over the same chunks, in the same order; drop '+freq'", an_compare);
+  if (mode.freq_order) an_chunk_order = "freq";  // MODE+freq is --chunk-order freq
   LineWriter out(an_out);
   ModeTotals tot;
   size_t skipped = 0;
@@ -601,6 +604,7 @@ int RagCommands::run_answer() {
       if (lines[written]) out.line(*lines[written]), lines[written].reset();
   };
   std::vector<size_t> answered_order;
+  std::vector<std::vector<std::string>> prompt_chunks;  // each prompt's chunk ids, in answering order
   Progress bar("answer", int64_t(queries.size()), "queries");
   // Continuous batching (rag/answer-batch.h): admit prompts while there is room — each prefilled
   // at once, in answering order, so the tiers evolve as with --batch 1 — then one decode step.
@@ -734,6 +738,8 @@ int RagCommands::run_answer() {
       compared[qi] = p.answerer->answer(q.question, chunks, co);
     }
     batch.admit(qi, q.question, chunks, opt);
+    prompt_chunks.emplace_back();
+    for (const Chunk* ch : chunks) prompt_chunks.back().push_back(ch->id);
     if (!q.conversation.empty()) {
       Conversation& c = conversations.at(q.conversation);
       c.in_flight = true;
@@ -821,6 +827,9 @@ int RagCommands::run_answer() {
   size_t moved = 0;
   for (size_t i = 0; i < answered_order.size(); ++i) moved += i == 0 || answered_order[i] != answered_order[i - 1] + 1;
   summary["order_runs"] = moved;  // maximal runs of consecutive input queries answered in sequence
+  const ChunkOverlap overlap = chunk_overlap(prompt_chunks);  // CRAFT §3, in answering and prompt order
+  summary["craft_prefix_overlap"] = overlap.prefix;
+  summary["craft_total_overlap"] = overlap.total;
   if (reorder && pipelined) summary["reorder_block"] = block;
   // Search time not hidden behind compute (RAGCache §7.4, Table 3's non-overlapping search time):
   // without the pipeline, the whole retrieval phase; with it, the answering loop blocked on a
@@ -976,6 +985,7 @@ int RagCommands::run_eval() {
   const size_t n_modes = settings.modes.size();
   struct OpenQuery {
     std::optional<RagContext> ctx;
+    std::vector<const Chunk*> freq_chunks;  // CRAFT's frequency order, for the MODE+freq variants
     std::vector<std::string> chunk_ids;
     std::map<std::string, AnswerRecord> by_mode;
     std::optional<BaselineKey> key;
@@ -1006,6 +1016,9 @@ int RagCommands::run_eval() {
     }
   };
   AnswerBatch batch(*p.answerer, ev.batch);
+  // MODE+freq (CRAFT §4): the CA-Table counts every query's chunks, in input order, once.
+  const bool any_freq = std::any_of(spec_of.begin(), spec_of.end(), [](const auto& s) { return s.second.freq_order; });
+  ChunkAccessTable ca(kDefaultCaWindow, 1);
   size_t next_query = 0, next_mode = 0;  // the next job to admit
   for (;;) {
     while (batch.can_admit() && next_query < qs.size()) {
@@ -1020,9 +1033,13 @@ int RagCommands::run_eval() {
         try {
           oq.ctx = p.retriever->context_for(q);
           for (const Chunk* c : oq.ctx->chunks) oq.chunk_ids.push_back(c->id);
+          if (any_freq) {
+            for (size_t i : ca.frequency_order(oq.chunk_ids)) oq.freq_chunks.push_back(oq.ctx->chunks[i]);
+            ca.record(oq.chunk_ids);
+          }
           if (baseline_cache) {
             oq.key = BaselineKey{settings.model_fingerprint, baseline.name(), ev.max_tokens,
-                                 p.answerer->prompt_hash(q.question, oq.ctx->chunks)};
+                                 p.answerer->prompt_hash(q.question, baseline.freq_order ? oq.freq_chunks : oq.ctx->chunks)};
             if (std::optional<AnswerRecord> b = baseline_cache->find(*oq.key)) {
               oq.by_mode.emplace(baseline.name(), std::move(*b));
               ++baselines_cached;
@@ -1041,7 +1058,8 @@ int RagCommands::run_eval() {
       const size_t mi = next_mode++;
       if (oq.by_mode.count(settings.modes[mi])) continue;
       try {
-        batch.admit(qi * n_modes + mi, q.question, oq.ctx->chunks, p.options(ev, spec_of.at(settings.modes[mi])));
+        const ModeSpec& spec = spec_of.at(settings.modes[mi]);
+        batch.admit(qi * n_modes + mi, q.question, spec.freq_order ? oq.freq_chunks : oq.ctx->chunks, p.options(ev, spec));
         ++oq.in_flight;
       } catch (const Error& e) {
         fail_query(qi, e);

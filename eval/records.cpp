@@ -38,6 +38,7 @@ json eval_record(const std::string& id, const std::vector<std::string>& golds,
                        {"output_ids", r.output_ids},
                        {"metrics", r.metrics()},
                        {"kl_first_token_vs_baseline", kl_divergence_logits(base.first_logits, r.first_logits)}};
+    if (!r.chunk_ids.empty() && r.chunk_ids != chunk_ids) rec["modes"][m]["chunks"] = r.chunk_ids;  // MODE+freq
   }
   return rec;
 }

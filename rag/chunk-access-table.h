@@ -16,6 +16,8 @@
 
 namespace ragkv {
 
+inline constexpr size_t kDefaultCaWindow = 1000;  // requests in the window (answer's --ca-window)
+
 class ChunkAccessTable {
  public:
   ChunkAccessTable(size_t window, int64_t promotion_threshold);

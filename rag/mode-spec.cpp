@@ -1,9 +1,10 @@
-// MODE[/METHOD][@R] strings to ModeSpecs and back.
+// MODE[/METHOD][@R][~P][+freq] strings to ModeSpecs and back.
 #include "rag/mode-spec.h"
 
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <string_view>
 
 #include "util/enum-names.h"
 #include "util/error.h"
@@ -27,6 +28,7 @@ std::string ModeSpec::name() const {
   if (ablation) n += std::string("/") + craft_ablation_name(*ablation);
   if (ratio) n += fmt::format("@{:g}", *ratio);
   if (adaptive) n += fmt::format("~{:g}", *adaptive);
+  if (freq_order) n += "+freq";
   return n;
 }
 
@@ -57,10 +59,9 @@ double bounded_number(const std::string& spec, const std::string& text, const ch
     fail("mode '{}': {} must be a number in [0, {}], got '{}'", spec, what, max, text);
   return v;
 }
-}  // namespace
 
-ModeSpec parse_mode_spec(const std::string& s) {
-  // MODE[/METHOD][@R][~P]: split at the tags, which must come in this order.
+// MODE[/METHOD][@R][~P]: split at the tags, which must come in this order.
+ModeSpec parse_mode_spec_parts(const std::string& s) {
   const size_t slash = s.find('/'), at = s.find('@'), tilde = s.find('~');
   const size_t npos = std::string::npos;
   auto before = [&](size_t a, size_t b) { return a == npos || b == npos || a < b; };
@@ -84,6 +85,17 @@ ModeSpec parse_mode_spec(const std::string& s) {
   if (tilde != npos) spec.adaptive = bounded_number(s, part(tilde), "the adaptive score mass after '~'");
   if ((spec.selection || spec.ratio || spec.adaptive) && spec.mode != ReuseMode::blend)
     fail("mode '{}': a selection method, ratio or adaptivity applies to blend only (craft takes /ABLATION@ALPHA)", s);
+  return spec;
+}
+}  // namespace
+
+ModeSpec parse_mode_spec(const std::string& spec_text) {
+  constexpr std::string_view kFreq = "+freq";
+  const bool freq = spec_text.ends_with(kFreq);
+  const std::string s = freq ? spec_text.substr(0, spec_text.size() - kFreq.size()) : spec_text;
+  if (s.find(kFreq) != std::string::npos) fail("mode '{}': '+freq' comes last, after /METHOD@R~P", spec_text);
+  ModeSpec spec = parse_mode_spec_parts(s);
+  spec.freq_order = freq;
   return spec;
 }
 

@@ -8,6 +8,10 @@
 // A is Cache-Craft's α (Eq. 12, in [0, 10]; default --alpha); ABLATION is one of Cache-Craft §5's:
 // no-beta (β′ = 0), no-focus (no early termination), random (random tokens, not CCI-ranked); or
 // prophet, a combination: craft's variants and CFO budget, the tokens chosen by blend's prophet.
+//   any of these + "+freq"    e.g. full+freq, blend@0.2+freq
+// the prompt's chunks in CRAFT's frequency order (most accessed in the CA-Table's window first,
+// craft-chunk-reordering.txt §4) instead of retrieval order: `eval` measures what the order costs
+// against a baseline in retrieval order; for `answer` it is --chunk-order freq.
 #pragma once
 #include <optional>
 #include <string>
@@ -31,7 +35,8 @@ struct ModeSpec {
   std::optional<double> ratio;
   std::optional<double> adaptive;
   std::optional<CraftAblation> ablation;  // craft only; ratio holds craft's α
-  std::string name() const;  // canonical: the mode, then "/method", "@r" and "~p" where set
+  bool freq_order = false;                // "+freq": CRAFT's frequency chunk order
+  std::string name() const;  // canonical: the mode, then "/method", "@r", "~p" and "+freq" where set
   // The blend parameters of this variant: defaults with the spec's method and ratio.
   BlendParams blend(const BlendParams& defaults) const;
   // The craft parameters of this variant: defaults with the spec's α and ablation.

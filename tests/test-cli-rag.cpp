@@ -430,6 +430,68 @@ TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the promp
   CHECK(r.err.find("--baseline-cache keeps full and prefix baselines") != std::string::npos);
 }
 
+TEST_CASE("cli rag: eval's MODE+freq answers over CRAFT's frequency order, exactly for prefix") {
+  MiniIndex m;
+  Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // The second query's chunks in frequency order: Normans (1 earlier use) and Super Bowl (1)
+  // ahead of Tesla (none), ties in retrieval order.
+  const fs::path queries = m.dir.path / "freq.jsonl";
+  std::ofstream(queries) << R"({"id": "a", "question": "Who was the Super Bowl 50 MVP?", "answers": ["Von Miller"], "passages": ["Warsaw#0", "Super_Bowl_50#2", "Normans#5"]})" "\n"
+                         << R"({"id": "b", "question": "What was the Norman religion?", "answers": ["Catholicism"], "passages": ["Nikola_Tesla#5", "Normans#5", "Super_Bowl_50#2"]})" "\n";
+  const fs::path records = m.dir.path / "records.jsonl", js = m.dir.path / "report.json";
+  r = m.run("eval " + q(queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
+            " --modes full+freq,prefix+freq --max-tokens 4 --min-agreement 0 --max-kl -1 --answers " + q(records) +
+            " --report " + q(js));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto rec = read_jsonl(records);
+  REQUIRE(rec.size() == 2);
+  CHECK_FALSE(rec[0]["modes"]["full+freq"].contains("chunks"));  // nothing counted yet: retrieval order
+  CHECK(rec[1]["chunks"] == json{"Nikola_Tesla#5#0", "Normans#5#0", "Super_Bowl_50#2#0"});
+  CHECK(rec[1]["modes"]["full+freq"]["chunks"] == json{"Normans#5#0", "Super_Bowl_50#2#0", "Nikola_Tesla#5#0"});
+  CHECK(rec[1]["modes"]["prefix+freq"]["chunks"] == rec[1]["modes"]["full+freq"]["chunks"]);
+  CHECK_FALSE(rec[1]["modes"]["full"].contains("chunks"));
+  for (const json& x : rec)  // prefix reuses [prefix][chunk 1] exactly: the same tokens as full over that order
+    CHECK(x["modes"]["prefix+freq"]["output_ids"] == x["modes"]["full+freq"]["output_ids"]);
+  const json rep = json::parse(std::ifstream(js));
+  CHECK(rep["modes"].contains("full+freq"));
+  CHECK(rep["modes"]["prefix+freq"]["recompute_fraction"].get<double>() < 1.0);
+}
+
+TEST_CASE("cli rag: bench cache replays exactly the hits and computed tokens of answer --mode prefix") {
+  MiniIndex m;
+  // A store with no chunk caches (RAGCache's setting): its store.json from a one-chunk precompute.
+  Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store) + " --limit 1");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  for (const auto& f : fs::directory_iterator(m.store / "kv")) fs::remove(f.path());
+  const fs::path cost = m.dir.path / "cost.json", summary = m.dir.path / "summary.json";
+  const std::string common = " --threads 2 --index " + q(m.index) + " --top-k 3 --cost-profile " + q(cost);
+  // A host budget that holds a few chunks, so that eviction decides hits.
+  r = m.run("answer " + q(m.queries) + common + " --store " + q(m.store) +
+            " --mode prefix --max-tokens 1 --host-budget 24MiB --chunk-order freq --out " + q(m.dir.path / "a.jsonl") +
+            " --summary " + q(summary));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json real = json::parse(std::ifstream(summary));
+  r = m.run("bench cache " + q(m.queries) + common + " --host-budgets 24MiB,1GiB --policies pgdsf --orders reorder+freq,input");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json sim = json::parse(r.out);
+  CHECK(sim["requests"] == 12);
+  REQUIRE(sim["results"].size() == 4);
+  const json& same = sim["results"][0];
+  CHECK(same["order"] == "reorder+freq");
+  CHECK(same["host_budget_bytes"] == 24u << 20);
+  CHECK(same["hit_chunks"] == real["chunk_hits"]);
+  CHECK(same["computed_tokens"] == real["computed_tokens"]);
+  CHECK(same["prompt_tokens"] == real["prompt_tokens"]);
+  CHECK(same["host_evicted"] == real["cache_manager"]["tiers"]["host"]["evicted"]);
+  CHECK(same["craft_prefix_overlap"] == real["craft_prefix_overlap"]);
+  CHECK(same["hit_chunks"].get<double>() > 0);
+  for (const json& row : sim["results"]) {
+    CHECK(row["host_peak_bytes"].get<uint64_t>() <= row["host_budget_bytes"].get<uint64_t>());
+    CHECK(row["hit_rate"].get<double>() <= 1.0);
+  }
+}
+
 TEST_CASE("cli rag: usage errors exit 2") {
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend,bogus").exit_code == 2);
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend/nonsense").exit_code == 2);

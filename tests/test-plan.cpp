@@ -217,15 +217,19 @@ TEST_CASE("plan: the check layers stop one short of the last layer on shallow mo
   CHECK(plan.checks.back().layer == 2);
 }
 
-TEST_CASE("plan: mode variants parse as MODE/METHOD@R~P and print back the same") {
+TEST_CASE("plan: mode variants parse as MODE/METHOD@R~P+freq and print back the same") {
   const ModeSpec s = parse_mode_spec("blend/prophet@0.2~0.8");
   CHECK(s.mode == ReuseMode::blend);
   CHECK(s.selection == Selection::prophet);
   CHECK(s.ratio == 0.2);
   CHECK(s.adaptive == 0.8);
   CHECK(s.name() == "blend/prophet@0.2~0.8");
-  for (const char* name : {"full", "prefix", "reuse", "blend", "blend/v", "blend@0.15", "blend/sink+v@0.1", "blend~0.5"})
+  for (const char* name : {"full", "prefix", "reuse", "blend", "blend/v", "blend@0.15", "blend/sink+v@0.1", "blend~0.5",
+                           "full+freq", "blend/sink+v@0.1+freq", "craft/prophet@0.05+freq"})
     CHECK(parse_mode_spec(name).name() == name);
+  CHECK(parse_mode_spec("prefix+freq").freq_order);
+  CHECK(parse_mode_spec("prefix+freq").mode == ReuseMode::prefix);
+  CHECK_FALSE(parse_mode_spec("blend/sink+v").freq_order);
   BlendParams d;
   d.recompute_ratio = 0.15;
   d.selection = Selection::kv;
@@ -247,6 +251,8 @@ TEST_CASE("plan: mode variants parse as MODE/METHOD@R~P and print back the same"
   CHECK(err("blend@1.5").find("must be a number in [0, 1], got '1.5'") != std::string::npos);
   CHECK(err("blend@0.2/v").find("in that order") != std::string::npos);
   CHECK(err("bogus").find("unknown mode 'bogus'") != std::string::npos);
+  CHECK(err("full+fraq").find("unknown mode 'full+fraq'") != std::string::npos);
+  CHECK(err("blend+freq@0.2").find("'+freq' comes last") != std::string::npos);
 }
 
 TEST_CASE("plan: adaptive keep covers the score mass, within half and twice the fixed count") {
