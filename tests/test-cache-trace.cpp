@@ -26,7 +26,7 @@ CacheTrace trace_of(const std::vector<std::vector<std::string>>& requests) {
 
 }  // namespace
 
-TEST_CASE("cache trace: exact prefixes hit from memory; frequency order turns a shared chunk into a prefix") {
+TEST_CASE("cache trace: exact prefixes hit from memory, and frequency order turns a shared chunk into a prefix") {
   const CacheTrace t = trace_of({{"a", "b"}, {"a", "b"}, {"c", "a"}});
   const PrefillCostModel cost;  // no profile: T(α, β) = β, a token is the unit
   TraceConfig c;
@@ -57,7 +57,7 @@ TEST_CASE("cache trace: exact prefixes hit from memory; frequency order turns a 
   CHECK(none.peak_bytes == 0);
 }
 
-TEST_CASE("cache trace: reordering groups shared prefixes; a small budget evicts and is never exceeded") {
+TEST_CASE("cache trace: reordering groups shared prefixes, and a small budget evicts and is never exceeded") {
   // Input order alternates two chunk sequences; a budget holding one path (prefix + 2 chunks =
   // 210 bytes, not 2 paths) keeps nothing useful in input order, everything useful grouped.
   const CacheTrace t = trace_of({{"a", "b"}, {"x", "y"}, {"a", "b"}, {"x", "y"}});
