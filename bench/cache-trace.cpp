@@ -52,11 +52,8 @@ TraceResult replay_cache_trace(const CacheTrace& trace, const PrefillCostModel& 
     std::vector<int64_t> tokens = r.chunk_tokens;
     if (config.freq_order) {  // CRAFT §4: most accessed in the window first (answer's admit())
       const std::vector<size_t> perm = ca.frequency_order(ids);
-      std::vector<std::string> i2;
-      std::vector<int64_t> t2;
-      for (size_t i : perm) i2.push_back(ids[i]), t2.push_back(tokens[i]);
-      ids = std::move(i2);
-      tokens = std::move(t2);
+      ids = permuted(ids, perm);
+      tokens = permuted(tokens, perm);
     }
     ca.record(ids);
     const std::vector<uint8_t> promote =

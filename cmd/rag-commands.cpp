@@ -699,11 +699,8 @@ int RagCommands::run_answer() {
     for (const Chunk* c : chunks) ids.push_back(c->id);
     if (an_chunk_order == "freq") {
       const std::vector<size_t> perm = ca.frequency_order(ids);
-      std::vector<const Chunk*> sorted;
-      std::vector<std::string> sorted_ids;
-      for (size_t i : perm) sorted.push_back(chunks[i]), sorted_ids.push_back(ids[i]);
-      chunks = std::move(sorted);
-      ids = std::move(sorted_ids);
+      chunks = permuted(chunks, perm);
+      ids = permuted(ids, perm);
     }
     ca.record(ids);
     if (an_promotion_threshold > 1) opt.promote = ca.promoted(ids);
@@ -1034,7 +1031,7 @@ int RagCommands::run_eval() {
           oq.ctx = p.retriever->context_for(q);
           for (const Chunk* c : oq.ctx->chunks) oq.chunk_ids.push_back(c->id);
           if (any_freq) {
-            for (size_t i : ca.frequency_order(oq.chunk_ids)) oq.freq_chunks.push_back(oq.ctx->chunks[i]);
+            oq.freq_chunks = permuted(oq.ctx->chunks, ca.frequency_order(oq.chunk_ids));
             ca.record(oq.chunk_ids);
           }
           if (baseline_cache) {

@@ -16,6 +16,15 @@
 
 namespace ragkv {
 
+// v's elements in the order of `order` (a permutation of v's indices, e.g. frequency_order's).
+template <class T>
+std::vector<T> permuted(const std::vector<T>& v, const std::vector<size_t>& order) {
+  std::vector<T> out;
+  out.reserve(order.size());
+  for (size_t i : order) out.push_back(v.at(i));
+  return out;
+}
+
 inline constexpr size_t kDefaultCaWindow = 1000;  // requests in the window (answer's --ca-window)
 
 class ChunkAccessTable {
