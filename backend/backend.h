@@ -36,7 +36,7 @@ enum class WeightMemory : uint8_t { copy, in_place };
 // depend on how rows are grouped into calls (prompts: full, prefix and blend agree on the rows
 // they share). block8: a backend may round them per block to 8 bits for integer dot products on
 // quantised weights, as llama.cpp does — decode steps, where reading the weights dominates (the
-// CPU backend does; weights marked Weight::f32_activations never are).
+// CPU backend does; weights marked Weight::wide_activations never are).
 enum class Activations : uint8_t { f32, block8 };
 
 class Backend;
@@ -88,11 +88,12 @@ class Weight {
   int64_t out_features = 0, in_features = 0;
   std::string name;
   std::vector<int64_t> part_rows;  // out_features of each stacked part, in order (one for a plain weight)
-  // Products with this weight keep the activations in f32 where a backend would otherwise round
-  // them (the CPU backend's 8-bit activation blocks). Set on the output head: the logits' argmax
-  // and the first-token distributions eval compares are where that rounding shows (a greedy
-  // answer that flips on SmolLM2), and one matrix per token costs little.
-  bool f32_activations = false;
+  // Products with this weight never round its activations to 8 bits (the CPU backend's decode
+  // blocks): they stay f32, or meet Q8_0 weights as 16-bit blocks (rounding 256 times finer, at
+  // integer-product speed). Set on the output head: the logits' argmax and the first-token
+  // distributions eval compares are where 8-bit rounding shows (a greedy answer that flips on
+  // SmolLM2), and the head is the largest single product of a decode step.
+  bool wide_activations = false;
   const Backend* owner() const { return owner_; }  // the backend whose load_weight made it
 
  private:
@@ -208,8 +209,9 @@ class Backend {
   // y[n][out] = x[n][in] · Wᵀ (+ bias[out] if given). y must not overlap x.
   // act (Activations): on the CPU, block8 lets quantised weights meet activations quantised per
   // block to 8 bits (integer dot products, backend/quant-kernels.h); f32, and any weight marked
-  // f32_activations, keeps f32 activations (SGEMM on weights dequantised tile by tile, or for
-  // calls of fewer than 32 rows on Q8_0/F16/BF16/F32 weights, kernels on f32 activations).
+  // wide_activations, keeps them wide: SGEMM on weights dequantised tile by tile, or for calls of
+  // fewer than 32 rows on Q8_0/F16/BF16/F32 weights, kernels on 16-bit activation blocks (Q8_0)
+  // or f32 activations.
   // Either way each output row depends on its input row alone, whatever the other rows of the call.
   void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias = nullptr,
               Activations act = Activations::f32);

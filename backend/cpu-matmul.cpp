@@ -4,10 +4,10 @@
 // every activation row (the kernels hold up to four rows in registers per weight row, so a tile
 // of weight rows read once serves the whole batch: decode steps of many sequences read each
 // weight once). Every output depends only on its row of x and its row of W (quant-kernels.h).
-// That is Activations::block8 (decode steps). With f32 activations (prompts, and weights marked
-// f32_activations such as the output head) quantised parts are dequantised tile by tile into
+// That is Activations::block8 (decode steps). With wide activations (prompts, and weights marked
+// wide_activations such as the output head) quantised parts are dequantised tile by tile into
 // SGEMM, except in calls of fewer than kDequantGemmRows rows on Q8_0/F16/BF16/F32 parts only,
-// which run kernels on f32 activations.
+// which run kernels on 16-bit activation blocks (Q8_0) or f32 activations (F16/BF16).
 #include "backend/cpu-matmul.h"
 
 #include <omp.h>
@@ -41,15 +41,15 @@ PartOutput part_output(const CpuWeight& w, std::span<const Tensor> outs, size_t 
 // Below this many multiply-adds a call runs on the calling thread (waking the pool costs more).
 constexpr int64_t kParallelMacs = 1 << 18;
 
-// With f32 activations, from this many rows (a prompt) a quantised part is dequantised tile by
+// With wide activations, from this many rows (a prompt) a quantised part is dequantised tile by
 // tile into f32 and multiplied by SGEMM: measured faster for 512-token prefills than the integer
 // block kernels (bench/results/README.md), and the weights still stay quantised in memory (a tile
-// is kDequantTile rows, per thread). Fewer rows on types with f32-activation kernels use those.
+// is kDequantTile rows, per thread). Fewer rows on types with wide-activation kernels use those.
 constexpr int64_t kDequantGemmRows = 32;
 constexpr int64_t kDequantTile = 64;
 
 // RAGKV_PREFILL_KERNELS=quant in the environment lets every product round its activations to 8
-// bits (the block kernels for prompts too), except weights marked f32_activations: for comparisons.
+// bits (the block kernels for prompts too), except weights marked wide_activations: for comparisons.
 bool block8_everywhere() {
   static const bool on = [] {
     const char* v = std::getenv("RAGKV_PREFILL_KERNELS");
@@ -64,21 +64,22 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
                     std::span<const Weight* const> biases, int threads, Activations act) {
   const int64_t m = x.rows, k = x.cols;
   if (m == 0) return;
-  // f32 activations: Q8_0 has its own kernel on them (F16/BF16 always meet f32), any other
+  // Wide activations: Q8_0 has kernels on 16-bit blocks (F16/BF16 always meet f32), any other
   // quantised part, and every call of a prompt's size, takes the dequantised tiles.
-  const bool f32_acts = w.f32_activations || (act == Activations::f32 && !block8_everywhere());
-  bool f32_kernels = true, all_f32 = true;
+  const bool wide = w.wide_activations || (act == Activations::f32 && !block8_everywhere());
+  bool wide_kernels = true, all_f32 = true;
   for (const CpuWeightPart& part : w.parts) {
-    f32_kernels &= act_format(part.type) == ActFormat::f32 || part.type == GgmlType::Q8_0;
+    wide_kernels &= act_format(part.type) == ActFormat::f32 || part.type == GgmlType::Q8_0;
     all_f32 &= part.type == GgmlType::F32;
   }
-  if (f32_acts && !all_f32 && (m >= kDequantGemmRows || !f32_kernels)) {
+  if (wide && !all_f32 && (m >= kDequantGemmRows || !wide_kernels)) {
     run_dequant_gemm(x, w, outs, threads);
     add_biases(outs, biases);
     return;
   }
 
-  bool need32 = false, need256 = false;
+  const auto format_of = [wide](GgmlType t) { return wide ? wide_act_format(t) : act_format(t); };
+  bool need32 = false, need256 = false, need16 = false;
   std::vector<Tile> tiles;
   int64_t quant_rows = 0;
   for (size_t p = 0; p < w.parts.size(); ++p) {
@@ -89,9 +90,10 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
               /*rows_independent=*/true);
       continue;
     }
-    const ActFormat f = f32_acts ? ActFormat::f32 : act_format(part.type);
+    const ActFormat f = format_of(part.type);
     need32 |= f == ActFormat::q8_32;
     need256 |= f == ActFormat::q8_256;
+    need16 |= f == ActFormat::q16_32;
     quant_rows += part.rows;
     // Tiles of weight rows: few activation rows (decode) make a tile cheap, so larger tiles; a
     // prompt's rows make each tile long, so smaller tiles spread the threads evenly.
@@ -101,9 +103,11 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
 
   if (!tiles.empty()) {
     const QuantKernels& qk = quant_kernels();
-    const size_t b32 = act_row_bytes(ActFormat::q8_32, k), b256 = act_row_bytes(ActFormat::q8_256, k);
+    const size_t b32 = act_row_bytes(ActFormat::q8_32, k), b256 = act_row_bytes(ActFormat::q8_256, k),
+                 b16 = act_row_bytes(ActFormat::q16_32, k);
     if (need32 && act32_.size() < size_t(m) * b32) act32_.resize(size_t(m) * b32);
     if (need256 && act256_.size() < size_t(m) * b256) act256_.resize(size_t(m) * b256);
+    if (need16 && act16_.size() < size_t(m) * b16) act16_.resize(size_t(m) * b16);
     const float* xp = x.as<float>();
     const bool parallel = threads > 1 && m * k * quant_rows >= kParallelMacs;
 #pragma omp parallel num_threads(threads) if (parallel)
@@ -112,6 +116,7 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
       for (int64_t i = 0; i < m; ++i) {
         if (need32) qk.quantize_act32(xp + i * k, reinterpret_cast<ActBlock32*>(act32_.data() + i * b32), k);
         if (need256) qk.quantize_act256(xp + i * k, reinterpret_cast<ActBlock256*>(act256_.data() + i * b256), k);
+        if (need16) qk.quantize_act32_wide(xp + i * k, reinterpret_cast<ActBlock32W*>(act16_.data() + i * b16), k);
       }
 #pragma omp for schedule(dynamic, 1)
       for (size_t t = 0; t < tiles.size(); ++t) {
@@ -120,12 +125,13 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
         const auto [y, ldy] = part_output(w, outs, tl.part);
         const void* acts;
         size_t stride;
-        switch (f32_acts ? ActFormat::f32 : act_format(part.type)) {
+        switch (format_of(part.type)) {
           case ActFormat::q8_32: acts = act32_.data(), stride = b32; break;
           case ActFormat::q8_256: acts = act256_.data(), stride = b256; break;
+          case ActFormat::q16_32: acts = act16_.data(), stride = b16; break;
           default: acts = xp, stride = size_t(k) * sizeof(float); break;
         }
-        const GemmFn gemm = f32_acts && part.type == GgmlType::Q8_0 ? qk.gemm_q8_0_f32 : gemm_for(qk, part.type);
+        const GemmFn gemm = wide && part.type == GgmlType::Q8_0 ? qk.gemm_q8_0_wide : gemm_for(qk, part.type);
         gemm(m, tl.rows, k, acts, stride, part.data + tl.row0 * part.row_bytes, part.row_bytes, y + tl.row0, ldy);
       }
     }

@@ -1,7 +1,8 @@
 // The CPU backend's matmul over a CpuWeight's parts (backend/cpu-weight.h): F32 parts by SGEMM;
 // with Activations::block8 the quantised types by the block kernels of backend/quant-kernels.h on
 // the weight's own bytes, the activation rows quantised once per call into this object's scratch;
-// with f32 activations by SGEMM on dequantised tiles (or f32-activation kernels for short calls).
+// with wide activations by SGEMM on dequantised tiles (or, in short calls, Q8_0 kernels on 16-bit
+// activation blocks and F16/BF16 kernels on f32).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -22,6 +23,7 @@ class CpuMatmul {
   static void add_biases(std::span<const Tensor> outs, std::span<const Weight* const> biases);
   std::vector<uint8_t> act32_;   // ActBlock32 rows of x   [x.rows][x.cols / 32]
   std::vector<uint8_t> act256_;  // ActBlock256 rows of x  [x.rows][x.cols / 256]
+  std::vector<uint8_t> act16_;   // ActBlock32W rows of x  [x.rows][x.cols / 32]
 };
 
 }  // namespace ragkv

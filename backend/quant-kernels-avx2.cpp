@@ -81,6 +81,23 @@ void quantize_act32(const float* x, ActBlock32* y, int64_t k) {
   }
 }
 
+// 16-bit blocks (the scalar table's quantize_act32_wide): the conversion rounds to nearest even,
+// the packs saturate, and a NaN converts to INT_MIN and so packs to -32768.
+void quantize_act32_wide(const float* x, ActBlock32W* y, int64_t k) {
+  for (int64_t b = 0; b < k / 32; ++b, x += 32) {
+    const float amax = abs_max(x, 32);
+    const __m256 id = _mm256_set1_ps(amax > 0.f ? 32767.f / amax : 0.f);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16 * h), id));
+      const __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16 * h + 8), id));
+      // packs interleave the 128-bit lanes; the permutation restores element order.
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].q + 16 * h),
+                          _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8));
+    }
+    y[b].d = amax / 32767.f;
+  }
+}
+
 void quantize_act256(const float* x, ActBlock256* y, int64_t k) {
   for (int64_t b = 0; b < k / 256; ++b, x += 256) {
     const float amax = abs_max(x, 256);
@@ -420,36 +437,39 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
   gemm_tiles<Half<true>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
 }
 
-// Q8_0 rows against f32 activations: each block's 32 int8 values widened to f32 in registers,
-// multiplied into up to four activation rows, the block sum scaled by its d.
+// Q8_0 weights against 16-bit activation blocks (wide activations: the output head). The weight
+// block is sign-extended to 16 bits once; per activation row vpmaddwd sums pairs and one add makes
+// lanes of four products, |lane| ≤ 4 · 127 · 32767 < 2²⁴, so its conversion to f32 is exact; the
+// lanes are scaled by d_w · d_a and accumulated in f32.
 template <int R>
-inline void row_q8_0_f32(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+inline void row_q8_0_wide(const uint8_t* w, const ActBlock32W* const* a, int64_t k, float* y, int64_t ldy) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k / 32; ++b, w += 34) {
-    const __m256 d = _mm256_set1_ps(f16_at(w));
-    __m256 s[R];
-    for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_ps();
-    for (int g = 0; g < 4; ++g) {
-      const __m256 wv = _mm256_cvtepi32_ps(
-          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2 + 8 * g))));
-      for (int r = 0; r < R; ++r) s[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + 8 * g), s[r]);
+    const float dw = f16_at(w);
+    const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)));
+    const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)));
+    for (int r = 0; r < R; ++r) {
+      const ActBlock32W& ab = a[r][b];
+      const __m256i p =
+          _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q))),
+                           _mm256_madd_epi16(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q + 16))));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * ab.d), acc[r]);
     }
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(d, s[r], acc[r]);
   }
   for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]);
 }
 
 template <int R>
-struct Q8F32Row {
-  static void run(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
-    row_q8_0_f32<R>(w, x, k, y, ldy);
+struct Q8WideRow {
+  static void run(const uint8_t* w, const ActBlock32W* const* a, int64_t k, float* y, int64_t ldy) {
+    row_q8_0_wide<R>(w, a, k, y, ldy);
   }
 };
 
-void gemm_q8_0_f32(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
-                   int64_t ldy) {
-  gemm_tiles<Q8F32Row, float>(m, n, k, x, xs, w, ws, y, ldy);
+void gemm_q8_0_wide(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+                    int64_t ldy) {
+  gemm_tiles<Q8WideRow, ActBlock32W>(m, n, k, x, xs, w, ws, y, ldy);
 }
 
 // ---- decode attention over f16 K/V rows
@@ -513,6 +533,7 @@ extern const QuantKernels kQuantKernelsAvx2;
 const QuantKernels kQuantKernelsAvx2{"avx2",
                                      quantize_act32,
                                      quantize_act256,
+                                     quantize_act32_wide,
                                      gemm_legacy<Q4_0B>,
                                      gemm_legacy<Q4_1B>,
                                      gemm_legacy<Q5_0B>,
@@ -523,7 +544,7 @@ const QuantKernels kQuantKernelsAvx2{"avx2",
                                      gemm_q6_k,
                                      gemm_f16,
                                      gemm_bf16,
-                                     gemm_q8_0_f32,
+                                     gemm_q8_0_wide,
                                      dot_f16_rows,
                                      axpy_f16_rows,
                                      dequantize_q6_k};

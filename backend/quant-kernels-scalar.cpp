@@ -9,6 +9,7 @@
 //   Q4_K, Q5_K  d·da·Σ_s sc_s·Σ q·qa − dmin·da·Σ_s m_s·Σ qa   (8 sub-blocks of 32)
 //   Q6_K  d·da·Σ_s sc_s·(Σ q6·qa − 32·Σ qa)                    (16 sub-blocks of 16)
 // with every Σ over integers exact, so the tables differ only in how the f32 terms are added.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -44,6 +45,21 @@ void quantize_act32(const float* x, ActBlock32* y, int64_t k) {
     }
     y[b].d = d;
     y[b].dsum = d * float(sum);
+  }
+}
+
+// 16-bit blocks: d = max |x| / 32767, q = x · (32767 / max |x|) rounded to nearest even and
+// saturated, NaN to -32768 (as the AVX2 conversion and packs make them).
+void quantize_act32_wide(const float* x, ActBlock32W* y, int64_t k) {
+  for (int64_t b = 0; b < k / 32; ++b, x += 32) {
+    float amax = 0.f;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    const float id = amax > 0.f ? 32767.f / amax : 0.f;
+    for (int i = 0; i < 32; ++i) {
+      const float v = x[i] * id;
+      y[b].q[i] = v == v ? static_cast<int16_t>(std::clamp(std::nearbyint(v), -32768.f, 32767.f)) : int16_t(-32768);
+    }
+    y[b].d = amax / 32767.f;
   }
 }
 
@@ -281,20 +297,20 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
   gemm_half(m, n, k, x, xs, w, ws, y, ldy, bf16_to_fp32);
 }
 
-// Q8_0 rows (f16 scale, 32 int8 values per block) against f32 activations: per block the exact
-// integer values times the activations, scaled once by the block's d.
-void gemm_q8_0_f32(int64_t m, int64_t n, int64_t k, const void* x, size_t x_stride, const uint8_t* w,
-                   size_t w_stride, float* y, int64_t ldy) {
+// Q8_0 rows (f16 scale, 32 int8 values per block) against 16-bit activation blocks: per block the
+// exact integer dot product (|Σ| ≤ 32 · 127 · 32767 < 2³¹), scaled once by d_w · d_a.
+void gemm_q8_0_wide(int64_t m, int64_t n, int64_t k, const void* x, size_t x_stride, const uint8_t* w,
+                    size_t w_stride, float* y, int64_t ldy) {
   for (int64_t i = 0; i < m; ++i) {
-    const auto* xi = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + i * x_stride);
+    const auto* a = reinterpret_cast<const ActBlock32W*>(static_cast<const uint8_t*>(x) + i * x_stride);
     for (int64_t j = 0; j < n; ++j) {
       const uint8_t* wj = w + j * w_stride;
       float acc = 0.f;
       for (int64_t b = 0; b < k / 32; ++b, wj += 34) {
         const auto* q = reinterpret_cast<const int8_t*>(wj + 2);
-        float s = 0.f;
-        for (int c = 0; c < 32; ++c) s += float(q[c]) * xi[b * 32 + c];
-        acc += block_f16_at(wj) * s;
+        int32_t s = 0;
+        for (int c = 0; c < 32; ++c) s += int32_t(q[c]) * a[b].q[c];
+        acc += (block_f16_at(wj) * a[b].d) * float(s);
       }
       y[i * ldy + j] = acc;
     }
@@ -324,10 +340,10 @@ void dequantize_q6_k(const uint8_t* w, float* y, int64_t k) { dequantize_row(Ggm
 }  // namespace
 
 const QuantKernels& quant_kernels_scalar() {
-  static const QuantKernels k{"scalar",  quantize_act32, quantize_act256, gemm_q4_0,    gemm_q4_1,
-                              gemm_q5_0, gemm_q5_1,      gemm_q8_0,       gemm_q4_k,    gemm_q5_k,
-                              gemm_q6_k, gemm_f16,       gemm_bf16,       gemm_q8_0_f32, dot_f16_rows,
-                              axpy_f16_rows, dequantize_q6_k};
+  static const QuantKernels k{"scalar",      quantize_act32, quantize_act256, quantize_act32_wide, gemm_q4_0,
+                              gemm_q4_1,     gemm_q5_0,      gemm_q5_1,       gemm_q8_0,           gemm_q4_k,
+                              gemm_q5_k,     gemm_q6_k,      gemm_f16,        gemm_bf16,           gemm_q8_0_wide,
+                              dot_f16_rows,  axpy_f16_rows,  dequantize_q6_k};
   return k;
 }
 

@@ -35,10 +35,22 @@ ActFormat act_format(GgmlType t) {
   fail("internal: no CPU product kernels for weights of type {}", ggml_type_name(t));
 }
 
+ActFormat wide_act_format(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0: return ActFormat::q16_32;
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::F32: return ActFormat::f32;
+    default: break;
+  }
+  fail("internal: no CPU wide-activation kernels for weights of type {}", ggml_type_name(t));
+}
+
 size_t act_row_bytes(ActFormat f, int64_t k) {
   switch (f) {
     case ActFormat::q8_32: return size_t(k / 32) * sizeof(ActBlock32);
     case ActFormat::q8_256: return size_t(k / 256) * sizeof(ActBlock256);
+    case ActFormat::q16_32: return size_t(k / 32) * sizeof(ActBlock32W);
     case ActFormat::f32: break;
   }
   return size_t(k) * sizeof(float);

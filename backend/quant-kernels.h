@@ -3,7 +3,9 @@
 // types (Q4_0 … Q8_0), per 256 for the K-quants, with the block sums the weights' offsets and
 // mins need — and each weight block meets its activation block in an integer dot product, scaled
 // once per block in f32: the idea of llama.cpp's quantised vec_dot kernels, in our own layout and
-// code. F16 and BF16 weights meet f32 activations.
+// code. F16 and BF16 weights meet f32 activations. Products that keep their activations wide
+// (Weight::wide_activations, the output head) meet Q8_0 weights with 16-bit activation blocks:
+// rounding 256 times finer than 8 bits, at integer-product speed.
 //
 // Every kernel computes each output y[i][j] from activation row i and weight row j alone, in an
 // order fixed by k: a row's result does not depend on the other rows of the call (how many
@@ -32,6 +34,13 @@ struct ActBlock32 {
 };
 static_assert(sizeof(ActBlock32) == 40);
 
+// 32 activations x ≈ d · q at 16 bits (wide activations against Q8_0 weights).
+struct ActBlock32W {
+  float d;  // max |x| / 32767 (0 for an all-zero block)
+  int16_t q[32];
+};
+static_assert(sizeof(ActBlock32W) == 68);
+
 // 256 activations x ≈ d · q (the K-quants' activation block).
 struct ActBlock256 {
   float d;           // max |x| / 127
@@ -41,8 +50,11 @@ struct ActBlock256 {
 static_assert(sizeof(ActBlock256) == 292);
 
 // What a weight type's kernels read as activations.
-enum class ActFormat : uint8_t { f32, q8_32, q8_256 };
+enum class ActFormat : uint8_t { f32, q8_32, q8_256, q16_32 };
 ActFormat act_format(GgmlType t);             // throws for a type without kernels
+// What a weight type's kernels read as wide activations: q16_32 for Q8_0, f32 for F16/BF16/F32;
+// throws for the other types (their wide products take dequantised tiles, cpu-matmul.cpp).
+ActFormat wide_act_format(GgmlType t);
 size_t act_row_bytes(ActFormat f, int64_t k);  // one activation row of k values
 
 // y[i · ldy + j] = x_i · w_jᵀ for activation rows i < m (x_stride bytes apart, in the weight
@@ -56,11 +68,12 @@ struct QuantKernels {
   // One row of k values (a multiple of 32, resp. 256) into activation blocks.
   void (*quantize_act32)(const float* x, ActBlock32* y, int64_t k);
   void (*quantize_act256)(const float* x, ActBlock256* y, int64_t k);
+  void (*quantize_act32_wide)(const float* x, ActBlock32W* y, int64_t k);
   GemmFn gemm_q4_0, gemm_q4_1, gemm_q5_0, gemm_q5_1, gemm_q8_0, gemm_q4_k, gemm_q5_k, gemm_q6_k;
   GemmFn gemm_f16, gemm_bf16;  // f32 activations
-  // Q8_0 weights against f32 activations (no activation rounding): the products of weights that
-  // ask for f32 activations (Weight::f32_activations, the output head).
-  GemmFn gemm_q8_0_f32;
+  // Q8_0 weights against 16-bit activation blocks (ActBlock32W): the products of weights that
+  // keep their activations wide (Weight::wide_activations, the output head).
+  GemmFn gemm_q8_0_wide;
   // Attention of one query row over f16 rows (decode): out[j] = scale · q · k_j for j < n, k_j
   // at k + j · k_stride (elements); and out += Σ_j p[j] · v_j.
   void (*dot_f16_rows)(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale,

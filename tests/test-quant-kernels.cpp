@@ -75,17 +75,18 @@ std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t k, uint32_t s
   return data;
 }
 
-// The activations as the kernels of weight type t read them, and as f32 values (the quantised
-// blocks dequantised: d · q), for m rows of k values.
+// The activations as the kernels of weight type t read them (with wide: its wide-activation
+// kernels), and as f32 values (the quantised blocks dequantised: d · q), for m rows of k values.
 struct Acts {
   std::vector<uint8_t> bytes;
   size_t stride = 0;
   std::vector<float> values;  // [m][k], what the kernels multiply
 };
 
-Acts make_acts(const QuantKernels& qk, GgmlType t, const std::vector<float>& x, int64_t m, int64_t k) {
+Acts make_acts(const QuantKernels& qk, GgmlType t, const std::vector<float>& x, int64_t m, int64_t k,
+               bool wide = false) {
   Acts a;
-  const ActFormat f = act_format(t);
+  const ActFormat f = wide ? wide_act_format(t) : act_format(t);
   a.stride = act_row_bytes(f, k);
   a.bytes.resize(a.stride * size_t(m));
   a.values.resize(size_t(m * k));
@@ -101,6 +102,10 @@ Acts make_acts(const QuantKernels& qk, GgmlType t, const std::vector<float>& x, 
       auto* blocks = reinterpret_cast<ActBlock256*>(bi);
       qk.quantize_act256(xi, blocks, k);
       for (int64_t c = 0; c < k; ++c) vi[c] = blocks[c / 256].d * float(blocks[c / 256].q[c % 256]);
+    } else if (f == ActFormat::q16_32) {
+      auto* blocks = reinterpret_cast<ActBlock32W*>(bi);
+      qk.quantize_act32_wide(xi, blocks, k);
+      for (int64_t c = 0; c < k; ++c) vi[c] = blocks[c / 32].d * float(blocks[c / 32].q[c % 32]);
     } else {
       std::memcpy(bi, xi, size_t(k) * sizeof(float));
       std::copy(xi, xi + k, vi);
@@ -196,6 +201,12 @@ TEST_CASE("quant kernels: the portable table equals the AVX2 table (activation b
     avx2->quantize_act256(x.data(), v256.data(), k);
     CHECK(std::memcmp(s32.data(), v32.data(), s32.size() * sizeof(ActBlock32)) == 0);
     CHECK(std::memcmp(s256.data(), v256.data(), s256.size() * sizeof(ActBlock256)) == 0);
+    std::vector<ActBlock32W> s16(size_t(k / 32)), v16(size_t(k / 32));
+    sc.quantize_act32_wide(x.data(), s16.data(), k);
+    avx2->quantize_act32_wide(x.data(), v16.data(), k);
+    CHECK(std::memcmp(s16.data(), v16.data(), s16.size() * sizeof(ActBlock32W)) == 0);
+    CHECK(s16[1].d == 0.f);  // the all-zero block
+    CHECK(s16[2].q[6] == 32767);
     CHECK(s32[2].q[6] == 127);
     CHECK(s32[2].q[7] == 0);   // 0.5 → 0 (ties to even)
     CHECK(s32[2].q[8] == -2);  // −1.5 → −2
@@ -256,7 +267,7 @@ TEST_CASE("quant kernels: an output row depends only on its own activation row (
     }
 }
 
-TEST_CASE("quant kernels: the f32-activation Q8_0 head kernel gives a row the same bits alone and in a batch") {
+TEST_CASE("quant kernels: the wide-activation Q8_0 head kernel gives a row the same bits alone and in a batch") {
   // A decode step of one sequence and a batch of several run different register tiles; each
   // output must still see the same operations in the same order.
   for (const QuantKernels* qk : tables())
@@ -267,11 +278,12 @@ TEST_CASE("quant kernels: the f32-activation Q8_0 head kernel gives a row the sa
       const std::vector<uint8_t> w = random_rows(GgmlType::Q8_0, n, k, uint32_t(17 + n));
       const size_t rb = ggml_row_bytes(GgmlType::Q8_0, k);
       const std::vector<float> x = test::random_vec(size_t(m * k), uint64_t(5 + n), 2.f);
+      const Acts a = make_acts(*qk, GgmlType::Q8_0, x, m, k, /*wide=*/true);
       std::vector<float> all(size_t(m * n));
-      qk->gemm_q8_0_f32(m, n, k, x.data(), size_t(k) * sizeof(float), w.data(), rb, all.data(), n);
+      qk->gemm_q8_0_wide(m, n, k, a.bytes.data(), a.stride, w.data(), rb, all.data(), n);
       for (int64_t i = 0; i < m; ++i) {
         std::vector<float> one(static_cast<size_t>(n));
-        qk->gemm_q8_0_f32(1, n, k, x.data() + i * k, size_t(k) * sizeof(float), w.data(), rb, one.data(), n);
+        qk->gemm_q8_0_wide(1, n, k, a.bytes.data() + size_t(i) * a.stride, a.stride, w.data(), rb, one.data(), n);
         CHECK(std::memcmp(one.data(), all.data() + i * n, size_t(n) * sizeof(float)) == 0);
       }
     }
@@ -334,9 +346,25 @@ TEST_CASE("quant kernels: the CPU backend's matmul on quantised and stacked weig
   }
 }
 
-TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded activations (the output head)") {
-  // The Q8_0 kernel on f32 activations: each table against dequantised weights in double, and
-  // the portable table against AVX2.
+// The largest error 16-bit activation blocks may add to x · w: half a quantisation step per value,
+// Σ |w_c| · d_b / 2 with d_b = max |x| over c's block / 32767 (a little slack for f32 rounding).
+double wide_rounding_bound(const float* w, const float* x, int64_t k) {
+  double bound = 0;
+  for (int64_t b = 0; b < k / 32; ++b) {
+    double amax = 0, wsum = 0;
+    for (int c = 0; c < 32; ++c) {
+      amax = std::max(amax, double(std::fabs(x[b * 32 + c])));
+      wsum += std::fabs(double(w[b * 32 + c]));
+    }
+    bound += wsum * amax / 32767 / 2;
+  }
+  return bound * 1.01;
+}
+
+TEST_CASE("quant kernels: a weight marked wide_activations keeps its activations within 16-bit rounding (the output head)") {
+  // The Q8_0 kernel on 16-bit activation blocks: each table against dequantised weights times the
+  // blocks' values in double (the kernel's own error), against the f32 activations within the
+  // blocks' rounding bound, and the portable table against AVX2.
   for (const Case& c : kCases) {
     const int64_t k = 32 * c.blocks;
     const std::vector<uint8_t> w = random_rows(GgmlType::Q8_0, c.n, k, uint32_t(7 * k + c.n));
@@ -345,18 +373,21 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
     std::vector<std::vector<float>> ys;
     for (const QuantKernels* qk : tables()) {
       CAPTURE(qk->name);
+      const Acts a = make_acts(*qk, GgmlType::Q8_0, x, c.m, k, /*wide=*/true);
       std::vector<float> y(size_t(c.m * c.n));
-      qk->gemm_q8_0_f32(c.m, c.n, k, x.data(), size_t(k) * sizeof(float), w.data(), rb, y.data(), c.n);
+      qk->gemm_q8_0_wide(c.m, c.n, k, a.bytes.data(), a.stride, w.data(), rb, y.data(), c.n);
       std::vector<float> wf(static_cast<size_t>(k));
       for (int64_t j = 0; j < c.n; ++j) {
         dequantize_row(GgmlType::Q8_0, w.data() + j * rb, wf.data(), k);
         for (int64_t i = 0; i < c.m; ++i) {
-          double s = 0, mag = 0;
+          double s = 0, sx = 0, mag = 0;
           for (int64_t t = 0; t < k; ++t) {
-            s += double(wf[t]) * x[i * k + t];
+            s += double(wf[t]) * a.values[i * k + t];
+            sx += double(wf[t]) * x[i * k + t];
             mag += std::fabs(double(wf[t]) * x[i * k + t]);
           }
           CHECK(std::fabs(y[i * c.n + j] - s) <= 1e-6 * mag + 1e-7);
+          CHECK(std::fabs(y[i * c.n + j] - sx) <= wide_rounding_bound(wf.data(), x.data() + i * k, k) + 1e-6 * mag + 1e-7);
         }
       }
       ys.push_back(std::move(y));
@@ -365,10 +396,11 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
       for (size_t i = 0; i < ys[0].size(); ++i) CHECK(std::fabs(ys[0][i] - ys[1][i]) <= 2e-5 * (std::fabs(ys[0][i]) + 1.f));
   }
 
-  // The backend: a marked weight (Q8_0 by its kernel; Q4_K and Q6_K parts by dequantised tiles)
-  // equals dequantised weights times f32 activations in decode-sized calls even when the call
-  // allows 8-bit activations (block8), while the same weight unmarked rounds them (and so differs);
-  // and with Activations::f32 the unmarked weight equals the marked one exactly.
+  // The backend: a marked weight (Q8_0 by its 16-bit kernel, within the blocks' rounding bound;
+  // Q4_K and Q6_K parts by dequantised tiles, exactly f32) equals dequantised weights times f32
+  // activations in decode-sized calls even when the call allows 8-bit activations (block8), while
+  // the same weight unmarked rounds them to 8 bits (and differs 100 times more); and with
+  // Activations::f32 the unmarked weight equals the marked one exactly.
   auto b = make_cpu_backend(2);
   const int64_t k = 512;
   for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
@@ -382,7 +414,7 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
     ts.nbytes = data.size();
     ts.data = data.data();
     auto marked = b->load_weight(ts), plain = b->load_weight(ts);
-    marked->f32_activations = true;
+    marked->wide_activations = true;
     for (const int64_t n : {int64_t(1), int64_t(3)}) {
       const std::vector<float> x = test::random_vec(size_t(n * k), uint64_t(n + 5), 2.f);
       Tensor X = test::upload(*b, x, n, k), ym = b->alloc(DType::f32, n, rows), yp = b->alloc(DType::f32, n, rows);
@@ -390,7 +422,7 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
       b->matmul(X, *plain, yp, nullptr, Activations::block8);
       const std::vector<float> vm = test::download(*b, ym), vp = test::download(*b, yp);
       std::vector<float> wf(static_cast<size_t>(k));
-      double worst_plain = 0;
+      double worst_plain = 0, worst_marked = 0;
       for (int64_t j = 0; j < rows; ++j) {
         dequantize_row(t, data.data() + j * ggml_row_bytes(t, k), wf.data(), k);
         for (int64_t i = 0; i < n; ++i) {
@@ -399,11 +431,14 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
             s += double(wf[c]) * x[i * k + c];
             mag += std::fabs(double(wf[c]) * x[i * k + c]);
           }
-          CHECK(std::fabs(vm[i * rows + j] - s) <= 1e-6 * mag + 1e-7);
+          const double rounding = t == GgmlType::Q8_0 ? wide_rounding_bound(wf.data(), x.data() + i * k, k) : 0.0;
+          CHECK(std::fabs(vm[i * rows + j] - s) <= rounding + 1e-6 * mag + 1e-7);
+          worst_marked = std::max(worst_marked, std::fabs(vm[i * rows + j] - s) / (mag + 1e-7));
           worst_plain = std::max(worst_plain, std::fabs(vp[i * rows + j] - s) / (mag + 1e-7));
         }
       }
       CHECK(worst_plain > 1e-5);  // the 8-bit activations are visibly rounded: the mark matters
+      CHECK(worst_marked * 100 < worst_plain);
       Tensor yf = b->alloc(DType::f32, n, rows);
       b->matmul(X, *plain, yf);  // Activations::f32, the default
       CHECK(test::download(*b, yf) == vm);
@@ -414,7 +449,7 @@ TEST_CASE("quant kernels: a weight marked f32_activations multiplies unrounded a
 // Fuzz regression: activations of a corrupt model hold NaN; the portable table rounded them with
 // an undefined float-to-int8 conversion. Both tables give -128 (the AVX2 conversion's integer
 // indefinite, saturated), and the rest of the block is unaffected.
-TEST_CASE("quant kernels: a NaN activation quantises to -128 in every table (fuzz regression)") {
+TEST_CASE("quant kernels: a NaN activation quantises to -128 (-32768 in 16-bit blocks) in every table (fuzz regression)") {
   std::vector<float> x(256, 0.25f);
   x[3] = NAN;
   x[40] = 2.f;
@@ -423,8 +458,13 @@ TEST_CASE("quant kernels: a NaN activation quantises to -128 in every table (fuz
     CAPTURE(t->name);
     std::vector<ActBlock32> a32(8);
     std::vector<ActBlock256> a256(1);
+    std::vector<ActBlock32W> a16(8);
     t->quantize_act32(x.data(), a32.data(), 256);
     t->quantize_act256(x.data(), a256.data(), 256);
+    t->quantize_act32_wide(x.data(), a16.data(), 256);
+    CHECK(a16[0].q[3] == -32768);
+    CHECK(a16[0].q[4] == 32767);
+    CHECK(a16[1].q[8] == 32767);
     CHECK(a32[0].q[3] == -128);
     CHECK(a32[0].q[4] == 127);  // 0.25 is the block's largest value
     CHECK(a32[1].q[8] == 127);
