@@ -20,13 +20,14 @@ namespace ragkv {
 
 namespace {
 
-// max |x| / 127 and the reciprocal used to round (0 for an all-zero block). The AVX2 table
-// computes the same two numbers with the same operations, so the quantised values are equal.
-inline void act_scale(const float* x, int n, float* d, float* id) {
+// max |x| / qmax and the reciprocal used to round (0 for an all-zero block); qmax is 127 for 8-bit
+// blocks, 32767 for 16-bit ones. The AVX2 table computes the same two numbers with the same
+// operations, so the quantised values are equal.
+inline void act_scale(const float* x, int n, float qmax, float* d, float* id) {
   float amax = 0.f;
   for (int i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  *d = amax / 127.f;
-  *id = amax > 0.f ? 127.f / amax : 0.f;
+  *d = amax / qmax;
+  *id = amax > 0.f ? qmax / amax : 0.f;
 }
 
 // Round to nearest, ties to even (the default rounding mode, as the SIMD round instruction). A NaN
@@ -37,7 +38,7 @@ inline int8_t act_round(float v) { return v == v ? static_cast<int8_t>(std::near
 void quantize_act32(const float* x, ActBlock32* y, int64_t k) {
   for (int64_t b = 0; b < k / 32; ++b, x += 32) {
     float d, id;
-    act_scale(x, 32, &d, &id);
+    act_scale(x, 32, 127.f, &d, &id);
     int sum = 0;
     for (int i = 0; i < 32; ++i) {
       y[b].q[i] = act_round(x[i] * id);
@@ -52,21 +53,20 @@ void quantize_act32(const float* x, ActBlock32* y, int64_t k) {
 // saturated, NaN to -32768 (as the AVX2 conversion and packs make them).
 void quantize_act32_wide(const float* x, ActBlock32W* y, int64_t k) {
   for (int64_t b = 0; b < k / 32; ++b, x += 32) {
-    float amax = 0.f;
-    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    const float id = amax > 0.f ? 32767.f / amax : 0.f;
+    float d, id;
+    act_scale(x, 32, 32767.f, &d, &id);
     for (int i = 0; i < 32; ++i) {
       const float v = x[i] * id;
       y[b].q[i] = v == v ? static_cast<int16_t>(std::clamp(std::nearbyint(v), -32768.f, 32767.f)) : int16_t(-32768);
     }
-    y[b].d = amax / 32767.f;
+    y[b].d = d;
   }
 }
 
 void quantize_act256(const float* x, ActBlock256* y, int64_t k) {
   for (int64_t b = 0; b < k / 256; ++b, x += 256) {
     float d, id;
-    act_scale(x, 256, &d, &id);
+    act_scale(x, 256, 127.f, &d, &id);
     y[b].d = d;
     for (int g = 0; g < 16; ++g) {
       int sum = 0;
