@@ -258,7 +258,9 @@ class CpuBackend : public Backend {
     glu(gate, up, out, [](float g) { return g / (1.f + std::exp(-g)); });
   }
   void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override {
-    glu(gate, up, out, gelu_tanh);
+    // A lambda, not the function's address: glu inlines it and the loop vectorises (through a
+    // function pointer each element was a call: 6 % of a Gemma 3 prefill).
+    glu(gate, up, out, [](float g) { return gelu_tanh(g); });
   }
 
   void add_impl(const Tensor& a, const Tensor& b) override {

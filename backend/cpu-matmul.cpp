@@ -44,9 +44,20 @@ constexpr int64_t kParallelMacs = 1 << 18;
 // With wide activations, from this many rows (a prompt) a quantised part is dequantised tile by
 // tile into f32 and multiplied by SGEMM: measured faster for 512-token prefills than the integer
 // block kernels (bench/results/README.md), and the weights still stay quantised in memory (a tile
-// is kDequantTile rows, per thread). Fewer rows on types with wide-activation kernels use those.
+// per thread at a time). Fewer rows on types with wide-activation kernels use those.
 constexpr int64_t kDequantGemmRows = 32;
-constexpr int64_t kDequantTile = 64;
+
+// Rows of a dequantised tile: each SGEMM call packs all the activation rows again, so a tile is
+// as large as a thread's share of the part, up to kDequantTileBytes of f32 (and at least
+// kDequantTileMin rows). 64-row tiles spent 10 % of a Gemma 3 prefill repacking the prompt
+// (bench/results/README.md, 2026-11-25).
+constexpr int64_t kDequantTileMin = 64;
+constexpr int64_t kDequantTileBytes = int64_t(4) << 20;
+int64_t dequant_tile_rows(int64_t part_rows, int64_t k, int threads) {
+  const int64_t share = (part_rows + threads - 1) / threads;
+  const int64_t cap = std::max(kDequantTileMin, kDequantTileBytes / (k * int64_t(sizeof(float))));
+  return std::max(kDequantTileMin, std::min(share, cap));
+}
 
 // RAGKV_PREFILL_KERNELS=quant in the environment lets every product round its activations to 8
 // bits (the block kernels for prompts too), except weights marked wide_activations: for comparisons.
@@ -151,14 +162,17 @@ void CpuMatmul::add_biases(std::span<const Tensor> outs, std::span<const Weight*
   }
 }
 
-// Each thread takes tiles of kDequantTile weight rows, dequantises one into its own f32 buffer and
-// multiplies every activation row with it by a single-threaded SGEMM into the tile's columns.
+// Each thread takes tiles of weight rows (dequant_tile_rows), dequantises one into its own f32
+// buffer and multiplies every activation row with it by a single-threaded SGEMM into the tile's
+// columns.
 void CpuMatmul::run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads) {
   const int64_t m = x.rows, k = x.cols;
   std::vector<Tile> tiles;
-  for (size_t p = 0; p < w.parts.size(); ++p)
-    for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += kDequantTile)
-      tiles.push_back({p, r0, std::min(kDequantTile, w.parts[p].rows - r0)});
+  for (size_t p = 0; p < w.parts.size(); ++p) {
+    const int64_t rows = dequant_tile_rows(w.parts[p].rows, k, threads);
+    for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += rows)
+      tiles.push_back({p, r0, std::min(rows, w.parts[p].rows - r0)});
+  }
   const float* xp = x.as<float>();
   const QuantKernels& qk = quant_kernels();
 #pragma omp parallel num_threads(threads)

@@ -171,17 +171,6 @@ void gemm_q8_0(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
 
 // ---- K-quants (256-element super-blocks)
 
-// The 6-bit scale and min of sub-block j of Q4_K/Q5_K (packing: format/quant.cpp).
-inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Q4_K (with_high = false) and Q5_K: 64-element chunk c holds sub-blocks 2c (low nibbles) and
 // 2c + 1 (high nibbles); Q5_K's element l of sub-block s takes bit s of qh[l] as its fifth bit.
 template <bool with_high>
@@ -196,7 +185,7 @@ float dot_q45_k(const uint8_t* w, const ActBlock256* a, int64_t nb) {
     int sumi = 0, summ = 0;
     for (int s = 0; s < 8; ++s) {
       int sc, mn;
-      scale_min_k4(s, scales, &sc, &mn);
+      k4_scale_min(s, scales, &sc, &mn);
       const uint8_t* q = qs + 32 * (s / 2);
       const int8_t* qa = a[b].q + 32 * s;
       int dot = 0;

@@ -164,20 +164,6 @@ void dequant_q8_0(const uint8_t* b, float* y, int64_t nb) {
 
 // ---- K-quants (256-element super-blocks) -------------------------------------------------
 
-// Q4_K/Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes:
-//   bytes 0-3:  low 6 bits = scale 0-3, top 2 bits = high bits of scale 4-7
-//   bytes 4-7:  low 6 bits = min 0-3,   top 2 bits = high bits of min 4-7
-//   bytes 8-11: low nibble = low 4 bits of scale 4-7, high nibble = low 4 bits of min 4-7
-inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Each 64-element chunk uses 32 bytes of qs: the low nibbles are the first 32 elements (sub-block
 // 2c), the high nibbles the next 32 (sub-block 2c+1). y = d*scale*q - dmin*min.
 void dequant_q4_k(const uint8_t* b, float* y, int64_t nb) {
@@ -188,9 +174,9 @@ void dequant_q4_k(const uint8_t* b, float* y, int64_t nb) {
     const uint8_t* q = b + 4 + K_SCALE_SIZE;
     for (int is = 0; is < 8; is += 2, q += 32) {
       int sc, m;
-      scale_min_k4(is, scales, &sc, &m);
+      k4_scale_min(is, scales, &sc, &m);
       const float d1 = d * sc, m1 = dmin * m;
-      scale_min_k4(is + 1, scales, &sc, &m);
+      k4_scale_min(is + 1, scales, &sc, &m);
       const float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0x0f) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
@@ -208,9 +194,9 @@ void dequant_q5_k(const uint8_t* b, float* y, int64_t nb) {
     const uint8_t* ql = qh + QK_K / 8;
     for (int is = 0; is < 8; is += 2, ql += 32) {
       int sc, m;
-      scale_min_k4(is, scales, &sc, &m);
+      k4_scale_min(is, scales, &sc, &m);
       const float d1 = d * sc, m1 = dmin * m;
-      scale_min_k4(is + 1, scales, &sc, &m);
+      k4_scale_min(is + 1, scales, &sc, &m);
       const float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; ++l) {
         const int q = (ql[l] & 0x0f) | (((qh[l] >> is) & 1) << 4);

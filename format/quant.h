@@ -41,6 +41,20 @@ inline uint32_t block_u32_at(const uint8_t* p) {
   return v;
 }
 
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block, from its 12 bytes:
+//   bytes 0-3:  low 6 bits = scale 0-3, top 2 bits = high bits of scale 4-7
+//   bytes 4-7:  low 6 bits = min 0-3,   top 2 bits = high bits of min 4-7
+//   bytes 8-11: low nibble = low 4 bits of scale 4-7, high nibble = low 4 bits of min 4-7
+inline void k4_scale_min(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 // Dequantise n elements (a multiple of the block size) starting at src into dst.
 // Throws ragkv::Error naming the type when it is not supported.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);

@@ -125,7 +125,7 @@ void quantize_k_with_min(const float* x, uint8_t* b, int64_t nb) {
     for (int j = 0; j < 8; ++j) {
       const int sc = d > 0.f ? clamp_int(round_int(step[j] / d), 0, 63) : 0;
       const int m = dmin > 0.f ? clamp_int(round_int(offset[j] / dmin), 0, 63) : 0;
-      // The 12-byte packing read by scale_min_k4 (format/quant.cpp).
+      // The 12-byte packing read by k4_scale_min (format/quant.h).
       if (j < 4) {
         scales[j] = uint8_t(sc);
         scales[j + 4] = uint8_t(m);
