@@ -26,6 +26,7 @@
 #include "format/quant.h"
 #include "cuda/attention.cuh"
 #include "cuda/convert.cuh"
+#include "cuda/cublas-loader.h"
 #include "cuda/cuda-check.h"
 #include "cuda/elementwise.cuh"
 #include "cuda/embed.cuh"
@@ -131,8 +132,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   name_ = fmt::format("cuda:{} ({})", device_, prop.name);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   try {
-    CUBLAS_CHECK(cublasCreate(&cublas_));
-    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    CUBLAS_CHECK(cublas::api().create(&cublas_));
+    CUBLAS_CHECK(cublas::api().set_stream(cublas_, stream_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));
@@ -141,7 +142,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (uploads_done_) CUDA_CHECK_NOTHROW(cudaEventDestroy(uploads_done_));
     if (compute_mark_) CUDA_CHECK_NOTHROW(cudaEventDestroy(compute_mark_));
     if (copy_stream_) CUDA_CHECK_NOTHROW(cudaStreamDestroy(copy_stream_));
-    if (cublas_) (void)cublasDestroy(cublas_);
+    if (cublas_) (void)cublas::api().destroy(cublas_);
     CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
     throw;
   }
@@ -158,8 +159,8 @@ CudaBackend::~CudaBackend() {
   CUDA_CHECK_NOTHROW(cudaEventDestroy(uploads_done_));
   CUDA_CHECK_NOTHROW(cudaEventDestroy(compute_mark_));
   CUDA_CHECK_NOTHROW(cudaStreamDestroy(copy_stream_));
-  if (const cublasStatus_t st = cublasDestroy(cublas_); st != CUBLAS_STATUS_SUCCESS)
-    std::fprintf(stderr, "ragkv: cuBLAS error %s destroying the handle of %s\n", cublasGetStatusName(st),
+  if (const cublasStatus_t st = cublas::api().destroy(cublas_); st != CUBLAS_STATUS_SUCCESS)
+    std::fprintf(stderr, "ragkv: cuBLAS error %s destroying the handle of %s\n", cublas::api().status_name(st),
                  name_.c_str());
   if (scratch_) CUDA_CHECK_NOTHROW(cudaFree(scratch_));
   if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
@@ -435,7 +436,7 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
     auto* xh = reinterpret_cast<__half*>(work + y_bytes);
     auto* row_unscale = reinterpret_cast<float*>(work + y_bytes + xh_bytes);
     convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
-    CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
+    CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
                               cw.f16(), CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero,
                               y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     matmul_epilogue_f32_cuda(y, row_unscale, d_bias, n, out, stream_);
@@ -443,7 +444,7 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   } else {  // an f32 vector weight (out_features == 1)
     auto* work = static_cast<uint8_t*>(split ? work_reserve(y_bytes) : nullptr);
     float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
-    CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
+    CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
                               cw.f32(), CUDA_R_32F, int(in), x.as<float>(), CUDA_R_32F, int(in), &zero,
                               y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     matmul_epilogue_f32_cuda(y, nullptr, d_bias, n, out, stream_);

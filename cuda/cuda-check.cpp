@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "util/error.h"
+#include "cuda/cublas-loader.h"
 
 namespace ragkv {
 
@@ -14,7 +15,7 @@ void cuda_check_fail(cudaError_t err, const char* stmt, const char* file, int li
 }
 
 void cublas_check_fail(cublasStatus_t st, const char* stmt, const char* file, int line) {
-  fail("cuBLAS error {} ({}) in '{}' at {}:{}", cublasGetStatusName(st), cublasGetStatusString(st),
+  fail("cuBLAS error {} ({}) in '{}' at {}:{}", cublas::api().status_name(st), cublas::api().status_string(st),
        stmt, file, line);
 }
 
