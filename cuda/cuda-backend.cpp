@@ -437,16 +437,16 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
     auto* row_unscale = reinterpret_cast<float*>(work + y_bytes + xh_bytes);
     convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
     CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
-                              cw.f16(), CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero,
-                              y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                       cw.f16(), CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero,
+                                       y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     matmul_epilogue_f32_cuda(y, row_unscale, d_bias, n, out, stream_);
     if (split) matmul_split_outputs(y, w, outs, biases);
   } else {  // an f32 vector weight (out_features == 1)
     auto* work = static_cast<uint8_t*>(split ? work_reserve(y_bytes) : nullptr);
     float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
     CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
-                              cw.f32(), CUDA_R_32F, int(in), x.as<float>(), CUDA_R_32F, int(in), &zero,
-                              y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                       cw.f32(), CUDA_R_32F, int(in), x.as<float>(), CUDA_R_32F, int(in), &zero,
+                                       y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     matmul_epilogue_f32_cuda(y, nullptr, d_bias, n, out, stream_);
     if (split) matmul_split_outputs(y, w, outs, biases);
   }
