@@ -54,7 +54,8 @@ constexpr int64_t kDequantGemmRows = 32;
 constexpr int64_t kDequantTileMin = 64;
 constexpr int64_t kDequantTileBytes = int64_t(4) << 20;
 int64_t dequant_tile_rows(int64_t part_rows, int64_t k, int threads) {
-  const int64_t share = (part_rows + threads - 1) / threads;
+  const int64_t t = std::max(1, threads);
+  const int64_t share = (part_rows + t - 1) / t;
   const int64_t cap = std::max(kDequantTileMin, kDequantTileBytes / (k * int64_t(sizeof(float))));
   return std::max(kDequantTileMin, std::min(share, cap));
 }
