@@ -8,7 +8,9 @@
 // vpmaddubsw (unsigned weight × signed activation, pairs summed to i16) and vpmaddwd (pairs
 // summed to i32, times the K-quants' sub-block scale). Legacy blocks are scaled to f32 per block,
 // K-quant super-blocks once per 256 values. Every row keeps its own accumulators and runs the
-// same instructions whatever R is, so a row's result never depends on its neighbours.
+// same instructions whatever R is, so a row's result never depends on its neighbours. At decode
+// (one activation row) the legacy types take two weight rows at once instead (rows_legacy), each
+// with the same steps.
 // Worst cases stay inside i16 for vpmaddubsw: 2·31·127 (Q5), 2·63·127 (Q6_K), 2·128·127 (Q8_0
 // through |w| with w's sign moved onto the activation).
 #if defined(__x86_64__) || defined(__i386__)
@@ -193,7 +195,9 @@ inline void row_legacy(const uint8_t* w, const ActBlock32* const* a, int64_t nb,
       if constexpr (B::is_signed) av = _mm256_sign_epi8(av, wb.s);
       const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wb.u, av), ones));
       acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(f, dw), _mm256_broadcast_ss(&ab.d), acc[r]);
-      if constexpr (B::has_coef) sacc[r] += wb.coef * ab.dsum;
+      // An explicit fused multiply-add (a builtin, not std::fma: see the top of the file): left to
+      // the compiler, the contraction differed between row_legacy and rows_legacy.
+      if constexpr (B::has_coef) sacc[r] = __builtin_fmaf(wb.coef, ab.dsum, sacc[r]);
     }
   }
   for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]) + sacc[r];
@@ -232,10 +236,50 @@ struct Legacy {
   };
 };
 
+// W weight rows against one activation row (a decode step): the activation block is loaded and
+// its scale broadcast once for all of them. Each weight row takes row_legacy<B, 1>'s steps in its
+// order, so its output has the same bits as there (and as in a batch).
+template <class B, int W>
+inline void rows_legacy(const uint8_t* w, size_t ws, const ActBlock32* a, int64_t nb, float* y) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[W];
+  float sacc[W];
+  for (int r = 0; r < W; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    sacc[r] = 0.f;
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const ActBlock32& ab = a[b];
+    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q));
+    const __m256 da = _mm256_broadcast_ss(&ab.d);
+    for (int r = 0; r < W; ++r) {
+      const WeightBlock wb = B::load(w + r * ws + b * B::bytes);
+      const __m256i ar = B::is_signed ? _mm256_sign_epi8(av, wb.s) : av;
+      const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wb.u, ar), ones));
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(f, _mm256_set1_ps(wb.dw)), da, acc[r]);
+      if constexpr (B::has_coef) sacc[r] = __builtin_fmaf(wb.coef, ab.dsum, sacc[r]);
+    }
+  }
+  for (int r = 0; r < W; ++r) y[r] = hsum(acc[r]) + sacc[r];
+}
+
+// Weight rows per activation row at decode (m = 1): two share each activation block's load and
+// scale. Measured on weights streamed from memory (a scratch program, min of 60 products of
+// 150,000 × 576 Q4_1 and 100,000 × 640 Q5_0): 5–10 % faster than one row at a time; four rows
+// were slower there (four streams defeat the prefetcher), though faster on weights in cache.
+constexpr int kDecodeRows = 2;
+
 template <class B>
 void gemm_legacy(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
                  int64_t ldy) {
-  gemm_tiles<Legacy<B>::template Row, ActBlock32>(m, n, k, x, xs, w, ws, y, ldy);
+  if (m != 1) {
+    gemm_tiles<Legacy<B>::template Row, ActBlock32>(m, n, k, x, xs, w, ws, y, ldy);
+    return;
+  }
+  const auto* a = static_cast<const ActBlock32*>(x);
+  int64_t j = 0;
+  for (; j + kDecodeRows <= n; j += kDecodeRows) rows_legacy<B, kDecodeRows>(w + j * ws, ws, a, k / 32, y + j);
+  for (; j < n; ++j) row_legacy<B, 1>(w + j * ws, &a, k / 32, y + j, ldy);
 }
 
 // ---- K-quants
