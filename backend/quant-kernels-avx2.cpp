@@ -265,8 +265,9 @@ inline void rows_legacy(const uint8_t* w, size_t ws, const ActBlock32* a, int64_
 
 // Weight rows per activation row at decode (m = 1): two share each activation block's load and
 // scale. Measured on weights streamed from memory (a scratch program, min of 60 products of
-// 150,000 × 576 Q4_1 and 100,000 × 640 Q5_0): 5–10 % faster than one row at a time; four rows
-// were slower there (four streams defeat the prefetcher), though faster on weights in cache.
+// 150,000 × 576 Q4_1 and 100,000 × 640 Q5_0, three rounds on a loaded machine): 4–15 % faster
+// than one row at a time; four rows were slower there (four streams defeat the prefetcher),
+// though faster on weights in cache (bench/results/README.md, 2026-11-25).
 constexpr int kDecodeRows = 2;
 
 template <class B>
