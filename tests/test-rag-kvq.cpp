@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,19 @@ Fixture& fixture() {
   return f;
 }
 
+// Top-two logit margins below this are near ties: f32 rounding anywhere may flip their argmax.
+constexpr double kNearTie = 0.1;
+
+// The largest logit minus the second largest.
+double top_two_margin(const std::vector<float>& logits) {
+  float a = -std::numeric_limits<float>::infinity(), b = a;
+  for (const float v : logits) {
+    if (v > a) b = a, a = v;
+    else if (v > b) b = v;
+  }
+  return double(a) - double(b);
+}
+
 AnswerOptions opts(ReuseMode m, int max_tokens = 4) {
   AnswerOptions o;
   o.mode = m;
@@ -83,6 +97,8 @@ TEST_CASE("rag kvq: 8- and 4-bit stores answer reuse and blend close to the f16 
   double kl_q[2] = {0, 0}, max_kl_q[2] = {0, 0};  // KL(f16 store's mode || quantised store's mode)
   double kl_full[3] = {0, 0, 0};                  // KL(full || blend) from the f16, q8, q4 stores
   int agree[2] = {0, 0}, n = 0;
+  int clear = 0, clear_agree8 = 0;  // answers whose f16 first token is no near tie, and q8's agreement there
+  std::vector<double> margins;      // the f16 store's top-two first-token logit margins
   for (const auto& [q, ctx] : prompts)
     for (ReuseMode m : {ReuseMode::reuse, ReuseMode::blend}) {
       const std::string& question = f.questions[size_t(q)];
@@ -92,6 +108,12 @@ TEST_CASE("rag kvq: 8- and 4-bit stores answer reuse and blend close to the f16 
       CHECK(b4.cache.bad == 0);
       CHECK(b4.prefill.reused_tokens == b16.prefill.reused_tokens);  // the same plan, other KV values
       ++n;
+      const double margin = top_two_margin(b16.first_logits);
+      margins.push_back(margin);
+      if (margin >= kNearTie) {
+        ++clear;
+        clear_agree8 += argmax(b8.first_logits) == argmax(b16.first_logits);
+      }
       int i = 0;
       for (const AnswerRecord* b : {&b8, &b4}) {
         const double kl = kl_divergence_logits(b16.first_logits, b->first_logits);
@@ -111,14 +133,23 @@ TEST_CASE("rag kvq: 8- and 4-bit stores answer reuse and blend close to the f16 
                                                                       << kl_q[1] / n << " (" << max_kl_q[1] << ")");
   MESSAGE("first-token agreement with the f16 store's answer: q8 " << agree[0] << "/" << n << ", q4 " << agree[1] << "/" << n);
   MESSAGE("blend's summed KL to full: f16 store " << kl_full[0] << ", q8 " << kl_full[1] << ", q4 " << kl_full[2]);
+  std::string ms;
+  for (const double m : margins) {
+    ms += ' ';
+    ms += std::to_string(m);
+  }
+  MESSAGE("the f16 store's top-two first-token margins:" << ms);
   // Bounds (nats), stated from what these 8 answers measured (q8: mean 0.0035, max 0.028, 8/8 first
   // tokens the f16 store's; q4: mean 0.068, max 0.38, 6/8): the mean first-token KL to the f16
   // store's answer under 0.02 at 8 bits and 0.25 at 4 bits — several times the measurement, far
-  // under what a broken decode gives (whole nats) — 8 bits keeping every first token, 4 bits at
-  // least half. SQuAD 200 figures with intervals: bench/results/README.md.
+  // under what a broken decode gives (whole nats) — 8 bits keeping every first token that is no
+  // near tie (the f16 store's top two logits at least kNearTie apart: one answer here is closer,
+  // and f32 rounding elsewhere — the sanitizer build, SGEMM tile sizes — flips it either way), 4
+  // bits at least half. SQuAD 200 figures with intervals: bench/results/README.md.
   CHECK(kl_q[0] / n < 0.02);
   CHECK(kl_q[1] / n < 0.25);
-  CHECK(agree[0] == n);
+  CHECK(clear >= n - 2);  // the near-tie exception stays an exception
+  CHECK(clear_agree8 == clear);
   CHECK(2 * agree[1] >= n);
   CHECK(kl_q[0] < kl_q[1]);  // more bits, closer
   CHECK(kl_q[0] > 0);  // the 8-bit caches are really other values (the measurement can see them)
