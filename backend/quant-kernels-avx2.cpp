@@ -177,6 +177,20 @@ struct Q8_0B {
 };
 
 // One weight row (nb blocks) against R activation rows; y[r · ldy] for row r.
+// One weight block (wb, its scale broadcast in dw) against one activation block (its bytes av, its
+// scale broadcast in da): the step every legacy kernel takes per block and row, so a row's bits
+// do not depend on which kernel ran it (row_legacy for batches, rows_legacy at decode).
+template <class B>
+inline void legacy_step(const WeightBlock& wb, __m256 dw, __m256i av, __m256 da, float dsum, __m256i ones,
+                        __m256& acc, float& sacc) {
+  if constexpr (B::is_signed) av = _mm256_sign_epi8(av, wb.s);
+  const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wb.u, av), ones));
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(f, dw), da, acc);
+  // An explicit fused multiply-add (a builtin, not std::fma: see the top of the file): left to the
+  // compiler, the contraction differed between the kernels.
+  if constexpr (B::has_coef) sacc = __builtin_fmaf(wb.coef, dsum, sacc);
+}
+
 template <class B, int R>
 inline void row_legacy(const uint8_t* w, const ActBlock32* const* a, int64_t nb, float* y, int64_t ldy) {
   const __m256i ones = _mm256_set1_epi16(1);
@@ -191,13 +205,8 @@ inline void row_legacy(const uint8_t* w, const ActBlock32* const* a, int64_t nb,
     const __m256 dw = _mm256_set1_ps(wb.dw);
     for (int r = 0; r < R; ++r) {
       const ActBlock32& ab = a[r][b];
-      __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q));
-      if constexpr (B::is_signed) av = _mm256_sign_epi8(av, wb.s);
-      const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wb.u, av), ones));
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(f, dw), _mm256_broadcast_ss(&ab.d), acc[r]);
-      // An explicit fused multiply-add (a builtin, not std::fma: see the top of the file): left to
-      // the compiler, the contraction differed between row_legacy and rows_legacy.
-      if constexpr (B::has_coef) sacc[r] = __builtin_fmaf(wb.coef, ab.dsum, sacc[r]);
+      legacy_step<B>(wb, dw, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q)), _mm256_broadcast_ss(&ab.d),
+                     ab.dsum, ones, acc[r], sacc[r]);
     }
   }
   for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]) + sacc[r];
@@ -237,8 +246,8 @@ struct Legacy {
 };
 
 // W weight rows against one activation row (a decode step): the activation block is loaded and
-// its scale broadcast once for all of them. Each weight row takes row_legacy<B, 1>'s steps in its
-// order, so its output has the same bits as there (and as in a batch).
+// its scale broadcast once for all of them. Each weight row takes legacy_step as row_legacy does,
+// so its output has the same bits as there (and as in a batch).
 template <class B, int W>
 inline void rows_legacy(const uint8_t* w, size_t ws, const ActBlock32* a, int64_t nb, float* y) {
   const __m256i ones = _mm256_set1_epi16(1);
@@ -254,10 +263,7 @@ inline void rows_legacy(const uint8_t* w, size_t ws, const ActBlock32* a, int64_
     const __m256 da = _mm256_broadcast_ss(&ab.d);
     for (int r = 0; r < W; ++r) {
       const WeightBlock wb = B::load(w + r * ws + b * B::bytes);
-      const __m256i ar = B::is_signed ? _mm256_sign_epi8(av, wb.s) : av;
-      const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wb.u, ar), ones));
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(f, _mm256_set1_ps(wb.dw)), da, acc[r]);
-      if constexpr (B::has_coef) sacc[r] = __builtin_fmaf(wb.coef, ab.dsum, sacc[r]);
+      legacy_step<B>(wb, _mm256_set1_ps(wb.dw), av, da, ab.dsum, ones, acc[r], sacc[r]);
     }
   }
   for (int r = 0; r < W; ++r) y[r] = hsum(acc[r]) + sacc[r];
