@@ -16,6 +16,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "backend/quant-kernels.h"
@@ -48,6 +49,20 @@ inline float hmax(__m256 v) {
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// Weights are read once per product, a stream from memory at decode; the hardware prefetcher
+// alone left the kernels well short of the core's read rate (on the 2-core AMD EPYC of
+// bench/results/README.md, 2026-11-25, decode kernels: a streamed 49152 × 576 Q8_0 product 13–14 GB/s against
+// 18 GB/s for a loop of plain loads). Each block also asks for the bytes this far ahead of it;
+// 4 KiB was the best of 0.25–8 KiB there (Q8_0 head −30 %, Q4_1 −17 %, Q5_0 −9 %). A prefetch
+// never faults, so reading past the weights' end is harmless.
+constexpr size_t kPrefetchBytes = 4096;
+
+// Prefetch the cache lines of a block of `bytes` bytes at p, kPrefetchBytes ahead.
+template <size_t bytes>
+inline void prefetch_ahead(const uint8_t* p) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + o), _MM_HINT_T0);
 }
 
 // ---- activation quantisation: the scalar table's arithmetic, eight lanes at a time
@@ -118,9 +133,9 @@ void quantize_act256(const float* x, ActBlock256* y, int64_t k) {
 // ---- legacy 32-element blocks
 
 inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes → elements 0..15 (low), 16..31 (high)
-  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+  // The 16 bytes in both lanes, the upper lane shifted right by four, one mask: no lane shuffle.
+  const __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(x, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
 }
 
 inline __m256i fifth_bits(uint32_t qh) {  // bit j of qh → 0x10 in byte j
@@ -132,84 +147,109 @@ inline __m256i fifth_bits(uint32_t qh) {  // bit j of qh → 0x10 in byte j
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
+// Lanes 0 and 1 of the two f16 values at p (a Q4_1/Q5_1 block's scale and min), one conversion.
+inline __m128 f16_pair(const uint8_t* p) { return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(u32_at(p)))); }
+
+// Lane 0 the f16 scale at p, lane 1 that scale times `offset` (a Q4_0/Q5_0 block's coefficient).
+inline __m128 f16_scale_offset(const uint8_t* p, float offset) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(h));
+  return _mm_mul_ps(_mm_moveldup_ps(d), _mm_setr_ps(1.f, offset, 0.f, 0.f));
+}
+
 // A weight block as the kernel multiplies it: u the unsigned bytes vpmaddubsw takes, and for Q8_0
-// (signed weights) the signs to move onto the activation.
+// (signed weights) the signs to move onto the activation; dc holds the scale in lane 0 and the
+// coefficient of the activation block's d·Σq in lane 1.
 struct WeightBlock {
   __m256i u, s;
-  float dw, coef;  // scale; coefficient of the activation block's d·Σq
+  __m128 dc;
 };
 
 struct Q4_0B {
   static constexpr size_t bytes = 18;
   static constexpr bool has_coef = true, is_signed = false;
-  static WeightBlock load(const uint8_t* b) {
-    const float d = f16_at(b);
-    return {nibbles32(b + 2), _mm256_setzero_si256(), d, -8.f * d};
-  }
+  static WeightBlock load(const uint8_t* b) { return {nibbles32(b + 2), _mm256_setzero_si256(), f16_scale_offset(b, -8.f)}; }
 };
 struct Q4_1B {
   static constexpr size_t bytes = 20;
   static constexpr bool has_coef = true, is_signed = false;
-  static WeightBlock load(const uint8_t* b) { return {nibbles32(b + 4), _mm256_setzero_si256(), f16_at(b), f16_at(b + 2)}; }
+  static WeightBlock load(const uint8_t* b) { return {nibbles32(b + 4), _mm256_setzero_si256(), f16_pair(b)}; }
 };
 struct Q5_0B {
   static constexpr size_t bytes = 22;
   static constexpr bool has_coef = true, is_signed = false;
   static WeightBlock load(const uint8_t* b) {
-    const float d = f16_at(b);
-    return {_mm256_or_si256(nibbles32(b + 6), fifth_bits(u32_at(b + 2))), _mm256_setzero_si256(), d, -16.f * d};
+    return {_mm256_or_si256(nibbles32(b + 6), fifth_bits(u32_at(b + 2))), _mm256_setzero_si256(),
+            f16_scale_offset(b, -16.f)};
   }
 };
 struct Q5_1B {
   static constexpr size_t bytes = 24;
   static constexpr bool has_coef = true, is_signed = false;
   static WeightBlock load(const uint8_t* b) {
-    return {_mm256_or_si256(nibbles32(b + 8), fifth_bits(u32_at(b + 4))), _mm256_setzero_si256(), f16_at(b), f16_at(b + 2)};
+    return {_mm256_or_si256(nibbles32(b + 8), fifth_bits(u32_at(b + 4))), _mm256_setzero_si256(), f16_pair(b)};
   }
 };
 struct Q8_0B {
   static constexpr size_t bytes = 34;
   static constexpr bool has_coef = false, is_signed = true;
   static WeightBlock load(const uint8_t* b) {
+    uint16_t h;
+    std::memcpy(&h, b, sizeof h);
     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-    return {_mm256_abs_epi8(w), w, f16_at(b), 0.f};
+    return {_mm256_abs_epi8(w), w, _mm_cvtph_ps(_mm_cvtsi32_si128(h))};
   }
 };
 
-// One weight row (nb blocks) against R activation rows; y[r · ldy] for row r.
-// One weight block (wb, its scale broadcast in dw) against one activation block (its bytes av, its
-// scale broadcast in da): the step every legacy kernel takes per block and row, so a row's bits
-// do not depend on which kernel ran it (row_legacy for batches, rows_legacy at decode).
-template <class B>
-inline void legacy_step(const WeightBlock& wb, __m256 dw, __m256i av, __m256 da, float dsum, __m256i ones,
-                        __m256& acc, float& sacc) {
-  if constexpr (B::is_signed) av = _mm256_sign_epi8(av, wb.s);
-  const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wb.u, av), ones));
-  acc = _mm256_fmadd_ps(_mm256_mul_ps(f, dw), da, acc);
-  // An explicit fused multiply-add (a builtin, not std::fma: see the top of the file): left to the
-  // compiler, the contraction differed between the kernels.
-  if constexpr (B::has_coef) sacc = __builtin_fmaf(wb.coef, dsum, sacc);
+// An activation block's scale and d·Σq as lanes 0 and 1 (they are adjacent in ActBlock32).
+inline __m128 act_scale_sum(const ActBlock32& ab) {
+  static_assert(offsetof(ActBlock32, dsum) == offsetof(ActBlock32, d) + sizeof(float));
+  return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&ab.d)));
 }
 
+// One weight block (wb) against one activation block (its bytes av, its scale broadcast in da,
+// scale and d·Σq in ds): the step every legacy kernel takes per block and row, so a row's bits do
+// not depend on which kernel ran it (row_legacy for batches, rows_legacy at decode). The offset
+// or min term is lane 1 of sacc, coefficient · d·Σq fused into it: a vector instruction where a
+// scalar one would first need the lane extracted.
+template <class B>
+inline void legacy_step(const WeightBlock& wb, __m256i av, __m256 da, __m128 ds, __m256i ones, __m256& acc,
+                        __m128& sacc) {
+  if constexpr (B::is_signed) av = _mm256_sign_epi8(av, wb.s);
+  const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wb.u, av), ones));
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(f, _mm256_broadcastss_ps(wb.dc)), da, acc);
+  if constexpr (B::has_coef) sacc = _mm_fmadd_ps(wb.dc, ds, sacc);
+}
+
+// A row's result: the products' lanes summed, plus the offset or min term.
+template <class B>
+inline float legacy_result(__m256 acc, __m128 sacc) {
+  const float s = hsum(acc);
+  if constexpr (B::has_coef) return s + _mm_cvtss_f32(_mm_movehdup_ps(sacc));
+  return s;
+}
+
+// One weight row (nb blocks) against R activation rows; y[r · ldy] for row r.
 template <class B, int R>
 inline void row_legacy(const uint8_t* w, const ActBlock32* const* a, int64_t nb, float* y, int64_t ldy) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R];
-  float sacc[R];
+  __m128 sacc[R];
   for (int r = 0; r < R; ++r) {
     acc[r] = _mm256_setzero_ps();
-    sacc[r] = 0.f;
+    sacc[r] = _mm_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b, w += B::bytes) {
+    prefetch_ahead<B::bytes>(w);
     const WeightBlock wb = B::load(w);
-    const __m256 dw = _mm256_set1_ps(wb.dw);
     for (int r = 0; r < R; ++r) {
       const ActBlock32& ab = a[r][b];
-      legacy_step<B>(wb, dw, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q)), _mm256_broadcast_ss(&ab.d),
-                     ab.dsum, ones, acc[r], sacc[r]);
+      legacy_step<B>(wb, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q)), _mm256_broadcast_ss(&ab.d),
+                     act_scale_sum(ab), ones, acc[r], sacc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]) + sacc[r];
+  for (int r = 0; r < R; ++r) y[r * ldy] = legacy_result<B>(acc[r], sacc[r]);
 }
 
 // The driver every kernel shares: activation rows in groups of up to four, each group against
@@ -252,21 +292,23 @@ template <class B, int W>
 inline void rows_legacy(const uint8_t* w, size_t ws, const ActBlock32* a, int64_t nb, float* y) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[W];
-  float sacc[W];
+  __m128 sacc[W];
   for (int r = 0; r < W; ++r) {
     acc[r] = _mm256_setzero_ps();
-    sacc[r] = 0.f;
+    sacc[r] = _mm_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
     const ActBlock32& ab = a[b];
     const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q));
     const __m256 da = _mm256_broadcast_ss(&ab.d);
+    const __m128 ds = act_scale_sum(ab);
     for (int r = 0; r < W; ++r) {
-      const WeightBlock wb = B::load(w + r * ws + b * B::bytes);
-      legacy_step<B>(wb, _mm256_set1_ps(wb.dw), av, da, ab.dsum, ones, acc[r], sacc[r]);
+      const uint8_t* wb = w + r * ws + b * B::bytes;
+      prefetch_ahead<B::bytes>(wb);
+      legacy_step<B>(B::load(wb), av, da, ds, ones, acc[r], sacc[r]);
     }
   }
-  for (int r = 0; r < W; ++r) y[r] = hsum(acc[r]) + sacc[r];
+  for (int r = 0; r < W; ++r) y[r] = legacy_result<B>(acc[r], sacc[r]);
 }
 
 // Weight rows per activation row at decode (m = 1): two share each activation block's load and
@@ -317,6 +359,7 @@ inline void row_q45_k(const uint8_t* w, const ActBlock256* const* a, int64_t nb,
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, w += bytes) {
+    prefetch_ahead<bytes>(w);
     const float d = f16_at(w), dmin = f16_at(w + 2);
     int16_t sc[8];
     __m256i mins2;
@@ -375,6 +418,7 @@ inline void row_q6_k(const uint8_t* w, const ActBlock256* const* a, int64_t nb, 
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, w += 210) {
+    prefetch_ahead<210>(w);
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
     const float d = f16_at(w + 208);
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
@@ -459,6 +503,7 @@ inline void row_half(const uint8_t* w, const float* const* x, int64_t k, float* 
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c + 8 <= k; c += 8) {
+    if (c % 32 == 0) prefetch_ahead<1>(w + 2 * c);  // once per 64-byte line
     const __m256 wv = bf16 ? load8_bf16(w + 2 * c) : load8_f16(w + 2 * c);
     for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + c), acc[r]);
   }
@@ -497,6 +542,7 @@ inline void row_q8_0_wide(const uint8_t* w, const ActBlock32W* const* a, int64_t
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k / 32; ++b, w += 34) {
+    prefetch_ahead<34>(w);
     const float dw = f16_at(w);
     const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)));
     const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)));
