@@ -53,8 +53,8 @@ inline float hmax(__m256 v) {
 
 // Weights are read once per product, a stream from memory at decode; the hardware prefetcher
 // alone left the kernels well short of the core's read rate (on the 2-core AMD EPYC of
-// bench/results/README.md, 2026-11-25, decode kernels: a streamed 49152 × 576 Q8_0 product 13–14 GB/s against
-// 18 GB/s for a loop of plain loads). Each block also asks for the bytes this far ahead of it;
+// bench/results/README.md, 2026-11-25, "decode kernels": a streamed 49152 × 576 Q8_0 product at
+// 13–14 GB/s against 18 GB/s for a loop of plain loads). Each block also asks for the bytes this far ahead of it;
 // 4 KiB was the best of 0.25–8 KiB there (Q8_0 head −30 %, Q4_1 −17 %, Q5_0 −9 %). A prefetch
 // never faults, so reading past the weights' end is harmless.
 constexpr size_t kPrefetchBytes = 4096;
@@ -62,7 +62,8 @@ constexpr size_t kPrefetchBytes = 4096;
 // Prefetch the cache lines of a block of `bytes` bytes at p, kPrefetchBytes ahead.
 template <size_t bytes>
 inline void prefetch_ahead(const uint8_t* p) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + o), _MM_HINT_T0);
+  for (size_t o = 0; o < bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + o), _MM_HINT_T0);
 }
 
 // ---- activation quantisation: the scalar table's arithmetic, eight lanes at a time
@@ -168,17 +169,21 @@ struct WeightBlock {
 
 struct Q4_0B {
   static constexpr size_t bytes = 18;
-  static constexpr bool has_coef = true, is_signed = false;
-  static WeightBlock load(const uint8_t* b) { return {nibbles32(b + 2), _mm256_setzero_si256(), f16_scale_offset(b, -8.f)}; }
+  static constexpr bool has_coef = true, is_signed = false, has_min = false;
+  static constexpr char offset = 8;
+  static WeightBlock load(const uint8_t* b) {
+    return {nibbles32(b + 2), _mm256_setzero_si256(), f16_scale_offset(b, -8.f)};
+  }
 };
 struct Q4_1B {
   static constexpr size_t bytes = 20;
-  static constexpr bool has_coef = true, is_signed = false;
+  static constexpr bool has_coef = true, is_signed = false, has_min = true;
   static WeightBlock load(const uint8_t* b) { return {nibbles32(b + 4), _mm256_setzero_si256(), f16_pair(b)}; }
 };
 struct Q5_0B {
   static constexpr size_t bytes = 22;
-  static constexpr bool has_coef = true, is_signed = false;
+  static constexpr bool has_coef = true, is_signed = false, has_min = false;
+  static constexpr char offset = 16;
   static WeightBlock load(const uint8_t* b) {
     return {_mm256_or_si256(nibbles32(b + 6), fifth_bits(u32_at(b + 2))), _mm256_setzero_si256(),
             f16_scale_offset(b, -16.f)};
@@ -186,14 +191,14 @@ struct Q5_0B {
 };
 struct Q5_1B {
   static constexpr size_t bytes = 24;
-  static constexpr bool has_coef = true, is_signed = false;
+  static constexpr bool has_coef = true, is_signed = false, has_min = true;
   static WeightBlock load(const uint8_t* b) {
     return {_mm256_or_si256(nibbles32(b + 8), fifth_bits(u32_at(b + 4))), _mm256_setzero_si256(), f16_pair(b)};
   }
 };
 struct Q8_0B {
   static constexpr size_t bytes = 34;
-  static constexpr bool has_coef = false, is_signed = true;
+  static constexpr bool has_coef = false, is_signed = true, has_min = false;
   static WeightBlock load(const uint8_t* b) {
     uint16_t h;
     std::memcpy(&h, b, sizeof h);
@@ -598,6 +603,72 @@ void axpy_f16_rows(const float* p, const uint16_t* v, size_t v_stride, int64_t n
 
 // ---- dequantisation
 
+// 32 bytes v as f32 lanes, eight at a time: y[8g .. 8g + 7] = f(g, values), with the bytes read as
+// signed or unsigned integers (exact in f32).
+template <bool is_signed, class F>
+inline void bytes_to_f32(__m256i v, F f) {
+  alignas(32) uint8_t b[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(b), v);
+  for (int g = 0; g < 4; ++g) {
+    const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * g));
+    f(g, _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(x) : _mm256_cvtepu8_epi32(x)));
+  }
+}
+
+// Legacy blocks to f32 (layouts: format/quant.cpp): the block's integers as WeightBlock::load
+// unpacks them, then x · d (Q4_0, Q5_0 with the offset subtracted first, Q8_0) or fma(x, d, m)
+// (Q4_1, Q5_1) — format/quant.cpp's operations, so the values are the same bits.
+template <class B>
+void dequantize_legacy(const uint8_t* w, float* y, int64_t k) {
+  for (int64_t b = 0; b < k / 32; ++b, w += B::bytes, y += 32) {
+    const WeightBlock wb = B::load(w);
+    const __m256 d = _mm256_broadcastss_ps(wb.dc);
+    if constexpr (B::is_signed) {  // Q8_0: the signed bytes as they are
+      bytes_to_f32<true>(wb.s, [&](int g, __m256 x) { _mm256_storeu_ps(y + 8 * g, _mm256_mul_ps(x, d)); });
+    } else if constexpr (B::has_min) {  // Q4_1, Q5_1: lane 1 of dc is the min
+      const __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(wb.dc));
+      bytes_to_f32<false>(wb.u, [&](int g, __m256 x) { _mm256_storeu_ps(y + 8 * g, _mm256_fmadd_ps(x, d, m)); });
+    } else {  // Q4_0, Q5_0: the unsigned values less the offset, as signed bytes
+      const __m256i x = _mm256_sub_epi8(wb.u, _mm256_set1_epi8(B::offset));
+      bytes_to_f32<true>(x, [&](int g, __m256 v) { _mm256_storeu_ps(y + 8 * g, _mm256_mul_ps(v, d)); });
+    }
+  }
+}
+
+// Q4_K/Q5_K super-blocks to f32: each 64-value chunk's low and high nibbles (and Q5_K's fifth
+// bits) as row_q45_k unpacks them, then fma(d · sc, q, −(dmin · m)) per sub-block — the scalar
+// dequantiser's products and fused multiply-add.
+template <bool with_high>
+void dequantize_q45_k(const uint8_t* w, float* y, int64_t k) {
+  constexpr size_t bytes = with_high ? 176 : 144;
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bit0 = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < k / 256; ++b, w += bytes) {
+    const float d = f16_at(w), dmin = f16_at(w + 2);
+    int16_t sc[8];
+    __m256i mins2;
+    scales_mins_k4(w + 4, sc, &mins2);
+    alignas(32) int16_t m2[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(m2), mins2);
+    const uint8_t* qs = w + (with_high ? 48 : 16);
+    __m256i qh;
+    if constexpr (with_high) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+    for (int c = 0; c < 4; ++c, y += 64) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+      __m256i q[2] = {_mm256_and_si256(x, low4), _mm256_and_si256(_mm256_srli_epi16(x, 4), low4)};
+      if constexpr (with_high) {
+        q[0] = _mm256_or_si256(q[0], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), bit0), 4));
+        q[1] = _mm256_or_si256(q[1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), bit0), 4));
+      }
+      for (int h = 0; h < 2; ++h) {
+        const int s = 2 * c + h;
+        const __m256 ds = _mm256_set1_ps(d * float(sc[s])), dm = _mm256_set1_ps(-(dmin * float(m2[2 * s])));
+        float* yh = y + 32 * h;
+        bytes_to_f32<false>(q[h], [&](int g, __m256 v) { _mm256_storeu_ps(yh + 8 * g, _mm256_fmadd_ps(ds, v, dm)); });
+      }
+    }
+  }
+}
+
 // Q6_K super-blocks to f32 (layout: format/quant.cpp): the 6-bit values unpacked as row_q6_k does,
 // 32 at a time, then (d · scale) · (q − 32) in f32 — the scalar dequantiser's two products, so
 // the values are the same bits.
@@ -644,6 +715,13 @@ const QuantKernels kQuantKernelsAvx2{"avx2",
                                      gemm_q8_0_wide,
                                      dot_f16_rows,
                                      axpy_f16_rows,
+                                     dequantize_legacy<Q4_0B>,
+                                     dequantize_legacy<Q4_1B>,
+                                     dequantize_legacy<Q5_0B>,
+                                     dequantize_legacy<Q5_1B>,
+                                     dequantize_legacy<Q8_0B>,
+                                     dequantize_q45_k<false>,
+                                     dequantize_q45_k<true>,
                                      dequantize_q6_k};
 
 }  // namespace ragkv

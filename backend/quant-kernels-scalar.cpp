@@ -324,15 +324,39 @@ void axpy_f16_rows(const float* p, const uint16_t* v, size_t v_stride, int64_t n
   }
 }
 
-void dequantize_q6_k(const uint8_t* w, float* y, int64_t k) { dequantize_row(GgmlType::Q6_K, w, y, k); }
+template <GgmlType t>
+void dequantize(const uint8_t* w, float* y, int64_t k) {
+  dequantize_row(t, w, y, k);
+}
 
 }  // namespace
 
 const QuantKernels& quant_kernels_scalar() {
-  static const QuantKernels k{"scalar",      quantize_act32, quantize_act256, quantize_act32_wide, gemm_q4_0,
-                              gemm_q4_1,     gemm_q5_0,      gemm_q5_1,       gemm_q8_0,           gemm_q4_k,
-                              gemm_q5_k,     gemm_q6_k,      gemm_f16,        gemm_bf16,           gemm_q8_0_wide,
-                              dot_f16_rows,  axpy_f16_rows,  dequantize_q6_k};
+  static const QuantKernels k{"scalar",
+                              quantize_act32,
+                              quantize_act256,
+                              quantize_act32_wide,
+                              gemm_q4_0,
+                              gemm_q4_1,
+                              gemm_q5_0,
+                              gemm_q5_1,
+                              gemm_q8_0,
+                              gemm_q4_k,
+                              gemm_q5_k,
+                              gemm_q6_k,
+                              gemm_f16,
+                              gemm_bf16,
+                              gemm_q8_0_wide,
+                              dot_f16_rows,
+                              axpy_f16_rows,
+                              dequantize<GgmlType::Q4_0>,
+                              dequantize<GgmlType::Q4_1>,
+                              dequantize<GgmlType::Q5_0>,
+                              dequantize<GgmlType::Q5_1>,
+                              dequantize<GgmlType::Q8_0>,
+                              dequantize<GgmlType::Q4_K>,
+                              dequantize<GgmlType::Q5_K>,
+                              dequantize<GgmlType::Q6_K>};
   return k;
 }
 

@@ -74,8 +74,17 @@ GemmFn gemm_for(const QuantKernels& k, GgmlType t) {
 }
 
 void dequantize_row_with(const QuantKernels& kernels, GgmlType t, const uint8_t* src, float* dst, int64_t k) {
-  if (t == GgmlType::Q6_K) kernels.dequantize_q6_k(src, dst, k);
-  else dequantize_row(t, src, dst, k);
+  switch (t) {
+    case GgmlType::Q4_0: return kernels.dequantize_q4_0(src, dst, k);
+    case GgmlType::Q4_1: return kernels.dequantize_q4_1(src, dst, k);
+    case GgmlType::Q5_0: return kernels.dequantize_q5_0(src, dst, k);
+    case GgmlType::Q5_1: return kernels.dequantize_q5_1(src, dst, k);
+    case GgmlType::Q8_0: return kernels.dequantize_q8_0(src, dst, k);
+    case GgmlType::Q4_K: return kernels.dequantize_q4_k(src, dst, k);
+    case GgmlType::Q5_K: return kernels.dequantize_q5_k(src, dst, k);
+    case GgmlType::Q6_K: return kernels.dequantize_q6_k(src, dst, k);
+    default: return dequantize_row(t, src, dst, k);
+  }
 }
 
 const QuantKernels* quant_kernels_avx2() {

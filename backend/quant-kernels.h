@@ -63,6 +63,8 @@ size_t act_row_bytes(ActFormat f, int64_t k);  // one activation row of k values
 using GemmFn = void (*)(int64_t m, int64_t n, int64_t k, const void* x, size_t x_stride, const uint8_t* w,
                         size_t w_stride, float* y, int64_t ldy);
 
+using DequantFn = void (*)(const uint8_t* w, float* y, int64_t k);
+
 struct QuantKernels {
   const char* name;  // "avx2", "scalar"
   // One row of k values (a multiple of 32, resp. 256) into activation blocks.
@@ -79,10 +81,11 @@ struct QuantKernels {
   void (*dot_f16_rows)(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale,
                        float* out);
   void (*axpy_f16_rows)(const float* p, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out);
-  // One Q6_K row of k values (a multiple of 256) to f32, the same values as format/quant.h's
-  // dequantize_row (each is (d · scale) · (q − 32), two f32 products): prompts' tiles and the
-  // output head dequantise through it (the portable table calls dequantize_row).
-  void (*dequantize_q6_k)(const uint8_t* w, float* y, int64_t k);
+  // One row of k values (a multiple of the block size) to f32, the same values as format/quant.h's
+  // dequantize_row (its products and fused multiply-adds, in the same order): prompts' tiles and
+  // the output head dequantise through them (the portable table calls dequantize_row).
+  DequantFn dequantize_q4_0, dequantize_q4_1, dequantize_q5_0, dequantize_q5_1, dequantize_q8_0, dequantize_q4_k,
+      dequantize_q5_k, dequantize_q6_k;
 };
 
 // A row of weights of type t to f32 through the table's dequantiser where it has one, else

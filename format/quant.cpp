@@ -2,8 +2,12 @@
 // The block layouts and formulas follow the GGUF specification and ggml's reference
 // dequantize_row_* functions (checked against gguf-py by tests/test-quant.cpp).
 // Blocks are read byte-wise: a block's f16/u32 fields may be unaligned, so they are memcpy'd.
+// A scale-and-offset value (Q4_1, Q5_1, Q4_K, Q5_K) is one fused multiply-add, written out so the
+// result does not depend on whether the compiler contracts: the AVX2 dequantisers
+// (backend/quant-kernels-avx2.cpp) compute the same bits.
 #include "format/quant.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -115,8 +119,8 @@ void dequant_q4_1(const uint8_t* b, float* y, int64_t nb) {
     for (int j = 0; j < QK / 2; ++j) {
       const int x0 = qs[j] & 0x0f;
       const int x1 = qs[j] >> 4;
-      y[j] = x0 * d + m;
-      y[j + QK / 2] = x1 * d + m;
+      y[j] = std::fma(float(x0), d, m);
+      y[j + QK / 2] = std::fma(float(x1), d, m);
     }
   }
 }
@@ -148,8 +152,8 @@ void dequant_q5_1(const uint8_t* b, float* y, int64_t nb) {
       const int h1 = (qh >> (j + QK / 2)) & 1;
       const int x0 = (qs[j] & 0x0f) | (h0 << 4);
       const int x1 = (qs[j] >> 4) | (h1 << 4);
-      y[j] = x0 * d + m;
-      y[j + QK / 2] = x1 * d + m;
+      y[j] = std::fma(float(x0), d, m);
+      y[j + QK / 2] = std::fma(float(x1), d, m);
     }
   }
 }
@@ -178,8 +182,8 @@ void dequant_q4_k(const uint8_t* b, float* y, int64_t nb) {
       const float d1 = d * sc, m1 = dmin * m;
       k4_scale_min(is + 1, scales, &sc, &m);
       const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0x0f) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+      for (int l = 0; l < 32; ++l) *y++ = std::fma(d1, float(q[l] & 0x0f), -m1);
+      for (int l = 0; l < 32; ++l) *y++ = std::fma(d2, float(q[l] >> 4), -m2);
     }
   }
 }
@@ -200,11 +204,11 @@ void dequant_q5_k(const uint8_t* b, float* y, int64_t nb) {
       const float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; ++l) {
         const int q = (ql[l] & 0x0f) | (((qh[l] >> is) & 1) << 4);
-        *y++ = d1 * q - m1;
+        *y++ = std::fma(d1, float(q), -m1);
       }
       for (int l = 0; l < 32; ++l) {
         const int q = (ql[l] >> 4) | (((qh[l] >> (is + 1)) & 1) << 4);
-        *y++ = d2 * q - m2;
+        *y++ = std::fma(d2, float(q), -m2);
       }
     }
   }

@@ -472,22 +472,23 @@ TEST_CASE("quant kernels: a NaN activation quantises to -128 (-32768 in 16-bit b
   }
 }
 
-TEST_CASE("quant kernels: each table's Q6_K dequantiser gives dequantize_row's values bit for bit") {
+TEST_CASE("quant kernels: each table's dequantisers give dequantize_row's values bit for bit") {
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   for (const QuantKernels* qk : tables())
-    for (const int64_t blocks : {1, 2, 5}) {
-      CAPTURE(qk->name);
-      CAPTURE(blocks);
-      const int64_t k = 256 * blocks, n = 3;
-      const std::vector<uint8_t> w = random_rows(GgmlType::Q6_K, n, k, uint32_t(100 + blocks));
-      const size_t rb = ggml_row_bytes(GgmlType::Q6_K, k);
-      for (int64_t j = 0; j < n; ++j) {
-        std::vector<float> want(static_cast<size_t>(k)), got(static_cast<size_t>(k), -1.f);
-        dequantize_row(GgmlType::Q6_K, w.data() + j * rb, want.data(), k);
-        qk->dequantize_q6_k(w.data() + j * rb, got.data(), k);
-        CHECK(std::memcmp(want.data(), got.data(), size_t(k) * sizeof(float)) == 0);
-        std::vector<float> via(static_cast<size_t>(k));  // and through the helper the matmul calls
-        dequantize_row_with(*qk, GgmlType::Q6_K, w.data() + j * rb, via.data(), k);
-        CHECK(std::memcmp(want.data(), via.data(), size_t(k) * sizeof(float)) == 0);
+    for (const GgmlType t : types)
+      for (const int64_t blocks : {1, 2, 5}) {
+        CAPTURE(qk->name);
+        CAPTURE(ggml_type_name(t));
+        CAPTURE(blocks);
+        const int64_t k = ggml_block_elems(t) * blocks, n = 3;
+        const std::vector<uint8_t> w = random_rows(t, n, k, uint32_t(100 + blocks));
+        const size_t rb = ggml_row_bytes(t, k);
+        for (int64_t j = 0; j < n; ++j) {
+          std::vector<float> want(static_cast<size_t>(k)), got(static_cast<size_t>(k), -1.f);
+          dequantize_row(t, w.data() + j * rb, want.data(), k);
+          dequantize_row_with(*qk, t, w.data() + j * rb, got.data(), k);
+          CHECK(std::memcmp(want.data(), got.data(), size_t(k) * sizeof(float)) == 0);
+        }
       }
-    }
 }
