@@ -9,7 +9,7 @@
 // summed to i32, times the K-quants' sub-block scale). Legacy blocks are scaled to f32 per block,
 // K-quant super-blocks once per 256 values. Every row keeps its own accumulators and runs the
 // same instructions whatever R is, so a row's result never depends on its neighbours. At decode
-// (one activation row) the legacy types take two weight rows at once instead (rows_legacy), each
+// (one activation row) the legacy types take four weight rows at once instead (rows_legacy), each
 // with the same steps.
 // Worst cases stay inside i16 for vpmaddubsw: 2·31·127 (Q5), 2·63·127 (Q6_K), 2·128·127 (Q8_0
 // through |w| with w's sign moved onto the activation).
@@ -316,12 +316,13 @@ inline void rows_legacy(const uint8_t* w, size_t ws, const ActBlock32* a, int64_
   for (int r = 0; r < W; ++r) y[r] = legacy_result<B>(acc[r], sacc[r]);
 }
 
-// Weight rows per activation row at decode (m = 1): two share each activation block's load and
+// Weight rows per activation row at decode (m = 1): they share each activation block's load and
 // scale. Measured on weights streamed from memory (a scratch program, min of 60 products of
-// 150,000 × 576 Q4_1 and 100,000 × 640 Q5_0, three rounds on a loaded machine): 4–15 % faster
-// than one row at a time; four rows were slower there (four streams defeat the prefetcher),
-// though faster on weights in cache (bench/results/README.md, 2026-11-25).
-constexpr int kDecodeRows = 2;
+// 150,000 × 576 Q4_1 and 100,000 × 640 Q5_0; bench/results/README.md, 2026-11-25): without
+// software prefetch two rows were 4–15 % faster than one and four slower (four streams defeated
+// the hardware prefetcher); with it (prefetch_ahead), four are 2–6 % faster than two and two
+// 14–17 % faster than one.
+constexpr int kDecodeRows = 4;
 
 template <class B>
 void gemm_legacy(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
