@@ -47,7 +47,7 @@ def ragkv_bench(a):
                "--threads", str(a.threads)]
         return run_json(cmd)["results"][0]
 
-    # llama-bench reports mean rates; ours the median of the timed prefills (decode: one run).
+    # llama-bench reports mean rates; ours the medians of the timed prefills and decodes.
     r = run(a.tokens)
     empty = run(1)
     return {"prefill_tokens_per_s": r["prefill_tokens_per_s_median"],

@@ -42,7 +42,7 @@ class BenchCommands : public CommandFamily {
     prefill_cmd_->add_option("--tokens", prefill_.prompt_tokens, "Prompt length")->check(CLI::Range(1, 1 << 20))->capture_default_str();
     prefill_cmd_->add_option("--decode-tokens", prefill_.decode_tokens, "Tokens decoded after the prompt")->check(CLI::Range(1, 1 << 16))->capture_default_str();
     prefill_cmd_->add_option("--decode-batch", prefill_.decode_batch, "Sequences decoded together for decode_batch_tokens_per_s (1: skip)")->check(CLI::Range(1, 256))->capture_default_str();
-    prefill_cmd_->add_option("--repetitions", prefill_.repetitions, "Timed prefills per model")->check(CLI::Range(1, 1000))->capture_default_str();
+    prefill_cmd_->add_option("--repetitions", prefill_.repetitions, "Timed prefills and decodes per model (medians reported)")->check(CLI::Range(1, 1000))->capture_default_str();
     prefill_dev_.add_to(prefill_cmd_);
 
     reuse_.blend.recompute_ratio = kDefaultRecomputeRatio;
