@@ -176,9 +176,10 @@ void CpuMatmul::run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<
   }
   const float* xp = x.as<float>();
   const QuantKernels& qk = quant_kernels();
+  if (tile_f32_.size() < size_t(threads)) tile_f32_.resize(size_t(threads));
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<float> wf;
+    std::vector<float>& wf = tile_f32_[size_t(omp_get_thread_num())];
 #pragma omp for schedule(dynamic, 1)
     for (size_t t = 0; t < tiles.size(); ++t) {
       const Tile& tl = tiles[t];
@@ -188,7 +189,7 @@ void CpuMatmul::run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<
       if (part.type == GgmlType::F32) {
         wt = reinterpret_cast<const float*>(part.data + tl.row0 * part.row_bytes);
       } else {
-        wf.resize(size_t(tl.rows * k));
+        if (wf.size() < size_t(tl.rows * k)) wf.resize(size_t(tl.rows * k));
         for (int64_t r = 0; r < tl.rows; ++r)
           dequantize_row_with(qk, part.type, part.data + (tl.row0 + r) * part.row_bytes, wf.data() + r * k, k);
         wt = wf.data();

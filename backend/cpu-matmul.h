@@ -24,6 +24,9 @@ class CpuMatmul {
   std::vector<uint8_t> act32_;   // ActBlock32 rows of x   [x.rows][x.cols / 32]
   std::vector<uint8_t> act256_;  // ActBlock256 rows of x  [x.rows][x.cols / 256]
   std::vector<uint8_t> act16_;   // ActBlock32W rows of x  [x.rows][x.cols / 32]
+  // Each thread's dequantised f32 tile, kept between calls: a fresh one per call was zero-filled
+  // each time (7 % of a 16-token prefill, bench/results/README.md, 2026-11-25).
+  std::vector<std::vector<float>> tile_f32_;
 };
 
 }  // namespace ragkv
