@@ -6,8 +6,10 @@
 // weight once). Every output depends only on its row of x and its row of W (quant-kernels.h).
 // That is Activations::block8 (decode steps). With wide activations (prompts, and weights marked
 // wide_activations such as the output head) quantised parts are dequantised tile by tile into
-// SGEMM, except in calls of fewer than kDequantGemmRows rows on Q8_0/F16/BF16/F32 parts only,
-// which run kernels on 16-bit activation blocks (Q8_0) or f32 activations (F16/BF16).
+// SGEMM, except in calls of fewer than kDequantGemmRows rows: on Q8_0/F16/BF16/F32 parts only
+// they run kernels on 16-bit activation blocks (Q8_0) or f32 activations (F16/BF16); with other
+// parts, calls of under kDequantRowsCalls rows meet a few dequantised weight rows at a time in
+// an f32 row kernel.
 #include "backend/cpu-matmul.h"
 
 #include <omp.h>
@@ -47,6 +49,18 @@ constexpr int64_t kParallelMacs = 1 << 18;
 // per thread at a time). Fewer rows on types with wide-activation kernels use those.
 constexpr int64_t kDequantGemmRows = 32;
 
+// Calls of fewer activation rows than this (decode steps' heads on types without wide kernels)
+// take run_dequant_rows; from 8 rows on SGEMM on dequantised tiles was as fast or faster (16 rows:
+// 50 against 56 ms for a SmolLM2 prefill, 31 rows 79 against 99 ms; bench/results/README.md,
+// 2026-11-25).
+constexpr int64_t kDequantRowsCalls = 8;
+
+// Rows of a tile of run_dequant_rows: as many as keep its f32 values within kDequantRowsBytes,
+// in L2 while the activation rows pass over it, and between kDequantRowsMin and kDequantRowsMax.
+constexpr int64_t kDequantRowsBytes = int64_t(128) << 10;
+constexpr int64_t kDequantRowsMin = 4;
+constexpr int64_t kDequantRowsMax = 64;
+
 // Rows of a dequantised tile: each SGEMM call packs all the activation rows again, so a tile is
 // as large as a thread's share of the part, up to kDequantTileBytes of f32 (and at least
 // kDequantTileMin rows). 64-row tiles spent 10 % of a Gemma 3 prefill repacking the prompt
@@ -85,7 +99,8 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
     all_f32 &= part.type == GgmlType::F32;
   }
   if (wide && !all_f32 && (m >= kDequantGemmRows || !wide_kernels)) {
-    run_dequant_gemm(x, w, outs, threads);
+    if (m < kDequantRowsCalls) run_dequant_rows(x, w, outs, threads);
+    else run_dequant_gemm(x, w, outs, threads);
     add_biases(outs, biases);
     return;
   }
@@ -160,6 +175,47 @@ void CpuMatmul::add_biases(std::span<const Tensor> outs, std::span<const Weight*
     float* yp = y.as<float>();
     for (int64_t i = 0; i < y.rows; ++i)
       for (int64_t j = 0; j < y.cols; ++j) yp[i * y.cols + j] += b[j];
+  }
+}
+
+// Fewer activation rows than kDequantRowsCalls (a decode step's head on a type without wide
+// kernels, such as a Q4_K or Q6_K head): each thread dequantises a few weight rows at a time
+// into its own f32 tile and multiplies them by the table's f32 row kernel. SGEMM on the same
+// tiles packed every weight again for one row: an 8B-shaped model's decode went from 2.45 to
+// 3.01 tokens/s with its 128,256-row Q4_K head here (bench/results/README.md, 2026-11-25).
+void CpuMatmul::run_dequant_rows(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads) {
+  const int64_t m = x.rows, k = x.cols;
+  const int64_t rows = std::clamp(kDequantRowsBytes / (k * int64_t(sizeof(float))), kDequantRowsMin, kDequantRowsMax);
+  std::vector<Tile> tiles;
+  int64_t total_rows = 0;
+  for (size_t p = 0; p < w.parts.size(); ++p) {
+    for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += rows) tiles.push_back({p, r0, std::min(rows, w.parts[p].rows - r0)});
+    total_rows += w.parts[p].rows;
+  }
+  const float* xp = x.as<float>();
+  const size_t x_stride = size_t(k) * sizeof(float);
+  const QuantKernels& qk = quant_kernels();
+  const bool parallel = threads > 1 && m * k * total_rows >= kParallelMacs;
+  if (tile_f32_.size() < size_t(threads)) tile_f32_.resize(size_t(threads));
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    std::vector<float>& wf = tile_f32_[size_t(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+    for (size_t t = 0; t < tiles.size(); ++t) {
+      const Tile& tl = tiles[t];
+      const CpuWeightPart& part = w.parts[tl.part];
+      const auto [y, ldy] = part_output(w, outs, tl.part);
+      const uint8_t* wt = part.data + tl.row0 * part.row_bytes;
+      size_t w_stride = part.row_bytes;
+      if (part.type != GgmlType::F32) {
+        if (wf.size() < size_t(tl.rows * k)) wf.resize(size_t(tl.rows * k));
+        for (int64_t r = 0; r < tl.rows; ++r)
+          dequantize_row_with(qk, part.type, part.data + (tl.row0 + r) * part.row_bytes, wf.data() + r * k, k);
+        wt = reinterpret_cast<const uint8_t*>(wf.data());
+        w_stride = size_t(k) * sizeof(float);
+      }
+      qk.gemm_f32(m, tl.rows, k, xp, x_stride, wt, w_stride, y + tl.row0, ldy);
+    }
   }
 }
 

@@ -2,7 +2,7 @@
 // with Activations::block8 the quantised types by the block kernels of backend/quant-kernels.h on
 // the weight's own bytes, the activation rows quantised once per call into this object's scratch;
 // with wide activations by SGEMM on dequantised tiles (or, in short calls, Q8_0 kernels on 16-bit
-// activation blocks and F16/BF16 kernels on f32).
+// activation blocks, F16/BF16 kernels on f32, and f32 row kernels on a few dequantised rows).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -20,6 +20,7 @@ class CpuMatmul {
 
  private:
   void run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads);
+  void run_dequant_rows(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads);
   static void add_biases(std::span<const Tensor> outs, std::span<const Weight* const> biases);
   std::vector<uint8_t> act32_;   // ActBlock32 rows of x   [x.rows][x.cols / 32]
   std::vector<uint8_t> act256_;  // ActBlock256 rows of x  [x.rows][x.cols / 256]

@@ -539,6 +539,35 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
   gemm_tiles<Half<true>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
 }
 
+template <int R>
+inline void row_f32(const uint8_t* wb, const float* const* x, int64_t k, float* y, int64_t ldy) {
+  const auto* w = reinterpret_cast<const float*>(wb);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= k; c += 8) {
+    const __m256 wv = _mm256_loadu_ps(w + c);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + c), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float s = hsum(acc[r]);
+    for (int64_t t = c; t < k; ++t) s += w[t] * x[r][t];
+    y[r * ldy] = s;
+  }
+}
+
+template <int R>
+struct F32Row {
+  static void run(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+    row_f32<R>(w, x, k, y, ldy);
+  }
+};
+
+void gemm_f32(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+              int64_t ldy) {
+  gemm_tiles<F32Row, float>(m, n, k, x, xs, w, ws, y, ldy);
+}
+
 // Q8_0 weights against 16-bit activation blocks (wide activations: the output head). The weight
 // block is sign-extended to 16 bits once; per activation row vpmaddwd sums pairs and one add makes
 // lanes of four products, |lane| ≤ 4 · 127 · 32767 < 2²⁴, so its conversion to f32 is exact; the
@@ -713,6 +742,7 @@ const QuantKernels kQuantKernelsAvx2{"avx2",
                                      gemm_q6_k,
                                      gemm_f16,
                                      gemm_bf16,
+                                     gemm_f32,
                                      gemm_q8_0_wide,
                                      dot_f16_rows,
                                      axpy_f16_rows,

@@ -286,6 +286,19 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
   gemm_half(m, n, k, x, xs, w, ws, y, ldy, bf16_to_fp32);
 }
 
+void gemm_f32(int64_t m, int64_t n, int64_t k, const void* x, size_t x_stride, const uint8_t* w, size_t w_stride,
+              float* y, int64_t ldy) {
+  for (int64_t i = 0; i < m; ++i) {
+    const auto* xi = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + i * x_stride);
+    for (int64_t j = 0; j < n; ++j) {
+      const auto* wj = reinterpret_cast<const float*>(w + j * w_stride);
+      float acc = 0.f;
+      for (int64_t c = 0; c < k; ++c) acc += wj[c] * xi[c];
+      y[i * ldy + j] = acc;
+    }
+  }
+}
+
 // Q8_0 rows (f16 scale, 32 int8 values per block) against 16-bit activation blocks: per block the
 // exact integer dot product (|Σ| ≤ 32 · 127 · 32767 < 2³¹), scaled once by d_w · d_a.
 void gemm_q8_0_wide(int64_t m, int64_t n, int64_t k, const void* x, size_t x_stride, const uint8_t* w,
@@ -346,6 +359,7 @@ const QuantKernels& quant_kernels_scalar() {
                               gemm_q6_k,
                               gemm_f16,
                               gemm_bf16,
+                              gemm_f32,
                               gemm_q8_0_wide,
                               dot_f16_rows,
                               axpy_f16_rows,

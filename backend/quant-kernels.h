@@ -73,6 +73,9 @@ struct QuantKernels {
   void (*quantize_act32_wide)(const float* x, ActBlock32W* y, int64_t k);
   GemmFn gemm_q4_0, gemm_q4_1, gemm_q5_0, gemm_q5_1, gemm_q8_0, gemm_q4_k, gemm_q5_k, gemm_q6_k;
   GemmFn gemm_f16, gemm_bf16;  // f32 activations
+  // F32 weights against f32 activations: dequantised rows against a decode step's few wide
+  // activation rows (cpu-matmul.cpp), where SGEMM would spend more on packing than on products.
+  GemmFn gemm_f32;
   // Q8_0 weights against 16-bit activation blocks (ActBlock32W): the products of weights that
   // keep their activations wide (Weight::wide_activations, the output head).
   GemmFn gemm_q8_0_wide;

@@ -492,3 +492,75 @@ TEST_CASE("quant kernels: each table's dequantisers give dequantize_row's values
         }
       }
 }
+
+TEST_CASE("quant kernels: each table's f32 row product equals the double-precision product (tails included)") {
+  for (const QuantKernels* qk : tables())
+    for (const int64_t k : {1, 7, 8, 33, 512})
+      for (const int64_t m : {1, 3, 5}) {
+        CAPTURE(qk->name);
+        CAPTURE(k);
+        CAPTURE(m);
+        const int64_t n = 6;
+        const std::vector<float> w = test::random_vec(size_t(n * k), uint32_t(k + m)),
+                                 x = test::random_vec(size_t(m * k), uint32_t(7 * k + m));
+        std::vector<float> y(size_t(m * n), -1.f);
+        qk->gemm_f32(m, n, k, x.data(), size_t(k) * sizeof(float), reinterpret_cast<const uint8_t*>(w.data()),
+                     size_t(k) * sizeof(float), y.data(), n);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0, mag = 0;
+            for (int64_t c = 0; c < k; ++c) {
+              s += double(w[j * k + c]) * x[i * k + c];
+              mag += std::fabs(double(w[j * k + c]) * x[i * k + c]);
+            }
+            CHECK(std::fabs(y[i * n + j] - s) <= 1e-6 * mag + 1e-7);
+          }
+      }
+}
+
+// A decode step's head on a type without wide kernels (Q4_K, Q6_K: 8B-shaped GGUFs) meets f32
+// activations through dequantised rows and the f32 row kernel; from kDequantRowsCalls rows on,
+// through SGEMM on dequantised tiles. Both against dequantise-then-f32 in double precision, and
+// each activation row's outputs the same bits whatever rows share its call.
+TEST_CASE("quant kernels: the CPU backend's matmul with f32 activations on few rows equals the dequantised product") {
+  auto b = make_cpu_backend(2);
+  const int64_t k = 512, n = 300;
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_1}) {
+    CAPTURE(ggml_type_name(t));
+    const std::vector<uint8_t> data = random_rows(t, n, k, 77);
+    GgufTensor ts;
+    ts.name = "w";
+    ts.type = t;
+    ts.ne = {k, n};
+    ts.nbytes = data.size();
+    ts.data = data.data();
+    auto w = b->load_weight(ts, WeightMemory::in_place);
+    std::vector<float> wf(size_t(n * k));
+    const size_t rb = ggml_row_bytes(t, k);
+    for (int64_t j = 0; j < n; ++j) dequantize_row(t, data.data() + j * rb, wf.data() + j * k, k);
+    for (const int64_t m : {1, 2, 7, 8}) {
+      CAPTURE(m);
+      const std::vector<float> x = test::random_vec(size_t(m * k), uint32_t(m + 5));
+      Tensor X = test::upload(*b, x, m, k);
+      Tensor Y = b->alloc(DType::f32, m, n);
+      b->matmul(X, *w, Y, nullptr, Activations::f32);
+      const std::vector<float> y = test::download(*b, Y);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0, mag = 0;
+          for (int64_t c = 0; c < k; ++c) {
+            s += double(wf[j * k + c]) * x[i * k + c];
+            mag += std::fabs(double(wf[j * k + c]) * x[i * k + c]);
+          }
+          CHECK(std::fabs(y[i * n + j] - s) <= 1e-5 * mag + 1e-6);
+        }
+      if (m > 1 && m < 8) {  // the row path: the last row alone gives the same bits
+        Tensor X1 = test::upload(*b, std::vector<float>(x.end() - k, x.end()), 1, k);
+        Tensor Y1 = b->alloc(DType::f32, 1, n);
+        b->matmul(X1, *w, Y1, nullptr, Activations::f32);
+        const std::vector<float> y1 = test::download(*b, Y1);
+        CHECK(std::memcmp(y1.data(), y.data() + (m - 1) * n, size_t(n) * sizeof(float)) == 0);
+      }
+    }
+  }
+}
