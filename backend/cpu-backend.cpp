@@ -449,8 +449,11 @@ void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos,
 
 
 // One query row (a decode step) against f16 K/V: per head, scores by f16 row dot products, the
-// softmax over the visible keys, the values accumulated in place; no f32 copy of the cache. Heads
-// run in parallel when the cache is long enough to pay for it.
+// softmax over the visible keys, the values accumulated in place; no f32 copy of the cache. The
+// heads that share a KV head are taken together, so each K/V row is converted once for all of
+// them; when the cache is long enough to pay for threads and there are fewer KV heads than
+// threads, a group is split into equal parts (Gemma 3 270M: one KV head, four query heads).
+// A head's values do not depend on the split (quant-kernels.h).
 void CpuBackend::attention_one_query(const Tensor& q, int32_t qp, const Tensor& k, const Tensor& v,
                                      std::span<const int32_t> kp, const AttentionParams& p, const Tensor& out) {
   const QuantKernels& qk = quant_kernels();
@@ -465,18 +468,31 @@ void CpuBackend::attention_one_query(const Tensor& q, int32_t qp, const Tensor& 
     if (p.sliding_window > 0) lo = std::upper_bound(kp.begin(), kp.begin() + hi, qp - p.sliding_window) - kp.begin();
   }
   const int64_t w = hi - lo;
-#pragma omp parallel for schedule(static) num_threads(threads_) if (wide(w * hd * p.n_head))
-  for (int h = 0; h < p.n_head; ++h) {
-    float* o = out.as<float>() + int64_t(h) * hd;
-    std::fill(o, o + hd, 0.f);
+  const bool parallel = wide(w * hd * p.n_head);
+  // Parts per group: the fewest that give every thread an equal number of tasks.
+  int splits = 1;
+  if (parallel)
+    while (splits < group && (int64_t(p.n_kv_head) * splits < threads_ || (p.n_kv_head * splits) % threads_ != 0))
+      ++splits;
+  const int per = (group + splits - 1) / splits;
+#pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
+  for (int t = 0; t < p.n_kv_head * splits; ++t) {
+    const int g = t / splits, h0 = g * group + (t % splits) * per, h1 = std::min(h0 + per, (g + 1) * group);
+    if (h0 >= h1) continue;
+    const int nq = h1 - h0;
+    float* o = out.as<float>() + int64_t(h0) * hd;
+    std::fill(o, o + int64_t(nq) * hd, 0.f);
     if (w <= 0) continue;
-    const int64_t col = int64_t(h / group) * hd;
-    std::vector<float> s(static_cast<size_t>(w));
-    qk.dot_f16_rows(q.as<float>() + int64_t(h) * hd, k.as<f16_t>() + lo * kv_cols + col, size_t(kv_cols), w, hd,
+    const int64_t col = int64_t(g) * hd;
+    std::vector<float> s(static_cast<size_t>(nq * w));
+    qk.dot_f16_rows(q.as<float>() + int64_t(h0) * hd, nq, k.as<f16_t>() + lo * kv_cols + col, size_t(kv_cols), w, hd,
                     p.scale, s.data());
-    if (ascending) softmax_row_all_visible(s.data(), w, p.softcap);
-    else softmax_row_masked(s.data(), w, kp.data() + lo, qp, p);
-    qk.axpy_f16_rows(s.data(), v.as<f16_t>() + lo * kv_cols + col, size_t(kv_cols), w, hd, o);
+    for (int h = 0; h < nq; ++h) {
+      float* sh = s.data() + h * w;
+      if (ascending) softmax_row_all_visible(sh, w, p.softcap);
+      else softmax_row_masked(sh, w, kp.data() + lo, qp, p);
+    }
+    qk.axpy_f16_rows(s.data(), nq, v.as<f16_t>() + lo * kv_cols + col, size_t(kv_cols), w, hd, o);
   }
 }
 

@@ -606,29 +606,84 @@ void gemm_q8_0_wide(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, c
 
 // ---- decode attention over f16 K/V rows
 
-void dot_f16_rows(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale, float* out) {
+// Up to four heads at a time (H accumulators): every K/V chunk is converted once for them, and
+// each head takes the FMAs, sums and tails of the one-head loop, so its bits do not depend on H.
+template <int H>
+void dot_f16_heads(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale, float* out) {
   for (int64_t j = 0; j < n; ++j) {
     const auto* kj = reinterpret_cast<const uint8_t*>(k + j * k_stride);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[H];
+    for (int h = 0; h < H; ++h) acc[h] = _mm256_setzero_ps();
     int c = 0;
-    for (; c + 8 <= dim; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8_f16(kj + 2 * c), acc);
-    float s = hsum(acc);
-    for (; c < dim; ++c) s += q[c] * one_f16(kj + 2 * c);
-    out[j] = s * scale;
+    for (; c + 8 <= dim; c += 8) {
+      const __m256 kv = load8_f16(kj + 2 * c);
+      for (int h = 0; h < H; ++h) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * dim + c), kv, acc[h]);
+    }
+    for (int h = 0; h < H; ++h) {
+      float s = hsum(acc[h]);
+      for (int t = c; t < dim; ++t) s += q[h * dim + t] * one_f16(kj + 2 * t);
+      out[h * n + j] = s * scale;
+    }
   }
 }
 
-void axpy_f16_rows(const float* p, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out) {
-  int c = 0;
-  for (; c + 8 <= dim; c += 8) {
-    __m256 acc = _mm256_loadu_ps(out + c);
-    for (int64_t j = 0; j < n; ++j)
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]),
-                            load8_f16(reinterpret_cast<const uint8_t*>(v + j * v_stride + c)), acc);
-    _mm256_storeu_ps(out + c, acc);
+void dot_f16_rows(const float* q, int nq, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale,
+                  float* out) {
+  for (int h = 0; h < nq; h += 4) {
+    const float* qh = q + int64_t(h) * dim;
+    float* oh = out + h * n;
+    switch (nq - h) {
+      case 1: dot_f16_heads<1>(qh, k, k_stride, n, dim, scale, oh); break;
+      case 2: dot_f16_heads<2>(qh, k, k_stride, n, dim, scale, oh); break;
+      case 3: dot_f16_heads<3>(qh, k, k_stride, n, dim, scale, oh); break;
+      default: dot_f16_heads<4>(qh, k, k_stride, n, dim, scale, oh); break;
+    }
   }
+}
+
+// C chunks of eight values per pass over the rows (C · 16 contiguous bytes of each V row, where
+// one chunk read 16 bytes of a 64-byte line per pass); every value still accumulates over j in
+// order, so the bits are those of one chunk at a time.
+template <int H, int C>
+inline void axpy_f16_chunks(const float* p, const uint16_t* v, size_t v_stride, int64_t n, int dim, int c,
+                            float* out) {
+  __m256 acc[H][C];
+  for (int h = 0; h < H; ++h)
+    for (int u = 0; u < C; ++u) acc[h][u] = _mm256_loadu_ps(out + h * dim + c + 8 * u);
+  for (int64_t j = 0; j < n; ++j) {
+    const auto* vj = reinterpret_cast<const uint8_t*>(v + j * v_stride + c);
+    for (int u = 0; u < C; ++u) {
+      const __m256 vv = load8_f16(vj + 16 * u);
+      for (int h = 0; h < H; ++h) acc[h][u] = _mm256_fmadd_ps(_mm256_set1_ps(p[h * n + j]), vv, acc[h][u]);
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int u = 0; u < C; ++u) _mm256_storeu_ps(out + h * dim + c + 8 * u, acc[h][u]);
+}
+
+template <int H>
+void axpy_f16_heads(const float* p, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out) {
+  constexpr int kChunks = H <= 2 ? 4 : 2;  // at most 8 accumulators
+  int c = 0;
+  for (; c + 8 * kChunks <= dim; c += 8 * kChunks) axpy_f16_chunks<H, kChunks>(p, v, v_stride, n, dim, c, out);
+  for (; c + 8 <= dim; c += 8) axpy_f16_chunks<H, 1>(p, v, v_stride, n, dim, c, out);
   for (; c < dim; ++c)
-    for (int64_t j = 0; j < n; ++j) out[c] += p[j] * one_f16(reinterpret_cast<const uint8_t*>(v + j * v_stride + c));
+    for (int h = 0; h < H; ++h)
+      for (int64_t j = 0; j < n; ++j)
+        out[h * dim + c] += p[h * n + j] * one_f16(reinterpret_cast<const uint8_t*>(v + j * v_stride + c));
+}
+
+void axpy_f16_rows(const float* p, int nq, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out) {
+  for (int h = 0; h < nq; h += 4) {
+    const float* ph = p + h * n;
+    float* oh = out + int64_t(h) * dim;
+    switch (nq - h) {
+      case 1: axpy_f16_heads<1>(ph, v, v_stride, n, dim, oh); break;
+      case 2: axpy_f16_heads<2>(ph, v, v_stride, n, dim, oh); break;
+      case 3: axpy_f16_heads<3>(ph, v, v_stride, n, dim, oh); break;
+      default: axpy_f16_heads<4>(ph, v, v_stride, n, dim, oh); break;
+    }
+  }
 }
 
 // ---- dequantisation

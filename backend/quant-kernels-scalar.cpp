@@ -321,20 +321,24 @@ void gemm_q8_0_wide(int64_t m, int64_t n, int64_t k, const void* x, size_t x_str
 
 // ---- decode attention over f16 K/V rows
 
-void dot_f16_rows(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale, float* out) {
-  for (int64_t j = 0; j < n; ++j) {
-    const uint16_t* kj = k + j * k_stride;
-    float s = 0.f;
-    for (int c = 0; c < dim; ++c) s += q[c] * fp16_to_fp32(kj[c]);
-    out[j] = s * scale;
-  }
+void dot_f16_rows(const float* q, int nq, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale,
+                  float* out) {
+  for (int h = 0; h < nq; ++h)
+    for (int64_t j = 0; j < n; ++j) {
+      const uint16_t* kj = k + j * k_stride;
+      const float* qh = q + int64_t(h) * dim;
+      float s = 0.f;
+      for (int c = 0; c < dim; ++c) s += qh[c] * fp16_to_fp32(kj[c]);
+      out[h * n + j] = s * scale;
+    }
 }
 
-void axpy_f16_rows(const float* p, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out) {
-  for (int64_t j = 0; j < n; ++j) {
-    const uint16_t* vj = v + j * v_stride;
-    for (int c = 0; c < dim; ++c) out[c] += p[j] * fp16_to_fp32(vj[c]);
-  }
+void axpy_f16_rows(const float* p, int nq, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out) {
+  for (int h = 0; h < nq; ++h)
+    for (int64_t j = 0; j < n; ++j) {
+      const uint16_t* vj = v + j * v_stride;
+      for (int c = 0; c < dim; ++c) out[int64_t(h) * dim + c] += p[h * n + j] * fp16_to_fp32(vj[c]);
+    }
 }
 
 template <GgmlType t>

@@ -79,11 +79,13 @@ struct QuantKernels {
   // Q8_0 weights against 16-bit activation blocks (ActBlock32W): the products of weights that
   // keep their activations wide (Weight::wide_activations, the output head).
   GemmFn gemm_q8_0_wide;
-  // Attention of one query row over f16 rows (decode): out[j] = scale · q · k_j for j < n, k_j
-  // at k + j · k_stride (elements); and out += Σ_j p[j] · v_j.
-  void (*dot_f16_rows)(const float* q, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale,
+  // Attention of nq query rows (heads sharing one KV head, dim values each, q_h at q + h · dim)
+  // over f16 rows (decode): out[h · n + j] = scale · q_h · k_j for j < n, k_j at k + j · k_stride
+  // (elements); and out_h += Σ_j p[h · n + j] · v_j with out_h at out + h · dim. Each K/V row is
+  // converted once for all nq heads; a head's result has the same bits whatever nq is.
+  void (*dot_f16_rows)(const float* q, int nq, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale,
                        float* out);
-  void (*axpy_f16_rows)(const float* p, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out);
+  void (*axpy_f16_rows)(const float* p, int nq, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out);
   // One row of k values (a multiple of the block size) to f32, the same values as format/quant.h's
   // dequantize_row (its products and fused multiply-adds, in the same order): prompts' tiles and
   // the output head dequantise through them (the portable table calls dequantize_row).

@@ -133,6 +133,61 @@ TEST_CASE("cpu backend: rope matches the rotation formula, and inverse undoes it
   }
 }
 
+// A decode step (one query row, f16 K/V, no segment mass) takes attention_one_query: the query
+// heads of a KV head together, a group split between threads when there are fewer KV heads than
+// threads. Against the naive softmax in double, and the same bits on one thread as on two.
+TEST_CASE("cpu backend: decode attention equals naive masked softmax, the same bits on 1 and 2 threads") {
+  auto b1 = make_cpu_backend(1);
+  auto b2 = make_cpu_backend(2);
+  struct Case { int n_kv, n_head, n_kv_head, hd, window; bool ascending; };
+  for (Case c : {Case{5, 2, 1, 64, 0, true}, Case{300, 4, 1, 256, 0, true}, Case{200, 9, 3, 64, 0, false},
+                 Case{300, 4, 1, 256, 64, true}, Case{150, 8, 2, 64, 0, true}, Case{90, 6, 6, 40, 0, false}}) {
+    CAPTURE(c.n_kv);
+    CAPTURE(c.n_head);
+    CAPTURE(c.n_kv_head);
+    const int qc = c.n_head * c.hd, kc = c.n_kv_head * c.hd;
+    auto q = random_vec(size_t(qc), 21), k = random_vec(size_t(c.n_kv * kc), 22), v = random_vec(size_t(c.n_kv * kc), 23);
+    std::vector<int32_t> kpos(c.n_kv);
+    for (int j = 0; j < c.n_kv; ++j) kpos[j] = c.ascending ? j : (j * 7919) % c.n_kv;
+    const int32_t qpos = c.n_kv - 1 - (c.ascending ? 0 : 3);
+    std::vector<f16_t> kh(k.size()), vh(v.size());
+    fp32_to_fp16_row(k.data(), kh.data(), int64_t(k.size()));
+    fp32_to_fp16_row(v.data(), vh.data(), int64_t(v.size()));
+    AttentionParams p{c.n_head, c.n_kv_head, c.hd, 1.f / std::sqrt(float(c.hd)), c.window, 0.f};
+    std::vector<std::vector<float>> outs;
+    for (Backend* b : {b1.get(), b2.get()}) {
+      Tensor K = b->alloc(DType::f16, c.n_kv, kc), V = b->alloc(DType::f16, c.n_kv, kc);
+      b->upload(K, kh.data());
+      b->upload(V, vh.data());
+      Tensor Q = upload(*b, q, 1, qc), O = b->alloc(DType::f32, 1, qc);
+      b->attention(Q, std::span(&qpos, 1), K, V, kpos, c.n_kv, p, O, nullptr);
+      outs.push_back(download(*b, O));
+    }
+    std::vector<float> ref(static_cast<size_t>(qc));
+    for (int h = 0; h < c.n_head; ++h) {
+      const int g = h / (c.n_head / c.n_kv_head);
+      std::vector<double> s(c.n_kv, -INFINITY);
+      double mx = -INFINITY;
+      for (int j = 0; j < c.n_kv; ++j) {
+        if (kpos[j] > qpos || (c.window > 0 && kpos[j] <= qpos - c.window)) continue;
+        double d = 0;
+        for (int t = 0; t < c.hd; ++t) d += double(q[h * c.hd + t]) * fp16_to_fp32(kh[j * kc + g * c.hd + t]);
+        s[j] = d * p.scale;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (double& e : s) sum += (e = std::isinf(e) ? 0 : std::exp(e - mx));
+      for (int t = 0; t < c.hd; ++t) {
+        double o = 0;
+        for (int j = 0; j < c.n_kv; ++j) o += s[j] / sum * fp16_to_fp32(vh[j * kc + g * c.hd + t]);
+        ref[h * c.hd + t] = float(o);
+      }
+    }
+    CHECK(max_rel_err(outs[0], ref) < 1e-4);
+    CHECK(outs[0] == outs[1]);
+  }
+}
+
 TEST_CASE("cpu backend: attention equals naive masked softmax (GQA, positions, window, segment mass)") {
   auto b = make_cpu_backend(2);
   struct Case { int n_q, n_kv, n_head, n_kv_head, hd, window; bool ascending; };

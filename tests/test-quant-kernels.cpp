@@ -228,23 +228,36 @@ TEST_CASE("quant kernels: the portable table equals the AVX2 table (activation b
       gemm_for(*avx2, t)(c.m, c.n, k, av.bytes.data(), av.stride, w.data(), row_bytes, yv.data(), c.n);
       for (size_t i = 0; i < ys.size(); ++i) CHECK(std::fabs(ys[i] - yv[i]) <= 2e-5 * (std::fabs(ys[i]) + 1.f));
     }
-  // Decode attention rows over f16 K/V.
-  for (const int dim : {64, 37}) {
-    const int64_t n = 11;
-    const size_t stride = size_t(dim) + 3;
-    std::vector<float> q = test::random_vec(size_t(dim), 5), kf = test::random_vec(stride * n, 6),
-                       p = test::random_vec(size_t(n), 7);
-    std::vector<uint16_t> kh(kf.size());
-    for (size_t i = 0; i < kf.size(); ++i) kh[i] = fp32_to_fp16(kf[i]);
-    std::vector<float> ss(static_cast<size_t>(n)), sv(static_cast<size_t>(n)), os(static_cast<size_t>(dim), 0.5f),
-        ov(static_cast<size_t>(dim), 0.5f);
-    sc.dot_f16_rows(q.data(), kh.data(), stride, n, dim, 0.125f, ss.data());
-    avx2->dot_f16_rows(q.data(), kh.data(), stride, n, dim, 0.125f, sv.data());
-    sc.axpy_f16_rows(p.data(), kh.data(), stride, n, dim, os.data());
-    avx2->axpy_f16_rows(p.data(), kh.data(), stride, n, dim, ov.data());
-    for (int64_t j = 0; j < n; ++j) CHECK(std::fabs(ss[j] - sv[j]) <= 1e-5);
-    for (int c = 0; c < dim; ++c) CHECK(std::fabs(os[c] - ov[c]) <= 1e-5);
-  }
+  // Decode attention rows over f16 K/V, for one to five heads sharing the rows: the tables agree,
+  // and each head of a call has the bits of that head alone.
+  for (const int dim : {64, 37})
+    for (const int nq : {1, 3, 5}) {
+      CAPTURE(dim);
+      CAPTURE(nq);
+      const int64_t n = 11;
+      const size_t stride = size_t(dim) + 3;
+      std::vector<float> q = test::random_vec(size_t(nq * dim), 5), kf = test::random_vec(stride * n, 6),
+                         p = test::random_vec(size_t(nq * n), 7);
+      std::vector<uint16_t> kh(kf.size());
+      for (size_t i = 0; i < kf.size(); ++i) kh[i] = fp32_to_fp16(kf[i]);
+      std::vector<float> ss(size_t(nq * n)), sv(size_t(nq * n)), os(size_t(nq * dim), 0.5f), ov(size_t(nq * dim), 0.5f);
+      sc.dot_f16_rows(q.data(), nq, kh.data(), stride, n, dim, 0.125f, ss.data());
+      avx2->dot_f16_rows(q.data(), nq, kh.data(), stride, n, dim, 0.125f, sv.data());
+      sc.axpy_f16_rows(p.data(), nq, kh.data(), stride, n, dim, os.data());
+      avx2->axpy_f16_rows(p.data(), nq, kh.data(), stride, n, dim, ov.data());
+      for (size_t i = 0; i < ss.size(); ++i) CHECK(std::fabs(ss[i] - sv[i]) <= 1e-5);
+      for (size_t i = 0; i < os.size(); ++i) CHECK(std::fabs(os[i] - ov[i]) <= 1e-5);
+      for (const QuantKernels* t : {&sc, avx2})
+        for (int h = 0; h < nq; ++h) {
+          std::vector<float> s1(static_cast<size_t>(n)), o1(static_cast<size_t>(dim), 0.5f);
+          t->dot_f16_rows(q.data() + h * dim, 1, kh.data(), stride, n, dim, 0.125f, s1.data());
+          t->axpy_f16_rows(p.data() + h * n, 1, kh.data(), stride, n, dim, o1.data());
+          const std::vector<float>& sg = t == &sc ? ss : sv;
+          const std::vector<float>& og = t == &sc ? os : ov;
+          CHECK(std::memcmp(s1.data(), sg.data() + h * n, size_t(n) * sizeof(float)) == 0);
+          CHECK(std::memcmp(o1.data(), og.data() + h * dim, size_t(dim) * sizeof(float)) == 0);
+        }
+    }
 }
 
 TEST_CASE("quant kernels: an output row depends only on its own activation row (batched decode equals one at a time)") {
