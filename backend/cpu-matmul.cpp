@@ -189,7 +189,8 @@ void CpuMatmul::run_dequant_rows(const Tensor& x, const CpuWeight& w, std::span<
   std::vector<Tile> tiles;
   int64_t total_rows = 0;
   for (size_t p = 0; p < w.parts.size(); ++p) {
-    for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += rows) tiles.push_back({p, r0, std::min(rows, w.parts[p].rows - r0)});
+    for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += rows)
+      tiles.push_back({p, r0, std::min(rows, w.parts[p].rows - r0)});
     total_rows += w.parts[p].rows;
   }
   const float* xp = x.as<float>();

@@ -146,7 +146,8 @@ TEST_CASE("cpu backend: decode attention equals naive masked softmax, the same b
     CAPTURE(c.n_head);
     CAPTURE(c.n_kv_head);
     const int qc = c.n_head * c.hd, kc = c.n_kv_head * c.hd;
-    auto q = random_vec(size_t(qc), 21), k = random_vec(size_t(c.n_kv * kc), 22), v = random_vec(size_t(c.n_kv * kc), 23);
+    auto q = random_vec(size_t(qc), 21), k = random_vec(size_t(c.n_kv * kc), 22),
+         v = random_vec(size_t(c.n_kv * kc), 23);
     std::vector<int32_t> kpos(c.n_kv);
     for (int j = 0; j < c.n_kv; ++j) kpos[j] = c.ascending ? j : (j * 7919) % c.n_kv;
     const int32_t qpos = c.n_kv - 1 - (c.ascending ? 0 : 3);
