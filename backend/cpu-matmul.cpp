@@ -40,6 +40,17 @@ PartOutput part_output(const CpuWeight& w, std::span<const Tensor> outs, size_t 
   return {outs[p].as<float>(), outs[p].cols};
 }
 
+// A tile's weight rows as f32, k values each, k apart: an F32 part's own rows, else the rows
+// dequantised into the thread's buffer wf (grown as needed, kept between calls).
+const float* tile_as_f32(const QuantKernels& qk, const CpuWeightPart& part, const Tile& tl, int64_t k,
+                         std::vector<float>& wf) {
+  if (part.type == GgmlType::F32) return reinterpret_cast<const float*>(part.data + tl.row0 * part.row_bytes);
+  if (wf.size() < size_t(tl.rows * k)) wf.resize(size_t(tl.rows * k));
+  for (int64_t r = 0; r < tl.rows; ++r)
+    dequantize_row_with(qk, part.type, part.data + (tl.row0 + r) * part.row_bytes, wf.data() + r * k, k);
+  return wf.data();
+}
+
 // Below this many multiply-adds a call runs on the calling thread (waking the pool costs more).
 constexpr int64_t kParallelMacs = 1 << 18;
 
@@ -187,16 +198,13 @@ void CpuMatmul::run_dequant_rows(const Tensor& x, const CpuWeight& w, std::span<
   const int64_t m = x.rows, k = x.cols;
   const int64_t rows = std::clamp(kDequantRowsBytes / (k * int64_t(sizeof(float))), kDequantRowsMin, kDequantRowsMax);
   std::vector<Tile> tiles;
-  int64_t total_rows = 0;
-  for (size_t p = 0; p < w.parts.size(); ++p) {
+  for (size_t p = 0; p < w.parts.size(); ++p)
     for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += rows)
       tiles.push_back({p, r0, std::min(rows, w.parts[p].rows - r0)});
-    total_rows += w.parts[p].rows;
-  }
   const float* xp = x.as<float>();
-  const size_t x_stride = size_t(k) * sizeof(float);
+  const size_t row_bytes = size_t(k) * sizeof(float);  // of x and of a tile's f32 rows
   const QuantKernels& qk = quant_kernels();
-  const bool parallel = threads > 1 && m * k * total_rows >= kParallelMacs;
+  const bool parallel = threads > 1 && m * k * w.out_features >= kParallelMacs;
   if (tile_f32_.size() < size_t(threads)) tile_f32_.resize(size_t(threads));
 #pragma omp parallel num_threads(threads) if (parallel)
   {
@@ -204,18 +212,9 @@ void CpuMatmul::run_dequant_rows(const Tensor& x, const CpuWeight& w, std::span<
 #pragma omp for schedule(dynamic, 1)
     for (size_t t = 0; t < tiles.size(); ++t) {
       const Tile& tl = tiles[t];
-      const CpuWeightPart& part = w.parts[tl.part];
       const auto [y, ldy] = part_output(w, outs, tl.part);
-      const uint8_t* wt = part.data + tl.row0 * part.row_bytes;
-      size_t w_stride = part.row_bytes;
-      if (part.type != GgmlType::F32) {
-        if (wf.size() < size_t(tl.rows * k)) wf.resize(size_t(tl.rows * k));
-        for (int64_t r = 0; r < tl.rows; ++r)
-          dequantize_row_with(qk, part.type, part.data + (tl.row0 + r) * part.row_bytes, wf.data() + r * k, k);
-        wt = reinterpret_cast<const uint8_t*>(wf.data());
-        w_stride = size_t(k) * sizeof(float);
-      }
-      qk.gemm_f32(m, tl.rows, k, xp, x_stride, wt, w_stride, y + tl.row0, ldy);
+      const float* wt = tile_as_f32(qk, w.parts[tl.part], tl, k, wf);
+      qk.gemm_f32(m, tl.rows, k, xp, row_bytes, reinterpret_cast<const uint8_t*>(wt), row_bytes, y + tl.row0, ldy);
     }
   }
 }
@@ -240,17 +239,8 @@ void CpuMatmul::run_dequant_gemm(const Tensor& x, const CpuWeight& w, std::span<
 #pragma omp for schedule(dynamic, 1)
     for (size_t t = 0; t < tiles.size(); ++t) {
       const Tile& tl = tiles[t];
-      const CpuWeightPart& part = w.parts[tl.part];
       const auto [y, ldy] = part_output(w, outs, tl.part);
-      const float* wt;
-      if (part.type == GgmlType::F32) {
-        wt = reinterpret_cast<const float*>(part.data + tl.row0 * part.row_bytes);
-      } else {
-        if (wf.size() < size_t(tl.rows * k)) wf.resize(size_t(tl.rows * k));
-        for (int64_t r = 0; r < tl.rows; ++r)
-          dequantize_row_with(qk, part.type, part.data + (tl.row0 + r) * part.row_bytes, wf.data() + r * k, k);
-        wt = wf.data();
-      }
+      const float* wt = tile_as_f32(qk, w.parts[tl.part], tl, k, wf);
       gemm_nt(m, tl.rows, k, xp, k, wt, k, y + tl.row0, ldy, 1.f, /*rows_independent=*/true);
     }
   }

@@ -484,88 +484,82 @@ void gemm_q6_k(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const 
   gemm_tiles<Q6KRow, ActBlock256>(m, n, k, x, xs, w, ws, y, ldy);
 }
 
-// ---- f16 and bf16 weights against f32 activations
+// ---- f16, bf16 and f32 weights against f32 activations
 
 inline __m256 load8_f16(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline __m256 load8_bf16(const uint8_t* p) {
-  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
 inline float one_f16(const uint8_t* p) { return f16_at(p); }
-inline float one_bf16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  const uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
-template <bool bf16, int R>
-inline void row_half(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
+// A weight element type of row_float: its size, eight values as f32 lanes, one value.
+struct F16E {
+  static constexpr int64_t size = 2;
+  static __m256 load8(const uint8_t* p) { return load8_f16(p); }
+  static float one(const uint8_t* p) { return one_f16(p); }
+};
+struct BF16E {
+  static constexpr int64_t size = 2;
+  static __m256 load8(const uint8_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  static float one(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    const uint32_t bits = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+};
+struct F32E {  // dequantised rows (cpu-matmul.cpp)
+  static constexpr int64_t size = 4;
+  static __m256 load8(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
+  static float one(const uint8_t* p) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+};
+
+template <class E, int R>
+inline void row_float(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c + 8 <= k; c += 8) {
-    if (c % 32 == 0) prefetch_ahead<1>(w + 2 * c);  // once per 64-byte line
-    const __m256 wv = bf16 ? load8_bf16(w + 2 * c) : load8_f16(w + 2 * c);
+    if (c * E::size % 64 == 0) prefetch_ahead<1>(w + E::size * c);  // once per 64-byte line
+    const __m256 wv = E::load8(w + E::size * c);
     for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + c), acc[r]);
   }
   for (int r = 0; r < R; ++r) {
     float s = hsum(acc[r]);
-    for (int64_t t = c; t < k; ++t) s += (bf16 ? one_bf16(w + 2 * t) : one_f16(w + 2 * t)) * x[r][t];
+    for (int64_t t = c; t < k; ++t) s += E::one(w + E::size * t) * x[r][t];
     y[r * ldy] = s;
   }
 }
 
-template <bool bf16>
-struct Half {
+template <class E>
+struct Float {
   template <int R>
   struct Row {
     static void run(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
-      row_half<bf16, R>(w, x, k, y, ldy);
+      row_float<E, R>(w, x, k, y, ldy);
     }
   };
 };
 
 void gemm_f16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
               int64_t ldy) {
-  gemm_tiles<Half<false>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
+  gemm_tiles<Float<F16E>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
 }
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
                int64_t ldy) {
-  gemm_tiles<Half<true>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
+  gemm_tiles<Float<BF16E>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
 }
-
-template <int R>
-inline void row_f32(const uint8_t* wb, const float* const* x, int64_t k, float* y, int64_t ldy) {
-  const auto* w = reinterpret_cast<const float*>(wb);
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  int64_t c = 0;
-  for (; c + 8 <= k; c += 8) {
-    const __m256 wv = _mm256_loadu_ps(w + c);
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + c), acc[r]);
-  }
-  for (int r = 0; r < R; ++r) {
-    float s = hsum(acc[r]);
-    for (int64_t t = c; t < k; ++t) s += w[t] * x[r][t];
-    y[r * ldy] = s;
-  }
-}
-
-template <int R>
-struct F32Row {
-  static void run(const uint8_t* w, const float* const* x, int64_t k, float* y, int64_t ldy) {
-    row_f32<R>(w, x, k, y, ldy);
-  }
-};
-
 void gemm_f32(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
               int64_t ldy) {
-  gemm_tiles<F32Row, float>(m, n, k, x, xs, w, ws, y, ldy);
+  gemm_tiles<Float<F32E>::Row, float>(m, n, k, x, xs, w, ws, y, ldy);
 }
 
 // Q8_0 weights against 16-bit activation blocks (wide activations: the output head). The weight
