@@ -18,6 +18,37 @@ using namespace ragkv;
 
 using namespace ragkv::test;
 
+namespace {
+
+// One query head's attention in double over the f16 keys and values of the KV head at column
+// col (rows kc apart): writes the output row to out and returns the softmax probabilities (0 for
+// keys the query cannot see: later positions, or outside the window).
+std::vector<double> naive_head(const float* qh, const std::vector<f16_t>& kh, const std::vector<f16_t>& vh, int kc,
+                               int col, int hd, const std::vector<int32_t>& kpos, int32_t qpos, int window, float scale,
+                               float* out) {
+  const size_t n_kv = kpos.size();
+  std::vector<double> s(n_kv, -INFINITY);
+  double mx = -INFINITY;
+  for (size_t j = 0; j < n_kv; ++j) {
+    if (kpos[j] > qpos || (window > 0 && kpos[j] <= qpos - window)) continue;
+    double d = 0;
+    for (int t = 0; t < hd; ++t) d += double(qh[t]) * fp16_to_fp32(kh[j * kc + col + t]);
+    s[j] = d * scale;
+    mx = std::max(mx, s[j]);
+  }
+  double sum = 0;
+  for (double& e : s) sum += (e = std::isinf(e) ? 0 : std::exp(e - mx));
+  for (double& e : s) e /= sum;
+  for (int t = 0; t < hd; ++t) {
+    double o = 0;
+    for (size_t j = 0; j < n_kv; ++j) o += s[j] * fp16_to_fp32(vh[j * kc + col + t]);
+    out[t] = float(o);
+  }
+  return s;
+}
+
+}  // namespace
+
 TEST_CASE("cpu backend: matmul with bias equals the naive product") {
   auto b = make_cpu_backend(2);
   for (auto [n, in, out] : {std::tuple{1, 64, 7}, {7, 33, 65}, {33, 576, 192}}) {
@@ -167,22 +198,7 @@ TEST_CASE("cpu backend: decode attention equals naive masked softmax, the same b
     std::vector<float> ref(static_cast<size_t>(qc));
     for (int h = 0; h < c.n_head; ++h) {
       const int g = h / (c.n_head / c.n_kv_head);
-      std::vector<double> s(c.n_kv, -INFINITY);
-      double mx = -INFINITY;
-      for (int j = 0; j < c.n_kv; ++j) {
-        if (kpos[j] > qpos || (c.window > 0 && kpos[j] <= qpos - c.window)) continue;
-        double d = 0;
-        for (int t = 0; t < c.hd; ++t) d += double(q[h * c.hd + t]) * fp16_to_fp32(kh[j * kc + g * c.hd + t]);
-        s[j] = d * p.scale;
-        mx = std::max(mx, s[j]);
-      }
-      double sum = 0;
-      for (double& e : s) sum += (e = std::isinf(e) ? 0 : std::exp(e - mx));
-      for (int t = 0; t < c.hd; ++t) {
-        double o = 0;
-        for (int j = 0; j < c.n_kv; ++j) o += s[j] / sum * fp16_to_fp32(vh[j * kc + g * c.hd + t]);
-        ref[h * c.hd + t] = float(o);
-      }
+      naive_head(q.data() + h * c.hd, kh, vh, kc, g * c.hd, c.hd, kpos, qpos, c.window, p.scale, &ref[h * c.hd]);
     }
     CHECK(max_rel_err(outs[0], ref) < 1e-4);
     CHECK(outs[0] == outs[1]);
@@ -230,24 +246,10 @@ TEST_CASE("cpu backend: attention equals naive masked softmax (GQA, positions, w
     for (int i = 0; i < c.n_q; ++i)
       for (int h = 0; h < c.n_head; ++h) {
         const int g = h / (c.n_head / c.n_kv_head);
-        std::vector<double> s(c.n_kv, -INFINITY);
-        double mx = -INFINITY;
-        for (int j = 0; j < c.n_kv; ++j) {
-          if (kpos[j] > qpos[i] || (c.window > 0 && kpos[j] <= qpos[i] - c.window)) continue;
-          double d = 0;
-          for (int t = 0; t < c.hd; ++t) d += double(q[i * qc + h * c.hd + t]) * fp16_to_fp32(kh[j * kc + g * c.hd + t]);
-          s[j] = d * p.scale;
-          mx = std::max(mx, s[j]);
-        }
-        double sum = 0;
-        for (double& e : s) sum += (e = std::isinf(e) ? 0 : std::exp(e - mx));
-        for (int t = 0; t < c.hd; ++t) {
-          double o = 0;
-          for (int j = 0; j < c.n_kv; ++j) o += s[j] / sum * fp16_to_fp32(vh[j * kc + g * c.hd + t]);
-          ref[i * qc + h * c.hd + t] = float(o);
-        }
-        for (int j = 0; j < c.n_kv; ++j) ref_mass[(i * c.n_head + h) * 2 + (j >= c.n_kv / 3)] += float(s[j] / sum);
-        for (int j = 0; j < c.n_kv; ++j) ref_totals[size_t(j)] += s[j] / sum;
+        const std::vector<double> pr = naive_head(&q[i * qc + h * c.hd], kh, vh, kc, g * c.hd, c.hd, kpos, qpos[i],
+                                                  c.window, p.scale, &ref[i * qc + h * c.hd]);
+        for (int j = 0; j < c.n_kv; ++j) ref_mass[(i * c.n_head + h) * 2 + (j >= c.n_kv / 3)] += float(pr[j]);
+        for (int j = 0; j < c.n_kv; ++j) ref_totals[size_t(j)] += pr[j];
       }
     CHECK(max_rel_err(download(*b, O), ref) < 1e-4);
     REQUIRE(mass.size() == ref_mass.size());

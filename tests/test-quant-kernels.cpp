@@ -30,6 +30,19 @@ void put_f16(uint8_t* p, float v) {
   std::memcpy(p, &h, 2);
 }
 
+// w · x over k values in double, and Σ |w_c · x_c| (what a relative tolerance is taken of).
+struct DotRef {
+  double value, magnitude;
+};
+DotRef dot_ref(const float* w, const float* x, int64_t k) {
+  DotRef r{0, 0};
+  for (int64_t c = 0; c < k; ++c) {
+    r.value += double(w[c]) * x[c];
+    r.magnitude += std::fabs(double(w[c]) * x[c]);
+  }
+  return r;
+}
+
 // `rows` random rows of k values of type t: random quant bytes, with every f16 scale, min and
 // value field set to a finite value of a realistic size (the block layouts of format/quant.cpp).
 std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t k, uint32_t seed) {
@@ -346,11 +359,7 @@ TEST_CASE("quant kernels: the CPU backend's matmul on quantised and stacked weig
       for (int64_t j = 0; j < rows[p]; ++j) {
         dequantize_row(parts_t[p], data[p].data() + j * rb, wf.data(), k);
         for (int64_t i = 0; i < n; ++i) {
-          double s = 0, mag = 0;
-          for (int64_t c = 0; c < k; ++c) {
-            s += double(wf[c]) * a.values[i * k + c];
-            mag += std::fabs(double(wf[c]) * a.values[i * k + c]);
-          }
+          const auto [s, mag] = dot_ref(wf.data(), a.values.data() + i * k, k);
           CHECK(std::fabs(ya[i * rows[p] + j] - s) <= 1e-5 * mag + 1e-6);
         }
       }
@@ -439,11 +448,7 @@ TEST_CASE("quant kernels: a weight marked wide_activations keeps its activations
       for (int64_t j = 0; j < rows; ++j) {
         dequantize_row(t, data.data() + j * ggml_row_bytes(t, k), wf.data(), k);
         for (int64_t i = 0; i < n; ++i) {
-          double s = 0, mag = 0;
-          for (int64_t c = 0; c < k; ++c) {
-            s += double(wf[c]) * x[i * k + c];
-            mag += std::fabs(double(wf[c]) * x[i * k + c]);
-          }
+          const auto [s, mag] = dot_ref(wf.data(), x.data() + i * k, k);
           const double rounding = t == GgmlType::Q8_0 ? wide_rounding_bound(wf.data(), x.data() + i * k, k) : 0.0;
           CHECK(std::fabs(vm[i * rows + j] - s) <= rounding + 1e-6 * mag + 1e-7);
           worst_marked = std::max(worst_marked, std::fabs(vm[i * rows + j] - s) / (mag + 1e-7));
@@ -521,11 +526,7 @@ TEST_CASE("quant kernels: each table's f32 row product equals the double-precisi
                      size_t(k) * sizeof(float), y.data(), n);
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
-            double s = 0, mag = 0;
-            for (int64_t c = 0; c < k; ++c) {
-              s += double(w[j * k + c]) * x[i * k + c];
-              mag += std::fabs(double(w[j * k + c]) * x[i * k + c]);
-            }
+            const auto [s, mag] = dot_ref(w.data() + j * k, x.data() + i * k, k);
             CHECK(std::fabs(y[i * n + j] - s) <= 1e-6 * mag + 1e-7);
           }
       }
@@ -560,11 +561,7 @@ TEST_CASE("quant kernels: the CPU backend's matmul with f32 activations on few r
       const std::vector<float> y = test::download(*b, Y);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
-          double s = 0, mag = 0;
-          for (int64_t c = 0; c < k; ++c) {
-            s += double(wf[j * k + c]) * x[i * k + c];
-            mag += std::fabs(double(wf[j * k + c]) * x[i * k + c]);
-          }
+          const auto [s, mag] = dot_ref(wf.data() + j * k, x.data() + i * k, k);
           CHECK(std::fabs(y[i * n + j] - s) <= 1e-5 * mag + 1e-6);
         }
       if (m > 1 && m < 8) {  // the row path: the last row alone gives the same bits
