@@ -1,7 +1,8 @@
 // The CPU backend: weights kept in their GGUF types and multiplied by block kernels
-// (backend/cpu-matmul.h, backend/quant-kernels.h; F32 weights by OpenBLAS SGEMM), attention
-// scores by SGEMM (one query row — a decode step — by f16 row kernels), OpenMP-threaded kernels
-// for the rest. It is the numerical reference the CUDA backend is checked against.
+// (backend/cpu-matmul.h, backend/quant-kernels.h; F32 weights by OpenBLAS SGEMM), prompt
+// attention on key tiles (backend/cpu-attention.h) or by SGEMM, a decode step's by f16 row
+// kernels, OpenMP-threaded kernels for the rest. It is the numerical reference the CUDA backend
+// is checked against.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,10 +13,12 @@
 #include <limits>
 #include <numeric>
 
+#include "backend/cpu-attention.h"
 #include "backend/cpu-backend.h"
 #include "backend/cpu-gemm.h"
 #include "backend/cpu-matmul.h"
 #include "backend/cpu-weight.h"
+#include "backend/exp-f32.h"
 #include "backend/quant-kernels.h"
 #include "util/error.h"
 #include "format/fp16.h"
@@ -24,28 +27,6 @@
 namespace ragkv {
 
 namespace {
-
-// exp(x) in f32 for x in [-87, 88], without a libm call so loops over it vectorise: Cody–Waite
-// reduction by ln 2 and the Cephes expf polynomial (relative error < 1e-7). No clamping: callers
-// keep x in range (a clamp by select would stop GCC vectorising under -ftrapping-math). The
-// integer n is read from the bits of the rounded sum, never converted from a float: a NaN (a
-// corrupt model's weights) then gives NaN rather than undefined behaviour (found by fuzzing).
-inline float exp_f32(float x) {
-  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
-  const float t = x * 1.44269504088896341f + kRound;
-  const float n = t - kRound;  // round(x / ln 2)
-  const uint32_t n_bits = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRound);  // n, two's complement
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
-  return p * std::bit_cast<float>((n_bits + 127u) << 23);
-}
 
 // GELU's tanh form (Gemma's GeGLU): x/2 · (1 + tanh(u)) with u = √(2/π)·(x + 0.044715·x³), computed
 // as the equal x · σ(2u) = x / (1 + e^(−2u)) through exp_f32, so the loop vectorises: std::tanh
@@ -363,11 +344,21 @@ void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos,
     attention_one_query(q, q_pos[0], k, v, k_pos.first(static_cast<size_t>(n_kv)), p, out);
     return;
   }
+  const auto kp_all = k_pos.first(static_cast<size_t>(n_kv));
+  const bool ascending = std::is_sorted(kp_all.begin(), kp_all.end());
+  // Every prefill and selective recompute (keys ascend, no mass wanted) on tiles with an online
+  // softmax where that was measured faster than SGEMM (bench/results, 2026-11-26): heads of up
+  // to 128 values, and sliding-window layers of any width (tiles convert only the window).
+  if (ascending && !seg_mass && (p.head_dim <= 128 || p.sliding_window > 0)) {
+    attention_tiled(quant_kernels(), q, q_pos, k, v, k_pos, n_kv, p, out, threads_);
+    return;
+  }
+  // Keys out of order, the attention mass per segment wanted, or wide heads over a whole prompt:
+  // scores of a block of queries against its visible keys by SGEMM, one softmax per row, values
+  // by SGEMM.
   const int group = p.n_head / p.n_kv_head;
   const int64_t n_seg = seg_mass ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
   if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
-  const auto kp_all = k_pos.first(static_cast<size_t>(n_kv));
-  const bool ascending = std::is_sorted(kp_all.begin(), kp_all.end());
 
   constexpr int64_t kBlock = 256;
   struct Range { int64_t lo, hi; };

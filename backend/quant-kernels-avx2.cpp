@@ -680,6 +680,86 @@ void axpy_f16_rows(const float* p, int nq, const uint16_t* v, size_t v_stride, i
   }
 }
 
+// ---- prompt attention tiles (f32)
+
+// Pins loaded vectors to registers: without it GCC folds a vector used by several FMAs into each
+// of them as a memory operand, one load per FMA, and the loads, not the FMAs, bound the loop.
+inline void keep_in_register(__m256& v) { __asm__("" : "+x"(v)); }
+inline void keep_in_register(__m256& a, __m256& b) { __asm__("" : "+x"(a), "+x"(b)); }
+
+// Scores of R query rows against 16 keys of the tile at a time (2R accumulators); each score is
+// one fused multiply-add chain over c from zero, then × scale.
+template <int R>
+void attn_scores_rows(const float* q, size_t q_stride, const float* kt, int dim, float scale, float* s) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int j0 = 0; j0 < kAttnTile; j0 += 16) {
+    __m256 acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int c = 0; c < dim; ++c) {
+      const float* kc = kt + c * kAttnTile + j0;
+      __m256 k0 = _mm256_loadu_ps(kc), k1 = _mm256_loadu_ps(kc + 8);
+      keep_in_register(k0, k1);
+      for (int r = 0; r < R; ++r) {
+        const __m256 qv = _mm256_broadcast_ss(q + r * q_stride + size_t(c));
+        acc[r][0] = _mm256_fmadd_ps(qv, k0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(qv, k1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_ps(s + r * kAttnTile + j0, _mm256_mul_ps(acc[r][0], sc));
+      _mm256_storeu_ps(s + r * kAttnTile + j0 + 8, _mm256_mul_ps(acc[r][1], sc));
+    }
+  }
+}
+
+void attn_scores_tile(const float* q, size_t q_stride, int nr, const float* kt, int dim, float scale, float* s) {
+  switch (nr) {
+    case 1: attn_scores_rows<1>(q, q_stride, kt, dim, scale, s); break;
+    case 2: attn_scores_rows<2>(q, q_stride, kt, dim, scale, s); break;
+    case 3: attn_scores_rows<3>(q, q_stride, kt, dim, scale, s); break;
+    default: attn_scores_rows<4>(q, q_stride, kt, dim, scale, s); break;
+  }
+}
+
+// o_r += Σ_j p_rj · v_j over C chunks of eight values of R rows (R·C ≤ 8 accumulators); each value
+// is one fused multiply-add chain over j in order, whatever R and C are.
+template <int R, int C>
+inline void attn_values_chunks(const float* p, const float* v, int64_t n, int dim, int c, float* o, size_t o_stride) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < C; ++u) acc[r][u] = _mm256_loadu_ps(o + r * o_stride + size_t(c + 8 * u));
+  for (int64_t j = 0; j < n; ++j) {
+    const float* vj = v + j * dim + c;
+    for (int u = 0; u < C; ++u) {
+      __m256 vv = _mm256_loadu_ps(vj + 8 * u);
+      keep_in_register(vv);
+      for (int r = 0; r < R; ++r) acc[r][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * kAttnTile + j), vv, acc[r][u]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < C; ++u) _mm256_storeu_ps(o + r * o_stride + size_t(c + 8 * u), acc[r][u]);
+}
+
+template <int R>
+void attn_values_rows(const float* p, const float* v, int64_t n, int dim, float* o, size_t o_stride) {
+  constexpr int kChunks = R <= 2 ? 4 : 2;
+  int c = 0;
+  for (; c + 8 * kChunks <= dim; c += 8 * kChunks) attn_values_chunks<R, kChunks>(p, v, n, dim, c, o, o_stride);
+  for (; c + 8 <= dim; c += 8) attn_values_chunks<R, 1>(p, v, n, dim, c, o, o_stride);
+  for (; c < dim; ++c)
+    for (int r = 0; r < R; ++r)
+      for (int64_t j = 0; j < n; ++j) o[r * o_stride + size_t(c)] += p[r * kAttnTile + j] * v[j * dim + c];
+}
+
+void attn_values_tile(const float* p, int nr, const float* v, int64_t n, int dim, float* o, size_t o_stride) {
+  switch (nr) {
+    case 1: attn_values_rows<1>(p, v, n, dim, o, o_stride); break;
+    case 2: attn_values_rows<2>(p, v, n, dim, o, o_stride); break;
+    case 3: attn_values_rows<3>(p, v, n, dim, o, o_stride); break;
+    default: attn_values_rows<4>(p, v, n, dim, o, o_stride); break;
+  }
+}
+
 // ---- dequantisation
 
 // 32 bytes v as f32 lanes, eight at a time: y[8g .. 8g + 7] = f(g, values), with the bytes read as
@@ -795,6 +875,8 @@ const QuantKernels kQuantKernelsAvx2{"avx2",
                                      gemm_q8_0_wide,
                                      dot_f16_rows,
                                      axpy_f16_rows,
+                                     attn_scores_tile,
+                                     attn_values_tile,
                                      dequantize_legacy<Q4_0B>,
                                      dequantize_legacy<Q4_1B>,
                                      dequantize_legacy<Q5_0B>,

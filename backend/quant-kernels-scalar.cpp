@@ -341,6 +341,26 @@ void axpy_f16_rows(const float* p, int nq, const uint16_t* v, size_t v_stride, i
     }
 }
 
+// ---- prompt attention tiles (f32)
+
+void attn_scores_tile(const float* q, size_t q_stride, int nr, const float* kt, int dim, float scale, float* s) {
+  for (int r = 0; r < nr; ++r) {
+    float* sr = s + r * kAttnTile;
+    std::fill(sr, sr + kAttnTile, 0.f);
+    for (int c = 0; c < dim; ++c) {
+      const float qc = q[r * q_stride + size_t(c)];
+      for (int j = 0; j < kAttnTile; ++j) sr[j] += qc * kt[c * kAttnTile + j];
+    }
+    for (int j = 0; j < kAttnTile; ++j) sr[j] *= scale;
+  }
+}
+
+void attn_values_tile(const float* p, int nr, const float* v, int64_t n, int dim, float* o, size_t o_stride) {
+  for (int r = 0; r < nr; ++r)
+    for (int64_t j = 0; j < n; ++j)
+      for (int c = 0; c < dim; ++c) o[r * o_stride + size_t(c)] += p[r * kAttnTile + j] * v[j * dim + c];
+}
+
 template <GgmlType t>
 void dequantize(const uint8_t* w, float* y, int64_t k) {
   dequantize_row(t, w, y, k);
@@ -367,6 +387,8 @@ const QuantKernels& quant_kernels_scalar() {
                               gemm_q8_0_wide,
                               dot_f16_rows,
                               axpy_f16_rows,
+                              attn_scores_tile,
+                              attn_values_tile,
                               dequantize<GgmlType::Q4_0>,
                               dequantize<GgmlType::Q4_1>,
                               dequantize<GgmlType::Q5_0>,

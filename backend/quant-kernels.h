@@ -65,6 +65,9 @@ using GemmFn = void (*)(int64_t m, int64_t n, int64_t k, const void* x, size_t x
 
 using DequantFn = void (*)(const uint8_t* w, float* y, int64_t k);
 
+// Keys per tile of the prompt attention kernels (QuantKernels::attn_scores_tile).
+inline constexpr int kAttnTile = 64;
+
 struct QuantKernels {
   const char* name;  // "avx2", "scalar"
   // One row of k values (a multiple of 32, resp. 256) into activation blocks.
@@ -86,6 +89,13 @@ struct QuantKernels {
   void (*dot_f16_rows)(const float* q, int nq, const uint16_t* k, size_t k_stride, int64_t n, int dim, float scale,
                        float* out);
   void (*axpy_f16_rows)(const float* p, int nq, const uint16_t* v, size_t v_stride, int64_t n, int dim, float* out);
+  // Prompt attention on f32 tiles of kAttnTile keys (backend/cpu-attention.cpp), for nr ≤ 4
+  // query rows (row r at q + r · q_stride, dim values): scores s[r · kAttnTile + j] = scale · q_r ·
+  // k_j for the tile's keys stored transposed (k_j[c] at kt[c · kAttnTile + j]), every j of the
+  // tile; and o_r += Σ_{j < n} p[r · kAttnTile + j] · v_j, v_j at v + j · dim, o_r at o + r · o_stride.
+  // Each row runs the same operations whatever nr is, so its bits never depend on its neighbours.
+  void (*attn_scores_tile)(const float* q, size_t q_stride, int nr, const float* kt, int dim, float scale, float* s);
+  void (*attn_values_tile)(const float* p, int nr, const float* v, int64_t n, int dim, float* o, size_t o_stride);
   // One row of k values (a multiple of the block size) to f32, the same values as format/quant.h's
   // dequantize_row (its products and fused multiply-adds, in the same order): prompts' tiles and
   // the output head dequantise through them (the portable table calls dequantize_row).
