@@ -3,8 +3,9 @@
 // keeping a running maximum m, sum l and unnormalised output o (the online softmax of
 // FlashAttention, Dao et al. 2022, Algorithm 1: m' = max(m, max_j s_j), l' = e^(m − m')·l +
 // Σ_j e^(s_j − m'), o' = e^(m − m')·o + Σ_j e^(s_j − m')·v_j, output o/l). The scores of a tile
-// live in a few KB instead of an [n_q][n_kv] matrix, so the work is the products themselves;
-// SGEMM over whole blocks spent most of a 6k-token prefill moving that matrix.
+// live in a few KB instead of a [block][n_kv] matrix written and read three times, threads take
+// whole (head, block) tasks instead of splitting each small SGEMM, and a sliding-window layer
+// converts only the keys its queries see (bench/results, 2026-11-26).
 #include "backend/cpu-attention.h"
 
 #include <algorithm>
