@@ -105,27 +105,30 @@ void attention_tiled(const QuantKernels& kernels, const Tensor& q, std::span<con
   const int64_t t0 = lo_all / kT, n_tiles = (hi_all + kT - 1) / kT - t0;
   const int64_t tile_floats = kT * hd, head_floats = n_tiles * tile_floats;
   std::vector<float> kt(static_cast<size_t>(p.n_kv_head * head_floats)), vt(kt.size());
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
-  for (int g = 0; g < p.n_kv_head; ++g)
-    for (int64_t t = 0; t < n_tiles; ++t) {
-      float* ktile = kt.data() + g * head_floats + t * tile_floats;
-      float* vtile = vt.data() + g * head_floats + t * tile_floats;
-      std::vector<float> row(static_cast<size_t>(hd));
-      for (int64_t j = 0; j < kT; ++j) {
-        const int64_t key = (t0 + t) * kT + j;
-        if (key >= n_kv) {
-          for (int c = 0; c < hd; ++c) ktile[c * kT + j] = 0.f;
-          std::fill(vtile + j * hd, vtile + (j + 1) * hd, 0.f);
-          continue;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> row(static_cast<size_t>(hd));  // one K row before its transposition
+#pragma omp for collapse(2) schedule(static)
+    for (int g = 0; g < p.n_kv_head; ++g)
+      for (int64_t t = 0; t < n_tiles; ++t) {
+        float* ktile = kt.data() + g * head_floats + t * tile_floats;
+        float* vtile = vt.data() + g * head_floats + t * tile_floats;
+        for (int64_t j = 0; j < kT; ++j) {
+          const int64_t key = (t0 + t) * kT + j;
+          if (key >= n_kv) {
+            for (int c = 0; c < hd; ++c) ktile[c * kT + j] = 0.f;
+            std::fill(vtile + j * hd, vtile + (j + 1) * hd, 0.f);
+            continue;
+          }
+          const int64_t at = key * kv_cols + int64_t(g) * hd;
+          if (k.dtype == DType::f16) fp16_to_fp32_row(k.as<f16_t>() + at, row.data(), hd);
+          else std::memcpy(row.data(), k.as<float>() + at, size_t(hd) * sizeof(float));
+          for (int c = 0; c < hd; ++c) ktile[c * kT + j] = row[size_t(c)];
+          if (v.dtype == DType::f16) fp16_to_fp32_row(v.as<f16_t>() + at, vtile + j * hd, hd);
+          else std::memcpy(vtile + j * hd, v.as<float>() + at, size_t(hd) * sizeof(float));
         }
-        const int64_t at = key * kv_cols + int64_t(g) * hd;
-        if (k.dtype == DType::f16) fp16_to_fp32_row(k.as<f16_t>() + at, row.data(), hd);
-        else std::memcpy(row.data(), k.as<float>() + at, size_t(hd) * sizeof(float));
-        for (int c = 0; c < hd; ++c) ktile[c * kT + j] = row[size_t(c)];
-        if (v.dtype == DType::f16) fp16_to_fp32_row(v.as<f16_t>() + at, vtile + j * hd, hd);
-        else std::memcpy(vtile + j * hd, v.as<float>() + at, size_t(hd) * sizeof(float));
       }
-    }
+  }
 
   const int64_t n_blocks = (n_q + kBlockRows - 1) / kBlockRows;
 #pragma omp parallel num_threads(threads)

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/quant-kernels.h"
 
@@ -598,6 +599,18 @@ void gemm_q8_0_wide(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, c
   gemm_tiles<Q8WideRow, ActBlock32W>(m, n, k, x, xs, w, ws, y, ldy);
 }
 
+// Calls f(std::integral_constant<int, R>{}) with R = min(n, 4): the row-count dispatch of the
+// attention kernels below, whose register tiles take up to four rows (or heads) at a time.
+template <class F>
+inline void with_rows(int n, F f) {
+  switch (n) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
+  }
+}
+
 // ---- decode attention over f16 K/V rows
 
 // Up to four heads at a time (H accumulators): every K/V chunk is converted once for them, and
@@ -626,12 +639,7 @@ void dot_f16_rows(const float* q, int nq, const uint16_t* k, size_t k_stride, in
   for (int h = 0; h < nq; h += 4) {
     const float* qh = q + int64_t(h) * dim;
     float* oh = out + h * n;
-    switch (nq - h) {
-      case 1: dot_f16_heads<1>(qh, k, k_stride, n, dim, scale, oh); break;
-      case 2: dot_f16_heads<2>(qh, k, k_stride, n, dim, scale, oh); break;
-      case 3: dot_f16_heads<3>(qh, k, k_stride, n, dim, scale, oh); break;
-      default: dot_f16_heads<4>(qh, k, k_stride, n, dim, scale, oh); break;
-    }
+    with_rows(nq - h, [&](auto r) { dot_f16_heads<decltype(r)::value>(qh, k, k_stride, n, dim, scale, oh); });
   }
 }
 
@@ -671,12 +679,7 @@ void axpy_f16_rows(const float* p, int nq, const uint16_t* v, size_t v_stride, i
   for (int h = 0; h < nq; h += 4) {
     const float* ph = p + h * n;
     float* oh = out + int64_t(h) * dim;
-    switch (nq - h) {
-      case 1: axpy_f16_heads<1>(ph, v, v_stride, n, dim, oh); break;
-      case 2: axpy_f16_heads<2>(ph, v, v_stride, n, dim, oh); break;
-      case 3: axpy_f16_heads<3>(ph, v, v_stride, n, dim, oh); break;
-      default: axpy_f16_heads<4>(ph, v, v_stride, n, dim, oh); break;
-    }
+    with_rows(nq - h, [&](auto r) { axpy_f16_heads<decltype(r)::value>(ph, v, v_stride, n, dim, oh); });
   }
 }
 
@@ -713,12 +716,7 @@ void attn_scores_rows(const float* q, size_t q_stride, const float* kt, int dim,
 }
 
 void attn_scores_tile(const float* q, size_t q_stride, int nr, const float* kt, int dim, float scale, float* s) {
-  switch (nr) {
-    case 1: attn_scores_rows<1>(q, q_stride, kt, dim, scale, s); break;
-    case 2: attn_scores_rows<2>(q, q_stride, kt, dim, scale, s); break;
-    case 3: attn_scores_rows<3>(q, q_stride, kt, dim, scale, s); break;
-    default: attn_scores_rows<4>(q, q_stride, kt, dim, scale, s); break;
-  }
+  with_rows(nr, [&](auto r) { attn_scores_rows<decltype(r)::value>(q, q_stride, kt, dim, scale, s); });
 }
 
 // o_r += Σ_j p_rj · v_j over C chunks of eight values of R rows (R·C ≤ 8 accumulators); each value
@@ -752,12 +750,7 @@ void attn_values_rows(const float* p, const float* v, int64_t n, int dim, float*
 }
 
 void attn_values_tile(const float* p, int nr, const float* v, int64_t n, int dim, float* o, size_t o_stride) {
-  switch (nr) {
-    case 1: attn_values_rows<1>(p, v, n, dim, o, o_stride); break;
-    case 2: attn_values_rows<2>(p, v, n, dim, o, o_stride); break;
-    case 3: attn_values_rows<3>(p, v, n, dim, o, o_stride); break;
-    default: attn_values_rows<4>(p, v, n, dim, o, o_stride); break;
-  }
+  with_rows(nr, [&](auto r) { attn_values_rows<decltype(r)::value>(p, v, n, dim, o, o_stride); });
 }
 
 // ---- dequantisation
