@@ -804,7 +804,15 @@ int RagCommands::run_answer() {
   bar.finish();
   flush();
   out.close();
-  if (p.ledger) p.ledger->flush();
+  // The uses only order later evictions (f_r): a store this process cannot write (read-only media,
+  // a shared cache mounted read-only) keeps every answer, with the uses left unrecorded.
+  if (p.ledger) {
+    try {
+      p.ledger->flush();
+    } catch (const Error& e) {
+      std::fprintf(stderr, "ragkv: warning: variant uses (f_r) not recorded in the store: %s\n", e.what());
+    }
+  }
   json summary = {{"mode", mode.name()}, {"skipped_lines", p.queries.skipped.size()}, {"skipped_queries", skipped}};
   summary.update(tot.to_json());
   if (compare) summary["compare"] = compare_mode.name();

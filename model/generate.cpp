@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace ragkv {
 
@@ -69,6 +70,7 @@ DecodeResult GreedyChooser::finish() {
     const auto e = r_.text.find_last_not_of(" \t\r\n");
     r_.text = b == std::string::npos ? "" : r_.text.substr(b, e - b + 1);
   }
+  r_.text = to_valid_utf8(r_.text);  // the answer may end inside a character (output_ids keep every token)
   return std::move(r_);
 }
 

@@ -867,3 +867,53 @@ TEST_CASE("cli rag: answer --load-control reports each segment's decision, and o
   CHECK(fs_["load_control"].is_null());
   CHECK_FALSE(fa[0]["metrics"].contains("load_control"));
 }
+
+TEST_CASE("cli rag: answer on a store it cannot write keeps its answers and warns that variant uses went unrecorded") {
+  // A tiny random model (the pipeline, not its answers, is under test): index, canonical caches
+  // and a warm-up variant of the first query's last passage computed after its first passage
+  // alone, so that auto reuses it (β = 1, γ = 0: CFO 0) and records the use.
+  TempDir dir("cli-rag-readonly");
+  const fs::path tiny = dir.path / "tiny.gguf", index = dir.path / "index", store = dir.path / "store";
+  const fs::path queries = ragkv::test::testdata("rag-mini.queries.jsonl"), warmup = dir.path / "warmup.jsonl";
+  REQUIRE(read_jsonl(queries)[0]["passages"] == json::array({"Warsaw#0", "Super_Bowl_50#2", "Normans#5"}));
+  std::ofstream(warmup) << R"({"id": "w", "question": "Who?", "passages": ["Warsaw#0", "Normans#5"]})" "\n";
+  Run r = run_ragkv("make-test-model --arch llama --layers 2 --embd 64 --heads 2 --kv-heads 1 --ff 128 --context 8192 --out " +
+                    q(tiny));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string model = " --threads 2 --model " + q(tiny);
+  r = run_ragkv("build-index --corpus " + q(ragkv::test::testdata("rag-mini.corpus.jsonl")) + " --out " + q(index) +
+                " --chunk-tokens 2048" + model);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_ragkv("precompute --index " + q(index) + " --store " + q(store) + " --queries " + q(queries) + " --warmup " +
+                q(warmup) + model);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  REQUIRE(json::parse(r.out)["variants"]["computed"].get<size_t>() > 0);
+
+  const std::string answer = "answer " + q(queries) + " --index " + q(index) + " --store " + q(store) +
+                             " --limit 3 --max-tokens 2" + model + " --out ";
+  const fs::path first = dir.path / "first.jsonl", second = dir.path / "second.jsonl";
+  r = run_ragkv(answer + q(first));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  size_t variant_chunks = 0;
+  for (const json& a : read_jsonl(first)) variant_chunks += a["metrics"]["craft"]["variant_chunks"].get<size_t>();
+  REQUIRE(variant_chunks > 0);
+  CHECK(fs::exists(store / "variant-usage.json"));  // a writable store records the uses
+  CHECK(r.err.find("not recorded") == std::string::npos);
+
+  // The lock file cannot be opened for writing (as on a read-only mount, which a test cannot make
+  // without privileges): the same answers, exit 0, one warning naming the file.
+  const std::string usage = slurp(store / "variant-usage.json");
+  fs::remove(store / "variants.lock");
+  fs::create_directory(store / "variants.lock");
+  r = run_ragkv(answer + q(second));
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.err.find("ragkv: warning: variant uses (f_r) not recorded in the store: ") != std::string::npos);
+  CHECK(r.err.find("variants.lock") != std::string::npos);
+  const auto a = read_jsonl(first), b = read_jsonl(second);
+  REQUIRE(b.size() == a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(b[i]["answer"] == a[i]["answer"]);
+    CHECK(b[i]["metrics"]["craft"]["variant_chunks"] == a[i]["metrics"]["craft"]["variant_chunks"]);
+  }
+  CHECK(slurp(store / "variant-usage.json") == usage);  // untouched
+}

@@ -24,6 +24,7 @@
 #include "format/gguf.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
+#include "tests/test-util.h"
 
 namespace fs = std::filesystem;
 using namespace ragkv;
@@ -301,6 +302,26 @@ TEST_CASE("model: a prompt longer than the context is refused") {
   KvCache kv = m.new_kv_cache(16);
   Workspace ws;
   CHECK_THROWS_WITH_AS(m.forward(std::span(ids).first(20), kv, ws), doctest::Contains("context holds 16"), Error);
+}
+
+TEST_CASE("model: greedy text that ends inside a character ends in U+FFFD, every token kept") {
+  // SmolLM2's byte-level BPE has a token for each byte: "â" is byte 0xE2, the first of "€"'s three.
+  const Tokenizer& tok = test::smollm_tokenizer();
+  const TokenId lead = tok.find_token("\xC3\xA2"), a = tok.find_token("a");
+  REQUIRE(lead >= 0);
+  REQUIRE(a >= 0);
+  REQUIRE(tok.token_to_piece(lead) == "\xE2");
+  GenerateOptions opt;
+  opt.max_tokens = 2;
+  GreedyChooser chooser(tok, opt);
+  std::vector<float> logits(size_t(tok.vocab_size()), 0.f);
+  logits[size_t(a)] = 1.f;
+  CHECK(chooser.choose(logits.data(), int64_t(logits.size())));
+  logits[size_t(lead)] = 2.f;
+  CHECK_FALSE(chooser.choose(logits.data(), int64_t(logits.size())));
+  const DecodeResult r = chooser.finish();
+  CHECK(r.text == "a\xEF\xBF\xBD");
+  CHECK(r.output_ids == std::vector<int32_t>{a, lead});
 }
 
 // ---- golden comparison with independent implementations on the real models

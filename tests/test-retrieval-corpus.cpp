@@ -95,6 +95,24 @@ TEST_CASE("retrieval corpus: UTF-8 validator") {
   CHECK(find_invalid_utf8("\xFF") == 0);
 }
 
+TEST_CASE("UTF-8 repair: each maximal ill-formed subpart becomes one U+FFFD (Python's decode(errors='replace'))") {
+  using ragkv::to_valid_utf8;
+  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  // Expected values: bytes.decode("utf-8", "replace") in CPython 3.
+  CHECK(to_valid_utf8("ab") == "ab");
+  CHECK(to_valid_utf8("a\xF0\x9F\x98\x80" "b") == "a\xF0\x9F\x98\x80" "b");  // a whole 4-byte character stays
+  CHECK(to_valid_utf8("\xF6") == r);
+  CHECK(to_valid_utf8("\xE2\x82") == r);            // cut inside a character: one replacement
+  CHECK(to_valid_utf8("\xE2\x82" "A") == r + "A");
+  CHECK(to_valid_utf8("\xF0\x9F\x98") == r);
+  CHECK(to_valid_utf8("\xED\xA0\x80") == r + r + r);  // a surrogate: its second byte is out of range
+  CHECK(to_valid_utf8("\xC3\xA9\x80\xC3") == "\xC3\xA9" + r + r);
+  CHECK(to_valid_utf8("\xF4\x90\x80\x80") == r + r + r + r);
+  CHECK(to_valid_utf8("\xE0\x80\xAF") == r + r + r);
+  for (const std::string s : {"\xF6", "\xED\xA0\x80", "x\xE2\x82"})
+    CHECK(ragkv::find_invalid_utf8(to_valid_utf8(s)) == std::string::npos);
+}
+
 TEST_CASE("retrieval corpus: files, directories and JSONL") {
   TempDir t("corpus");
   t.write("root/b.txt", "Beta text.\n");
