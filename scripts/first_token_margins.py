@@ -12,6 +12,7 @@ Analysis only (bench/results); standard library only.
   python3 scripts/first_token_margins.py BASELINE_CACHE.jsonl ANSWERS.jsonl
 """
 import base64
+import heapq
 import json
 import math
 import struct
@@ -25,7 +26,7 @@ def top2_gap(logits_b64):
     x = struct.unpack("<%df" % (len(raw) // 4), raw)
     m = max(x)
     z = sum(math.exp(v - m) for v in x)
-    first, second = sorted(range(len(x)), key=lambda i: -x[i])[:2]
+    first, second = heapq.nlargest(2, range(len(x)), key=x.__getitem__)
     return first, (math.exp(x[first] - m) - math.exp(x[second] - m)) / z
 
 
