@@ -1,0 +1,33 @@
+#!/bin/bash
+# The README's "GPU machine" recipe in one run, for the device machine: the CUDA tests, then
+# bench prefill and bench reuse on a random-weight model of Llama-3-8B's shapes. Each step has
+# its own time limit and its output lands in OUT_DIR (nvidia-smi.txt, cuda-tests.txt,
+# bench-prefill.json, bench-reuse.json and their .err logs), so one failing step still leaves
+# the others' results.
+#
+#   bash scripts/gpu-validate.sh OUT_DIR [BUNDLE_DIR]     (BUNDLE_DIR from `make device-bundle`)
+set -uo pipefail
+out=${1:?output directory}
+bundle=${2:-device-bundle}
+mkdir -p "$out"
+run=("$bundle/run")
+model=${TMPDIR:-/tmp}/ragkv-llama8b-$$.gguf
+trap 'rm -f "$model"' EXIT
+
+step() {  # step NAME LIMIT_S OUTFILE COMMAND...
+  local name=$1 limit=$2 file=$3
+  shift 3
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$out/$file" 2> "$out/$name.err"
+  local rc=$?
+  echo "$name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$out/steps.txt"
+}
+
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+step cuda-tests 180 cuda-tests.txt "${run[@]}" ragkv_tests -tc='cuda*'
+step make-model 180 make-model.txt "${run[@]}" ragkv make-test-model --arch llama --layers 32 \
+  --embd 4096 --heads 32 --kv-heads 8 --ff 14336 --context 8192 --weight-type bf16 --out "$model"
+step bench-prefill 120 bench-prefill.json "${run[@]}" ragkv bench prefill --model "$model" \
+  --device cuda --tokens 4096
+step bench-reuse 200 bench-reuse.json "${run[@]}" ragkv bench reuse --model "$model" \
+  --device cuda --chunks 8 --chunk-tokens 496
