@@ -4,7 +4,7 @@
 // grid capped so huge tensors reuse threads instead of overflowing the grid. Each element is
 // read and written by one thread only, so outputs may alias inputs (hence no __restrict__).
 // The activations are written as the CPU backend writes them (same operation order, accurate
-// expf and tanhf, no fast-math), so results agree to a few ulp. Vectorised float4 access is the
+// expf and erfcf, no fast-math), so results agree to a few ulp. Vectorised float4 access is the
 // obvious next step if profiles show these kernels; they are a small share of a layer.
 //
 // The exact GELU is x · Φ(x) with Φ(x) = erfc(−x/√2) / 2, taken as erfc(|x|/√2)/2 for x < 0 and
