@@ -10,7 +10,7 @@ set -uo pipefail
 out=${1:?output directory}
 bundle=${2:-device-bundle}
 mkdir -p "$out"
-run=("$bundle/run")
+run=$bundle/run
 model=${TMPDIR:-/tmp}/ragkv-llama8b-$$.gguf
 trap 'rm -f "$model"' EXIT
 
@@ -24,10 +24,10 @@ step() {  # step NAME LIMIT_S OUTFILE COMMAND...
 }
 
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
-step cuda-tests 180 cuda-tests.txt "${run[@]}" ragkv_tests -tc='cuda*'
-step make-model 180 make-model.txt "${run[@]}" ragkv make-test-model --arch llama --layers 32 \
+step cuda-tests 180 cuda-tests.txt "$run" ragkv_tests -tc='cuda*'
+step make-model 180 make-model.txt "$run" ragkv make-test-model --arch llama --layers 32 \
   --embd 4096 --heads 32 --kv-heads 8 --ff 14336 --context 8192 --weight-type bf16 --out "$model"
-step bench-prefill 120 bench-prefill.json "${run[@]}" ragkv bench prefill --model "$model" \
+step bench-prefill 120 bench-prefill.json "$run" ragkv bench prefill --model "$model" \
   --device cuda --tokens 4096
-step bench-reuse 200 bench-reuse.json "${run[@]}" ragkv bench reuse --model "$model" \
+step bench-reuse 200 bench-reuse.json "$run" ragkv bench reuse --model "$model" \
   --device cuda --chunks 8 --chunk-tokens 496
