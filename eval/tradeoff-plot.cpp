@@ -35,7 +35,7 @@ double recovery_of(const json& m, const char* key) {
 }
 
 // Series name → points, from the summary's modes: blend variants by method, craft variants by
-// ablation, reuse alone.
+// ablation, reuse and auto alone (auto chooses per chunk, so it has no ratio to sweep: one point).
 std::map<std::string, std::vector<Point>> series_of(const json& s) {
   std::map<std::string, std::vector<Point>> series;
   for (const auto& [name, m] : s.at("modes").items()) {
@@ -52,10 +52,13 @@ std::map<std::string, std::vector<Point>> series_of(const json& s) {
       key = spec.selection ? std::string("blend/") + selection_name(*spec.selection) : "blend";
     else if (spec.mode == ReuseMode::craft)  // through its alphas (the nominal column holds α)
       key = spec.ablation ? std::string("craft/") + craft_ablation_name(*spec.ablation) : "craft";
+    else if (spec.mode == ReuseMode::auto_)
+      key = "auto";
     else
       continue;
-    const double nominal = spec.mode == ReuseMode::craft ? spec.ratio.value_or(std::nan(""))
-                                                         : or_nan(m.value("nominal_ratio", json()));
+    const double nominal = spec.mode == ReuseMode::craft   ? spec.ratio.value_or(std::nan(""))
+                           : spec.mode == ReuseMode::auto_ ? std::nan("")
+                                                           : or_nan(m.value("nominal_ratio", json()));
     Point p{nominal, or_nan(m.value("real_compute_fraction", json())),
             m.at("ttft_ratio").get<double>(), spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "kl"),
             spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "first_token"), m.at("first_token_match").get<double>()};

@@ -1,9 +1,9 @@
 // The trade-off picture of an eval sweep (issue 12; CacheBlend's Figures 9–11 plot quality
 // against TTFT the same way): recovery of first-token KL and of first-token agreement against the
 // real compute fraction, and first-token agreement against the TTFT ratio, one line per
-// selection method through its ratios, reuse as the zero point. gnuplot renders it when it is
-// installed (`make setup` installs gnuplot-nox); the data and the script are written either way,
-// so the picture can be drawn elsewhere.
+// selection method (and craft ablation) through its ratios, reuse as the zero point, auto as one
+// point. gnuplot renders it when it is installed (`make setup` installs gnuplot-nox); the data and
+// the script are written either way, so the picture can be drawn elsewhere.
 #pragma once
 #include <filesystem>
 #include <string>

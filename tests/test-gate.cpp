@@ -166,7 +166,7 @@ TEST_CASE("gate: JUnit XML has a test case per mode and threshold, failures with
   CHECK(j["verdicts"].size() == 2);
 }
 
-TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft variant, points by real compute") {
+TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft variant, points by real compute, auto as one point") {
   std::vector<EvalItem> items = recorded(10);
   for (auto& it : items) {
     it.by_mode["blend@0.1"] = answer(1, 0.2, "x", 0.1);
@@ -174,9 +174,10 @@ TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft v
     it.by_mode["blend/v@0.1"] = answer(1, 0.15, "x", 0.1);
     it.by_mode["craft@0.5"] = answer(1, 0.2, "x", 0.08);  // craft runs through its alphas
     it.by_mode["craft@0.05"] = answer(1, 0.3, "x", 0.01);
+    it.by_mode["auto"] = answer(1, 0.1, "x", 0.05);
   }
   const nlohmann::json s = eval_summary(items, "full", {"reuse", "blend@0.1", "blend@0.3", "blend/v@0.1", "craft@0.5",
-                                                        "craft@0.05"},
+                                                        "craft@0.05", "auto"},
                                         "reuse", {{"blend@0.1", 0.1}, {"blend@0.3", 0.3}, {"blend/v@0.1", 0.1}});
   CHECK(has_sweep(s));
   CHECK_FALSE(has_sweep(eval_summary(recorded(10), "full", {"reuse", "blend"}, "reuse")));
@@ -197,6 +198,11 @@ TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft v
   CHECK(v < c);
   CHECK(c < r);
   CHECK(dat.find("0.05 0.01 1 0.25 1 1\n0.5 0.08 1 0.5 1 1\n", c) != std::string::npos);
+  // auto: one point, first in name order, no ratio of its own.
+  const size_t a = dat.find("# auto\n");
+  REQUIRE(a != std::string::npos);
+  CHECK(a < b);
+  CHECK(dat.find("nan 0.05 1 0.75 1 1\n", a) < b);
   CHECK(read_file(p.script).find("plot 'report.dat' index 0 using 2:4") != std::string::npos);
   // The SVG exists when gnuplot ran; otherwise the note says why.
   if (p.svg.empty()) MESSAGE("no SVG: " << p.note);
