@@ -128,6 +128,7 @@ TradeoffPlot write_tradeoff_plot(const json& summary, const fs::path& stem) {
       "set output '{}'\n"
       "set datafile missing 'nan'\n"
       "set grid\n"
+      "set offsets graph 0.03, graph 0.03, 0, 0\n"  // no point half hidden on the x range's edge
       "set key below font 'sans,10'\n"
       "set multiplot layout 1,3 title '{} queries, baseline {}: recovery of the damage reuse does, and agreement with {}'\n"
       "set xlabel 'real compute fraction (recomputed / reused token-layers)'\n"
