@@ -56,9 +56,8 @@ std::map<std::string, std::vector<Point>> series_of(const json& s) {
       key = "auto";
     else
       continue;
-    const double nominal = spec.mode == ReuseMode::craft   ? spec.ratio.value_or(std::nan(""))
-                           : spec.mode == ReuseMode::auto_ ? std::nan("")
-                                                           : or_nan(m.value("nominal_ratio", json()));
+    const double nominal = spec.mode == ReuseMode::craft ? spec.ratio.value_or(std::nan(""))
+                                                         : or_nan(m.value("nominal_ratio", json()));
     Point p{nominal, or_nan(m.value("real_compute_fraction", json())),
             m.at("ttft_ratio").get<double>(), spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "kl"),
             spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "first_token"), m.at("first_token_match").get<double>()};
