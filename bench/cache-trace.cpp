@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <optional>
 
-#include "kv/chunk-kv-file.h"
-#include "kv/knowledge-tree.h"
-#include "rag/chunk-access-table.h"
-#include "rag/chunk-overlap.h"
-#include "rag/query-order.h"
+#include "core/kv/chunk-kv-file.h"
+#include "core/kv/knowledge-tree.h"
+#include "core/rag/chunk-access-table.h"
+#include "core/rag/chunk-overlap.h"
+#include "core/rag/query-order.h"
 
 namespace ragkv {
 

@@ -1,11 +1,11 @@
 // `ragkv bench cache` (issue 14's trace): RAGCache's cache manager replayed over a query file's
 // retrieval trace without computing KV. The decisions are the ones `answer --mode prefix` makes
 // with an empty store and no disk budget — RAGCache's setting, exact prefix reuse from memory:
-//   * the answering order of rag/query-order.h (input order, or whole-file grouping and
+//   * the answering order of core/rag/query-order.h (input order, or whole-file grouping and
 //     OrderPriority within the reorder window, §5.2), against the tree as it is at that moment;
-//   * CRAFT's chunk order (§4, frequency order from the CA-Table, rag/chunk-access-table.h) and
+//   * CRAFT's chunk order (§4, frequency order from the CA-Table, core/rag/chunk-access-table.h) and
 //     the CP-Tree's promotion threshold, when asked;
-//   * the knowledge tree (kv/knowledge-tree.h, no Mover: metadata only) with the same node sizes,
+//   * the knowledge tree (core/kv/knowledge-tree.h, no Mover: metadata only) with the same node sizes,
 //     the same per-token cost of computed nodes (the profiled T(α, β)/β, Formula 4) and the same
 //     replacement policy, budgets and swap-out-only-once.
 // So hit counts equal a real run's on the same trace and cost profile; TTFT is the profile's
@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kv/cache-policy.h"
+#include "core/kv/cache-policy.h"
 
 namespace ragkv {
 

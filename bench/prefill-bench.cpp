@@ -9,10 +9,10 @@
 
 #include "bench/bench-text.h"
 #include "bench/stats.h"
-#include "util/error.h"
-#include "model/generate.h"
-#include "model/model.h"
-#include "model/model-config.h"
+#include "core/util/error.h"
+#include "core/model/generate.h"
+#include "core/model/model.h"
+#include "core/model/model-config.h"
 
 namespace ragkv {
 

@@ -6,9 +6,9 @@
 #include <set>
 
 #include "bench/stats.h"
-#include "rag/queries.h"
-#include "util/error.h"
-#include "model/embedder.h"
+#include "core/rag/queries.h"
+#include "core/util/error.h"
+#include "core/model/embedder.h"
 #include "retrieval/index-dir.h"
 #include "retrieval/staged-metrics.h"
 

@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
-#include "rag/plan.h"
-#include "rag/mode-spec.h"
-#include "rag/reuse-mode.h"
+#include "core/backend/backend.h"
+#include "core/rag/plan.h"
+#include "core/rag/mode-spec.h"
+#include "core/rag/reuse-mode.h"
 
 namespace ragkv {
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "kv/cache-policy.h"
+#include "core/kv/cache-policy.h"
 
 namespace ragkv::cli {
 

@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "backend/backend.h"
-#include "kv/kv-tiers.h"
+#include "core/backend/backend.h"
+#include "core/kv/kv-tiers.h"
 
 namespace ragkv::cli {
 

@@ -3,8 +3,8 @@
 
 #include <thread>
 
-#include "backend/cpu-backend.h"
-#include "util/error.h"
+#include "core/backend/cpu-backend.h"
+#include "core/util/error.h"
 #ifdef RAGKV_HAVE_CUDA
 #include "cuda/cuda-backend.h"
 #endif
@@ -38,10 +38,13 @@ std::unique_ptr<Backend> DeviceFlags::make_backend() const {
     fail("--device cuda: this ragkv was built without the CUDA backend (nvcc was not found)");
 #endif
   }
-  // "auto" stays on the CPU until the CUDA backend has been checked against it on a GPU (every
-  // op is implemented, but none has run on a device yet); DESIGN.md §1 makes it pick cuda when a
-  // GPU is present from then on.
-  if (device == "auto") return make_cpu_backend(thread_count());
+  // "auto": the GPU when this build has CUDA and a device is present (DESIGN.md §1), else the CPU.
+  if (device == "auto") {
+#ifdef RAGKV_HAVE_CUDA
+    if (cuda_device_present()) return make_cuda_backend(0);
+#endif
+    return make_cpu_backend(thread_count());
+  }
   fail("unknown device '{}' (expected cpu, cuda or auto)", device);
 }
 

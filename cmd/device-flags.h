@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "backend/backend.h"
+#include "core/backend/backend.h"
 
 namespace ragkv::cli {
 
@@ -15,8 +15,8 @@ struct DeviceFlags {
   int threads = 0;
   void add_to(CLI::App* app);
   int thread_count() const;  // --threads, or one per core
-  // The backend for --device: cpu, cuda (Error when no GPU or no CUDA build), or auto (the CPU
-  // until the CUDA backend has been validated on a GPU).
+  // The backend for --device: cpu, cuda (Error when no GPU or no CUDA build), or auto (cuda when
+  // a GPU is present in a CUDA build, else the CPU).
   std::unique_ptr<Backend> make_backend() const;
 };
 

@@ -11,13 +11,13 @@
 
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
-#include "format/gguf.h"
-#include "model/tokenizer.h"
+#include "core/format/gguf.h"
+#include "core/model/tokenizer.h"
 #include "retrieval/corpus.h"
-#include "model/embedder.h"
+#include "core/model/embedder.h"
 #include "retrieval/index-dir.h"
-#include "util/paths.h"
-#include "util/progress.h"
+#include "core/util/paths.h"
+#include "core/util/progress.h"
 
 namespace ragkv::cli {
 

@@ -1,11 +1,11 @@
-// The CLI11 check of one mode spec (rag/mode-spec.h), shared by the rag and bench command families.
+// The CLI11 check of one mode spec (core/rag/mode-spec.h), shared by the rag and bench command families.
 #pragma once
 #include <string>
 
 #include <CLI/CLI.hpp>
 
-#include "rag/mode-spec.h"
-#include "util/error.h"
+#include "core/rag/mode-spec.h"
+#include "core/util/error.h"
 
 namespace ragkv {
 

@@ -13,14 +13,14 @@
 
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
-#include "format/gguf.h"
-#include "model/chat-template.h"
-#include "model/generate.h"
-#include "model/model.h"
-#include "model/random-model.h"
-#include "model/tokenizer.h"
-#include "util/error.h"
-#include "util/paths.h"
+#include "core/format/gguf.h"
+#include "core/model/chat-template.h"
+#include "core/model/generate.h"
+#include "core/model/model.h"
+#include "core/model/random-model.h"
+#include "core/model/tokenizer.h"
+#include "core/util/error.h"
+#include "core/util/paths.h"
 
 namespace ragkv::cli {
 

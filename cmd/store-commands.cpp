@@ -1,6 +1,6 @@
 // store verify, repair, stats and gc (issue 16): a store's files read the way answer reads them, a
 // report, and an exit code; repair removes what fails and, given the index, computes it again; gc
-// shrinks the store to a byte budget by its eviction policy (kv/store-gc.h).
+// shrinks the store to a byte budget by its eviction policy (core/kv/store-gc.h).
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -13,17 +13,17 @@
 
 #include "cmd/command-family.h"
 #include "cmd/device-flags.h"
-#include "kv/store-check.h"
-#include "kv/store-gc.h"
-#include "model/model.h"
-#include "model/tokenizer.h"
-#include "rag/cache-keys.h"
-#include "rag/precompute.h"
-#include "rag/prompt.h"
+#include "core/kv/store-check.h"
+#include "core/kv/store-gc.h"
+#include "core/model/model.h"
+#include "core/model/tokenizer.h"
+#include "core/rag/cache-keys.h"
+#include "core/rag/precompute.h"
+#include "core/rag/prompt.h"
 #include "retrieval/index-dir.h"
-#include "util/error.h"
-#include "util/paths.h"
-#include "util/progress.h"
+#include "core/util/error.h"
+#include "core/util/paths.h"
+#include "core/util/progress.h"
 
 namespace ragkv::cli {
 

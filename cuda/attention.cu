@@ -55,7 +55,7 @@
 // a per-key SegmentMass looped over 32 segments per tile and sent [n_q][n_head][n_kv] to the host,
 // which made prophet selection 4.9x slower than full prefill on an H100 (bench/results).
 //
-// Numerics against the CPU reference (backend/cpu-backend.cpp: SGEMM scores, a two-pass softmax in
+// Numerics against the CPU reference (core/backend/cpu-backend.cpp: SGEMM scores, a two-pass softmax in
 // f32, SGEMM P·V): the same f32 operations in another order — dot products summed sequentially
 // over head_dim here, the running max rescaling O and l (each rescale one more rounding), and O
 // divided by l at the end instead of P normalised first. expf and tanhf are the accurate
@@ -437,7 +437,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
   }
 }
 
-// Throws ragkv::Error with a printf-style message. util/error.h (fmt) does not compile under
+// Throws ragkv::Error with a printf-style message. core/util/error.h (fmt) does not compile under
 // nvcc, so the error goes through the out-of-line CUDA failure path of cuda-check.cpp.
 [[noreturn]] __attribute__((format(printf, 1, 2))) void attention_fail(const char* fmt, ...) {
   char msg[384];

@@ -8,7 +8,7 @@
 namespace ragkv {
 
 // One attention call on device memory; the semantics are those of Backend::attention
-// (backend/backend.h) and its CPU reference (backend/cpu-backend.cpp).
+// (core/backend/backend.h) and its CPU reference (core/backend/cpu-backend.cpp).
 struct AttentionArgs {
   const float* q = nullptr;        // device f32 [n_q][n_head * head_dim], contiguous rows
   const int32_t* q_pos = nullptr;  // device [n_q] absolute positions (unused when !causal)

@@ -3,7 +3,7 @@
 // Plain conversions are memory-bound grid-stride loops (as elementwise.cu): one element per
 // thread per step, grid capped so huge tensors reuse threads. f32 → f16 is __float2half_rn,
 // round to nearest even with gradual underflow and overflow to inf: bit for bit what the host's
-// fp32_to_fp16 (format/fp16.h) produces, so weights converted here equal weights converted there.
+// fp32_to_fp16 (core/format/fp16.h) produces, so weights converted here equal weights converted there.
 //
 // GEMM operand (convert_rows_f32_to_f16_scaled_cuda): one thread block per row. The block first
 // finds the row's largest finite |x| (warp shuffles, one shared-memory hop across warps), then

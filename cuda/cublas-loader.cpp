@@ -3,7 +3,7 @@
 
 #include <dlfcn.h>
 
-#include "util/error.h"
+#include "core/util/error.h"
 
 namespace ragkv::cublas {
 

@@ -1,4 +1,4 @@
-// The CUDA backend: host side. The public ops of Backend (backend/backend-ops.cpp) have checked
+// The CUDA backend: host side. The public ops of Backend (core/backend/backend-ops.cpp) have checked
 // shapes, dtypes, indices and overlaps before any *_impl here runs; these add only the CUDA
 // backend's own limits, then call cuBLAS and the kernel launchers
 // (convert.cu, embed.cu, rows.cu, rms-norm.cu, layer-norm.cu, rope.cu, elementwise.cu) on the
@@ -8,7 +8,7 @@
 // warnings (and fmt's compile-time format checks, which nvcc cannot compile).
 //
 // Layering: ragkv_cuda sits on ragkv_backend (the interface and its checks) and, below it,
-// format/quant.h's dequantisation (ggml_row_bytes, dequantize_row); only cmd/ and the tests
+// core/format/quant.h's dequantisation (ggml_row_bytes, dequantize_row); only cmd/ and the tests
 // link it.
 #include "cuda/cuda-backend.h"
 
@@ -20,10 +20,10 @@
 #include <numeric>
 #include <optional>
 
-#include "util/error.h"
-#include "format/fp16.h"
-#include "format/gguf.h"
-#include "format/quant.h"
+#include "core/util/error.h"
+#include "core/format/fp16.h"
+#include "core/format/gguf.h"
+#include "core/format/quant.h"
 #include "cuda/attention.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/cublas-loader.h"
@@ -392,7 +392,7 @@ void CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the work buffer is reused by the next part
 }
 
-// ---- ops (arguments checked by Backend; see backend/backend-ops.cpp)
+// ---- ops (arguments checked by Backend; see core/backend/backend-ops.cpp)
 
 void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale) {
   const CudaWeight& cw = cuda_weight(table);

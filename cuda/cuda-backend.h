@@ -1,7 +1,7 @@
-// The CUDA backend (DESIGN.md §3): device memory and the ops of backend/backend.h on one CUDA
+// The CUDA backend (DESIGN.md §3): device memory and the ops of core/backend/backend.h on one CUDA
 // device, every op queued on one stream the backend owns. The CPU backend is the reference each
 // op is tested against (tests/test-cuda-ops.cpp). Arguments are checked once, by the public ops
-// of Backend (backend/backend-ops.cpp); this backend checks only its own limits (grid rows,
+// of Backend (core/backend/backend-ops.cpp); this backend checks only its own limits (grid rows,
 // cuBLAS's int dimensions, vector weights stored as f32).
 //
 // Implemented: memory; weights of every GGUF type the CPU backend accepts (matrices as f16,
@@ -9,12 +9,12 @@
 // layer_norm, gelu_erf, swiglu, geglu, add, copy (device to device), scatter_rows (into f32 or
 // f16), gather_rows and row_sq_dist (against f32 or f16 rows), attention (cuda/attention.cu:
 // fused, masked by absolute positions, optional segment mass; head_dim 32, 64, 128 or 256).
-// Every op of backend/backend.h is implemented, with every dtype it defines: supports() is true
+// Every op of core/backend/backend.h is implemented, with every dtype it defines: supports() is true
 // wherever backend_op_defined() is.
 //
 // Weight storage. Vectors (out_features == 1: norm weights, biases) are dequantised to f32.
 // Matrices (out_features > 1) are dequantised on the host exactly as the CPU backend does
-// (format/quant.h), checked, and stored as f16 [out][in], whatever their GGUF type. Why f16:
+// (core/format/quant.h), checked, and stored as f16 [out][in], whatever their GGUF type. Why f16:
 //  * precision: f16 keeps 11 significant bits, bf16 only 8. A dequantised Q4/Q8/K-quant value
 //    (an f16 scale times a small integer, minus an f16 offset) or an f32 weight rounds to f16
 //    with a relative error ≤ 2^-11, 8× less than in bf16; a bf16 weight (e.g. the random test
@@ -45,7 +45,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
+#include "core/backend/backend.h"
 
 namespace ragkv {
 

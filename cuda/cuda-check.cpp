@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "util/error.h"
+#include "core/util/error.h"
 #include "cuda/cublas-loader.h"
 
 namespace ragkv {

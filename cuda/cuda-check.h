@@ -2,7 +2,7 @@
 // statement, the file and the line (llm.c's cudaCheck). CUDA_CHECK_NOTHROW is for destructors
 // and other places that must not throw: it reports to stderr instead.
 //
-// This header stays free of fmt (util/error.h) so that .cu files can include it: fmt 9's headers
+// This header stays free of fmt (core/util/error.h) so that .cu files can include it: fmt 9's headers
 // do not compile under nvcc in C++20 mode. The failure paths live out of line in cuda-check.cpp,
 // compiled by the host compiler.
 #pragma once

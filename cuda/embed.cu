@@ -7,7 +7,7 @@
 // before the launch; nothing here reads outside the table for valid ids.
 //
 // Numerics: an f16 table widens exactly, and the one f32 multiply by scale is the CPU backend's
-// (backend/cpu-backend.cpp multiplies its f32 copy of the table the same way). The only difference
+// (core/backend/cpu-backend.cpp multiplies its f32 copy of the table the same way). The only difference
 // from the CPU is therefore the f16 storage of the table itself (load_weight, cuda-backend.cpp):
 // for a table whose values are f16-exact the results are bit-identical.
 #include <algorithm>

@@ -4,7 +4,7 @@
 //
 // Two passes over the row, like the CPU reference: the mean first, then Σ (x − mean)², so a row
 // with a large mean and a small spread loses nothing to cancellation. Both sums are accumulated in
-// double, as backend/cpu-backend.cpp does (LayerNorm is a small share of an encoder layer; FP64 adds
+// double, as core/backend/cpu-backend.cpp does (LayerNorm is a small share of an encoder layer; FP64 adds
 // are cheap at this size), so mean and variance agree with the CPU to a few double ulp and the
 // f32 results differ by at most a couple of f32 ulp. Then, in the CPU's order:
 //   inv = float(1 / sqrt(var / n + eps)) (in double), m = float(mean),

@@ -10,7 +10,7 @@
 // them only after the block-wide sum is complete. For the same reason x and y carry no
 // __restrict__.
 //
-// Numerics against the CPU reference (backend/cpu-backend.cpp, which sums in double): the sum of
+// Numerics against the CPU reference (core/backend/cpu-backend.cpp, which sums in double): the sum of
 // squares is a float tree reduction here, within a few ulp of the double sum for the row lengths
 // the models use; then inv = 1 / sqrt(ss / n + eps) and y = x · inv · w in the same order.
 #include "cuda/block-reduce.cuh"

@@ -5,7 +5,7 @@
 // Dimensions ≥ n_rot are never touched. f16 values are widened to f32, rotated, and rounded back
 // to nearest even, as the CPU backend does.
 //
-// Agreement with the CPU reference (backend/cpu-backend.cpp) rests on computing the same float θ:
+// Agreement with the CPU reference (core/backend/cpu-backend.cpp) rests on computing the same float θ:
 // the host computes the inv_freq table exactly as the CPU backend does (double pow, divided by
 // the freq factor, rounded to f32), and here θ is the same two float products. sinf/cosf are
 // the accurate versions (no --use_fast_math: their full range reduction matters, as θ reaches

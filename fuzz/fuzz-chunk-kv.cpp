@@ -1,5 +1,5 @@
-// Fuzz target: chunk-KV cache files (kv/chunk-kv-file.*, the .rkv files of a store) and the store
-// around them (kv/kv-store.*, kv/store-check.*, kv/verified-record.*, kv/variant-ledger.*).
+// Fuzz target: chunk-KV cache files (core/kv/chunk-kv-file.*, the .rkv files of a store) and the store
+// around them (core/kv/kv-store.*, core/kv/store-check.*, core/kv/verified-record.*, core/kv/variant-ledger.*).
 // Byte 0 of the input holds flags, the rest is:
 //   flag 2 clear: one .rkv file, opened as answer and store verify open it, every layer read;
 //   flag 2 set:   a store — store.json, verified.log, craft.json, variant-usage.json and one .rkv
@@ -12,19 +12,19 @@
 #include <cstring>
 #include <string>
 
-#include "format/checksum.h"
+#include "core/format/checksum.h"
 #include "fuzz/fuzz-common.h"
-#include "kv/chunk-kv-file.h"
-#include "kv/kv-store.h"
-#include "kv/store-check.h"
-#include "kv/variant-ledger.h"
+#include "core/kv/chunk-kv-file.h"
+#include "core/kv/kv-store.h"
+#include "core/kv/store-check.h"
+#include "core/kv/variant-ledger.h"
 
 using namespace ragkv;
 
 namespace {
 
 // Rewrites the checksums of a chunk file in place where its layout can be followed (the format
-// is in kv/chunk-kv-file.h); stops silently where it cannot.
+// is in core/kv/chunk-kv-file.h); stops silently where it cannot.
 void fix_checksums(std::string& f) {
   constexpr size_t kPre = 16;
   if (f.size() < kPre + 8) return;

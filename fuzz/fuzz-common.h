@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "util/error.h"
+#include "core/util/error.h"
 
 namespace ragkv::fuzz {
 

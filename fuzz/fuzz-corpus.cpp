@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string>
 
-#include "format/gguf.h"
+#include "core/format/gguf.h"
 #include "fuzz/fuzz-common.h"
-#include "model/tokenizer.h"
+#include "core/model/tokenizer.h"
 #include "retrieval/chunker.h"
 #include "retrieval/corpus.h"
 

@@ -1,18 +1,18 @@
-// Fuzz target: GGUF model files (format/gguf.*), untrusted input — several llama.cpp advisories
+// Fuzz target: GGUF model files (core/format/gguf.*), untrusted input — several llama.cpp advisories
 // were GGUF parsing overflows. The bytes are written to a file and go the way a model file goes:
-// the parser, every metadata getter, the hyper-parameters (model/model-config.*), the tokenizer
+// the parser, every metadata getter, the hyper-parameters (core/model/model-config.*), the tokenizer
 // built from the vocabulary, and the model loader's shape checks on the CPU backend; a model that
 // loads and is tiny runs a prompt and a decode step. Seeds: `ragkv make-test-model` files and edits of them
 // (fuzz/make-seeds.sh).
 #include <cstdint>
 #include <string>
 
-#include "backend/cpu-backend.h"
-#include "format/gguf.h"
+#include "core/backend/cpu-backend.h"
+#include "core/format/gguf.h"
 #include "fuzz/fuzz-common.h"
-#include "model/model-config.h"
-#include "model/model.h"
-#include "model/tokenizer.h"
+#include "core/model/model-config.h"
+#include "core/model/model.h"
+#include "core/model/tokenizer.h"
 
 using namespace ragkv;
 

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "format/checksum.h"
+#include "core/format/checksum.h"
 #include "fuzz/fuzz-common.h"
 #include "retrieval/hnsw-index.h"
 #include "retrieval/index-dir.h"

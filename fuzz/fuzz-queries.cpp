@@ -1,4 +1,4 @@
-// Fuzz target: QUERIES.jsonl (rag/queries.*), the file `answer` and `eval` read, under both
+// Fuzz target: QUERIES.jsonl (core/rag/queries.*), the file `answer` and `eval` read, under both
 // --on-error policies. Every query kept must be what the reader promises: a non-empty id, a
 // non-blank question, a 1-based line of the file, ids unique; every skipped line names FILE:LINE.
 #include <algorithm>
@@ -7,8 +7,8 @@
 #include <string>
 
 #include "fuzz/fuzz-common.h"
-#include "rag/queries.h"
-#include "util/utf8.h"
+#include "core/rag/queries.h"
+#include "core/util/utf8.h"
 
 using namespace ragkv;
 

@@ -1,6 +1,6 @@
-// Fuzz target: the sentence embedder's model folder — model.safetensors (format/safetensors.*),
+// Fuzz target: the sentence embedder's model folder — model.safetensors (core/format/safetensors.*),
 // config.json, vocab.txt, tokenizer_config.json and sentence_bert_config.json — as
-// Embedder::load reads it (model/embedder.*, model/wordpiece.*), then one embedding. The input is
+// Embedder::load reads it (core/model/embedder.*, core/model/wordpiece.*), then one embedding. The input is
 // the five files cut by fuzz-common.h's separator; an input without separators is the
 // safetensors file alone, beside a tiny valid BERT's other files (fuzz/make-seeds.cpp writes the
 // same tiny model as a seed).
@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/cpu-backend.h"
-#include "format/safetensors.h"
+#include "core/backend/cpu-backend.h"
+#include "core/format/safetensors.h"
 #include "fuzz/fuzz-common.h"
 #include "fuzz/tiny-bert.h"
-#include "model/embedder.h"
+#include "core/model/embedder.h"
 
 using namespace ragkv;
 

@@ -1,4 +1,4 @@
-// Fuzz target: GPT-2 byte-level BPE (model/tokenizer-bpe.cpp) over SmolLM2's vocabulary and
+// Fuzz target: GPT-2 byte-level BPE (core/model/tokenizer-bpe.cpp) over SmolLM2's vocabulary and
 // merges, with and without special-token parsing. Any bytes must tokenize without an exception,
 // to ids inside the vocabulary; printable ASCII text (every byte has a token) must decode back to
 // itself when special tokens are not parsed.
@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include "format/gguf.h"
+#include "core/format/gguf.h"
 #include "fuzz/fuzz-common.h"
-#include "model/tokenizer.h"
+#include "core/model/tokenizer.h"
 
 using namespace ragkv;
 

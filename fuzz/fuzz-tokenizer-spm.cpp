@@ -1,12 +1,12 @@
-// Fuzz target: SentencePiece (model/tokenizer-spm.cpp, through the sentencepiece library) over
+// Fuzz target: SentencePiece (core/model/tokenizer-spm.cpp, through the sentencepiece library) over
 // Gemma 3's vocabulary, with and without special-token parsing. Any bytes must tokenize without
 // an exception, to ids inside the vocabulary, and decode without one.
 #include <cstdint>
 #include <string>
 
-#include "format/gguf.h"
+#include "core/format/gguf.h"
 #include "fuzz/fuzz-common.h"
-#include "model/tokenizer.h"
+#include "core/model/tokenizer.h"
 
 using namespace ragkv;
 

@@ -1,4 +1,4 @@
-// Fuzz target: the embedder's WordPiece tokenizer (model/wordpiece.*) over all-MiniLM-L6-v2's
+// Fuzz target: the embedder's WordPiece tokenizer (core/model/wordpiece.*) over all-MiniLM-L6-v2's
 // vocabulary. Any bytes must give [CLS] ids [SEP], at most max_seq_length ids, each inside the
 // vocabulary, and encode's pieces must be tokenize's, cut.
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "fuzz/fuzz-common.h"
-#include "model/wordpiece.h"
+#include "core/model/wordpiece.h"
 
 using namespace ragkv;
 

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "format/gguf-writer.h"
+#include "core/format/gguf-writer.h"
 #include "fuzz/fuzz-common.h"
 #include "fuzz/tiny-bert.h"
-#include "kv/chunk-kv-file.h"
+#include "core/kv/chunk-kv-file.h"
 #include "retrieval/index-dir.h"
-#include "util/file-io.h"
+#include "core/util/file-io.h"
 
 using namespace ragkv;
 namespace fs = std::filesystem;
@@ -138,7 +138,7 @@ void chunk_kv_seeds(const fs::path& tmp) {
     seed("chunk-kv", "variant.flags" + std::to_string(flags), f + variant);
     seed("chunk-kv", "chain.flags" + std::to_string(flags), f + chain);
   }
-  // Compressed caches (file version 4, kv/kv-quant.h): 8- and 4-bit groups.
+  // Compressed caches (file version 4, core/kv/kv-quant.h): 8- and 4-bit groups.
   const std::string q8 = chunk_file(tmp, false, false, KvEncoding::from_bits(8)),
                     q4_variant = chunk_file(tmp, true, false, KvEncoding::from_bits(4));
   seed("chunk-kv", "canonical.q8.flags1", std::string(1, '\1') + q8);

@@ -9,8 +9,8 @@
 #include <mutex>
 #include <optional>
 
-#include "util/error.h"
-#include "model/tokenizer.h"
+#include "core/util/error.h"
+#include "core/model/tokenizer.h"
 
 namespace ragkv {
 

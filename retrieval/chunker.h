@@ -38,7 +38,7 @@ struct Chunk {
 };
 
 // Bounded work per byte on any text: the document is tokenized once (tokenizers bound their own
-// work, model/tokenizer.h), each window looks at a bounded stretch around its candidate cuts, and
+// work, core/model/tokenizer.h), each window looks at a bounded stretch around its candidate cuts, and
 // advanced(bytes) reports how far into the text the chunks have got, after each window (progress
 // during one long document).
 std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, const ChunkParams& p,

@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "util/error.h"
-#include "util/file-io.h"
-#include "util/json-files.h"
-#include "util/utf8.h"
+#include "core/util/error.h"
+#include "core/util/file-io.h"
+#include "core/util/json-files.h"
+#include "core/util/utf8.h"
 
 namespace ragkv {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "util/input-problems.h"
+#include "core/util/input-problems.h"
 
 namespace ragkv {
 

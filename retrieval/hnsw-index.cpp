@@ -14,8 +14,8 @@
 #include <limits>
 #include <queue>
 
-#include "util/error.h"
-#include "format/checked-file.h"
+#include "core/util/error.h"
+#include "core/format/checked-file.h"
 
 namespace ragkv {
 

@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "util/error.h"
-#include "format/checked-file.h"
-#include "format/checksum.h"
-#include "util/file-io.h"
-#include "util/json-files.h"
+#include "core/util/error.h"
+#include "core/format/checked-file.h"
+#include "core/format/checksum.h"
+#include "core/util/file-io.h"
+#include "core/util/json-files.h"
 
 namespace ragkv {
 

@@ -68,7 +68,7 @@ class IndexDir {
   ~IndexDir();
 
   const IndexManifest& manifest() const;
-  // "" when the index was built with the tokenizer of this fingerprint (model/tokenizer.h), else
+  // "" when the index was built with the tokenizer of this fingerprint (core/model/tokenizer.h), else
   // one line saying so: its chunk lengths were counted in another model's tokens. Callers warn
   // rather than fail — a chunk is tokenized again by the model that uses it, so answers are
   // right, only the chunk lengths differ from --chunk-tokens (the Gemma evaluations in

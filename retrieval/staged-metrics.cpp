@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "util/error.h"
+#include "core/util/error.h"
 
 namespace ragkv {
 

@@ -1,4 +1,4 @@
-// The public ops of Backend check their arguments once, for every backend (backend/backend-ops.cpp):
+// The public ops of Backend check their arguments once, for every backend (core/backend/backend-ops.cpp):
 // a table of misuse (wrong dtype, mismatched shapes, rows outside a tensor, counts of ids and
 // positions, outputs overlapping inputs, tensors and weights of another backend) that every
 // backend must refuse with a ragkv::Error naming the op, a table of valid calls (the aliasing the
@@ -16,11 +16,11 @@
 #include <utility>
 #include <vector>
 
-#include "backend/backend.h"
-#include "backend/cpu-backend.h"
-#include "format/gguf.h"
+#include "core/backend/backend.h"
+#include "core/backend/cpu-backend.h"
+#include "core/format/gguf.h"
 #include "tests/test-ops-util.h"
-#include "util/error.h"
+#include "core/util/error.h"
 #ifdef RAGKV_HAVE_CUDA
 #include "cuda/cuda-backend.h"
 #endif

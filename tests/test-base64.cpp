@@ -1,10 +1,10 @@
-// util/base64: RFC 4648 §10 test vectors, round trips of every length over all byte values, and
+// core/util/base64: RFC 4648 §10 test vectors, round trips of every length over all byte values, and
 // refusal of malformed text.
 #include <doctest/doctest.h>
 
 #include <string>
 
-#include "util/base64.h"
+#include "core/util/base64.h"
 
 using ragkv::base64_decode;
 using ragkv::base64_encode;

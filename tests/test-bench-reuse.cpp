@@ -16,10 +16,10 @@
 #include <set>
 #include <string>
 
-#include "backend/cpu-backend.h"
+#include "core/backend/cpu-backend.h"
 #include "bench/reuse-bench.h"
-#include "util/error.h"
-#include "model/random-model.h"
+#include "core/util/error.h"
+#include "core/model/random-model.h"
 #include "tests/test-tempdir.h"
 
 using namespace ragkv;

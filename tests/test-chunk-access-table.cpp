@@ -1,9 +1,9 @@
-// CRAFT's CA-Table (rag/chunk-access-table.h): the paper's worked example of promotion (§4,
+// CRAFT's CA-Table (core/rag/chunk-access-table.h): the paper's worked example of promotion (§4,
 // threshold 2), the sliding window, and frequency order with ties in retrieval order.
 #include <doctest/doctest.h>
 
-#include "rag/chunk-access-table.h"
-#include "util/error.h"
+#include "core/rag/chunk-access-table.h"
+#include "core/util/error.h"
 
 using namespace ragkv;
 

@@ -1,8 +1,8 @@
-// CRAFT §3's Prefix and Total overlap (rag/chunk-overlap.h): the paper's worked example, a third
+// CRAFT §3's Prefix and Total overlap (core/rag/chunk-overlap.h): the paper's worked example, a third
 // request that shares chunks only out of position, repeats and empty requests.
 #include <doctest/doctest.h>
 
-#include "rag/chunk-overlap.h"
+#include "core/rag/chunk-overlap.h"
 
 using namespace ragkv;
 

@@ -24,12 +24,12 @@
 
 #include <fmt/format.h>
 
-#include "kv/claim-set.h"
-#include "kv/claimed-work.h"
-#include "kv/kv-store.h"
-#include "kv/store-check.h"
-#include "util/file-io.h"
-#include "util/process-identity.h"
+#include "core/kv/claim-set.h"
+#include "core/kv/claimed-work.h"
+#include "core/kv/kv-store.h"
+#include "core/kv/store-check.h"
+#include "core/util/file-io.h"
+#include "core/util/process-identity.h"
 #include "tests/test-tempdir.h"
 
 namespace {

@@ -17,7 +17,7 @@
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"
-#include "util/file-io.h"
+#include "core/util/file-io.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "format/gguf.h"
+#include "core/format/gguf.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"

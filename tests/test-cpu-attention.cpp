@@ -1,4 +1,4 @@
-// The CPU backend's tiled prompt attention (backend/cpu-attention.cpp): against the SGEMM path on
+// The CPU backend's tiled prompt attention (core/backend/cpu-attention.cpp): against the SGEMM path on
 // the same keys given out of order (which it does not take), against double precision, each row's
 // bits independent of the other rows in the call and of the thread count, and both kernel tables.
 #include <doctest/doctest.h>
@@ -8,11 +8,11 @@
 #include <numeric>
 #include <random>
 
-#include "backend/backend.h"
-#include "backend/cpu-attention.h"
-#include "backend/cpu-backend.h"
-#include "backend/quant-kernels.h"
-#include "format/fp16.h"
+#include "core/backend/backend.h"
+#include "core/backend/cpu-attention.h"
+#include "core/backend/cpu-backend.h"
+#include "core/backend/quant-kernels.h"
+#include "core/format/fp16.h"
 #include "tests/test-ops-util.h"
 
 using namespace ragkv;

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <random>
 
-#include "backend/backend.h"
-#include "backend/cpu-backend.h"
-#include "util/error.h"
-#include "format/fp16.h"
-#include "format/gguf.h"
+#include "core/backend/backend.h"
+#include "core/backend/cpu-backend.h"
+#include "core/util/error.h"
+#include "core/format/fp16.h"
+#include "core/format/gguf.h"
 #include "tests/test-ops-util.h"
 
 using namespace ragkv;

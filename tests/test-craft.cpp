@@ -1,4 +1,4 @@
-// Cache-Craft (rag/variant-choice.h, rag/focused-chunks.h, rag/variant-compute.h, the craft plan
+// Cache-Craft (core/rag/variant-choice.h, core/rag/focused-chunks.h, core/rag/variant-compute.h, the craft plan
 // and variants in the store) against values worked out by hand from the paper's definitions
 // (cache-craft.txt Eq. 6–14, Algorithm 1), without a model.
 #include <doctest/doctest.h>
@@ -14,16 +14,16 @@
 #include <thread>
 #include <vector>
 
-#include "kv/chunk-kv-file.h"
-#include "kv/kv-store.h"
-#include "kv/segment-kv.h"
-#include "kv/variant-ledger.h"
-#include "eval/alpha-fit.h"
-#include "rag/focused-chunks.h"
-#include "rag/mode-spec.h"
-#include "rag/plan.h"
-#include "rag/variant-choice.h"
-#include "rag/variant-compute.h"
+#include "core/kv/chunk-kv-file.h"
+#include "core/kv/kv-store.h"
+#include "core/kv/segment-kv.h"
+#include "core/kv/variant-ledger.h"
+#include "core/eval/alpha-fit.h"
+#include "core/rag/focused-chunks.h"
+#include "core/rag/mode-spec.h"
+#include "core/rag/plan.h"
+#include "core/rag/variant-choice.h"
+#include "core/rag/variant-compute.h"
 #include "tests/test-tempdir.h"
 
 namespace {

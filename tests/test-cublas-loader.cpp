@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cuda/cublas-loader.h"
-#include "util/error.h"
+#include "core/util/error.h"
 
 TEST_CASE("cublas loader: the toolkit's cuBLAS loads with every function the backend calls") {
   const ragkv::cublas::Api& a = ragkv::cublas::api();

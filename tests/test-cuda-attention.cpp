@@ -1,5 +1,5 @@
 // The fused CUDA attention kernel (cuda/attention.cu) against the CPU reference backend
-// (Backend::attention in backend/cpu-backend.cpp), DESIGN.md §3 and §4.
+// (Backend::attention in core/backend/cpu-backend.cpp), DESIGN.md §3 and §4.
 //
 // attention_cuda runs on device buffers made here with cudaMalloc/cudaMemcpy, the CPU backend on
 // the same inputs (f16 K/V rounded once on the host, so both start from the same bits), over a
@@ -44,10 +44,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
-#include "backend/cpu-backend.h"
-#include "util/error.h"
-#include "format/fp16.h"
+#include "core/backend/backend.h"
+#include "core/backend/cpu-backend.h"
+#include "core/util/error.h"
+#include "core/format/fp16.h"
 #include "cuda/attention.cuh"
 #include "cuda/cuda-backend.h"
 

@@ -1,7 +1,7 @@
 // End to end on the CUDA backend against the CPU backend: whole prefills and greedy decoding on
 // random GGUF models with the default models' shapes (SmolLM2-135M and Gemma 3 270M layer
 // sizes; the real files are too large to copy to the GPU machine, so the models are written
-// where the test runs, by model/random-model).
+// where the test runs, by core/model/random-model).
 //
 // Tolerances. Both backends start from the same f16 weights (exact in f32 on the CPU); the CUDA
 // backend also rounds every matmul input row to f16 (relative error 2^-11 per element) and sums
@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "model/generate.h"
-#include "backend/cpu-backend.h"
-#include "model/model.h"
-#include "model/random-model.h"
+#include "core/model/generate.h"
+#include "core/backend/cpu-backend.h"
+#include "core/model/model.h"
+#include "core/model/random-model.h"
 #include "cuda/cuda-backend.h"
 #include "tests/test-tempdir.h"
 

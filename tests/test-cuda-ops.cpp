@@ -55,12 +55,12 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
-#include "backend/cpu-backend.h"
-#include "util/error.h"
-#include "format/fp16.h"
-#include "format/gguf.h"
-#include "format/quant.h"
+#include "core/backend/backend.h"
+#include "core/backend/cpu-backend.h"
+#include "core/util/error.h"
+#include "core/format/fp16.h"
+#include "core/format/gguf.h"
+#include "core/format/quant.h"
 #include "cuda/convert.cuh"
 #include "cuda/cuda-backend.h"
 
@@ -208,7 +208,7 @@ ragkv::GgufTensor f32_vector(const std::string& name, const std::vector<float>& 
 const int64_t kRows[] = {1, 7, 33};
 const int64_t kCols[] = {1, 64, 576, 1000, 1023, 1024, 2049};
 
-// Every GGUF type the CPU backend dequantises (format/quant.h).
+// Every GGUF type the CPU backend dequantises (core/format/quant.h).
 const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                                  GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                                  GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
@@ -859,7 +859,7 @@ TEST_CASE("cuda: rope matches the CPU backend (f32/f16, normal/NeoX, freq factor
   }
 }
 
-TEST_CASE("cuda: f32 <-> f16 conversion kernels round like format/fp16.h, bit for bit") {
+TEST_CASE("cuda: f32 <-> f16 conversion kernels round like core/format/fp16.h, bit for bit") {
   if (gpu_missing()) return;
   auto gpu = ragkv::make_cuda_backend(0);
   const cudaStream_t stream = static_cast<ragkv::CudaBackend&>(*gpu).stream();

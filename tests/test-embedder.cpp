@@ -9,12 +9,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
-#include "backend/cpu-backend.h"
-#include "util/error.h"
-#include "format/safetensors.h"
-#include "model/embedder.h"
-#include "model/wordpiece.h"
+#include "core/backend/backend.h"
+#include "core/backend/cpu-backend.h"
+#include "core/util/error.h"
+#include "core/format/safetensors.h"
+#include "core/model/embedder.h"
+#include "core/model/wordpiece.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 

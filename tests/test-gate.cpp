@@ -8,15 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "eval/gate.h"
-#include "eval/metrics.h"
-#include "eval/records.h"
-#include "eval/report.h"
-#include "eval/tradeoff-plot.h"
+#include "core/eval/gate.h"
+#include "core/eval/metrics.h"
+#include "core/eval/records.h"
+#include "core/eval/report.h"
+#include "core/eval/tradeoff-plot.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
-#include "util/file-io.h"
-#include "util/json-files.h"
+#include "core/util/file-io.h"
+#include "core/util/json-files.h"
 
 namespace {
 
@@ -109,7 +109,7 @@ TEST_CASE("gate: on a recorded eval, reuse fails, prefix and a good blend pass, 
 TEST_CASE("gate: the recorded default eval of 30 SQuAD questions fails reuse and passes prefix") {
   // testdata/gate-squad30-smollm2.answers.jsonl: the --answers records of
   //   ragkv eval squad30.jsonl --modes prefix,reuse,blend --top-k 5 --max-tokens 16 (SmolLM2,
-  //   default blend prophet@0.2), bench/results/2026-11-23-gate-squad30-smollm2.md.
+  //   default blend prophet@0.2), bench/results/2026-11-23-fidelity-selection/2026-11-23-gate-squad30-smollm2.md.
   EvalSettings settings;
   settings.modes = {"full", "prefix", "reuse", "blend"};
   std::vector<EvalItem> items;

@@ -9,14 +9,14 @@
 #include <fstream>
 #include <iterator>
 
-#include "backend/backend.h"
-#include "backend/cpu-backend.h"
-#include "util/error.h"
-#include "format/gguf-writer.h"
-#include "format/gguf.h"
-#include "model/model-config.h"
-#include "model/model.h"
-#include "model/random-model.h"
+#include "core/backend/backend.h"
+#include "core/backend/cpu-backend.h"
+#include "core/util/error.h"
+#include "core/format/gguf-writer.h"
+#include "core/format/gguf.h"
+#include "core/model/model-config.h"
+#include "core/model/model.h"
+#include "core/model/random-model.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 

@@ -1,4 +1,4 @@
-// The knowledge tree's decisions (kv/knowledge-tree.h) on synthetic traces, without a model:
+// The knowledge tree's decisions (core/kv/knowledge-tree.h) on synthetic traces, without a model:
 // PGDSF, GDSF and LRU victims worked by hand from RAGCache's Formulas 2–4, swap-out-only-once,
 // leaf-first and multi-level eviction, budgets that are never exceeded on random traces, prefix
 // matching; and the prefill cost model (bilinear interpolation, the online fit).
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/cache-policy.h"
-#include "kv/knowledge-tree.h"
+#include "core/kv/cache-policy.h"
+#include "core/kv/knowledge-tree.h"
 
 namespace {
 

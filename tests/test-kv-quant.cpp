@@ -1,4 +1,4 @@
-// Quantised chunk caches (issue 14 item 7; kv/kv-quant.h): the KIVI groups' round-trip error
+// Quantised chunk caches (issue 14 item 7; core/kv/kv-quant.h): the KIVI groups' round-trip error
 // within its stated bound per bit width on random and outlier-channel data — checked against
 // group ranges computed here independently — K per channel beating per-token groups on outlier
 // channels (KIVI's reason), sizes, determinism; version-4 chunk files read back as their decoded
@@ -19,11 +19,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "format/checksum.h"
-#include "format/fp16.h"
-#include "kv/kv-quant.h"
-#include "kv/kv-store.h"
-#include "kv/segment-kv.h"
+#include "core/format/checksum.h"
+#include "core/format/fp16.h"
+#include "core/kv/kv-quant.h"
+#include "core/kv/kv-store.h"
+#include "core/kv/segment-kv.h"
 #include "tests/test-tempdir.h"
 
 namespace {

@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cpu-backend.h"
-#include "format/checked-file.h"
-#include "kv/kv-store.h"
-#include "kv/kv-tiers.h"
-#include "kv/segment-kv.h"
+#include "core/backend/cpu-backend.h"
+#include "core/format/checked-file.h"
+#include "core/kv/kv-store.h"
+#include "core/kv/kv-tiers.h"
+#include "core/kv/segment-kv.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"
 

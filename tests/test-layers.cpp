@@ -1,5 +1,5 @@
-// The layering rule of DESIGN.md §2, checked on the source tree: folders are layers, and a file
-// includes only from its own folder or from a layer below. Peers (cuda/model, retrieval/kv) do
+// The layering rule of DESIGN.md §2, checked on the source tree: folders are layers (the engine's
+// under core/), and a file includes only from its own folder or from a layer below. Peers (cuda/model, retrieval/kv) do
 // not include each other. Each folder is one CMake library linked in the same direction, so an
 // upward include that slipped past the linker (a header-only use) still fails here.
 #include <doctest/doctest.h>
@@ -21,17 +21,19 @@ namespace fs = std::filesystem;
 // Rank of each layer, lowest first; equal ranks are peers.
 const std::map<std::string, int>& layer_ranks() {
   static const std::map<std::string, int> ranks = {
-      {"util", 0}, {"format", 1}, {"backend", 2}, {"cuda", 3}, {"model", 3}, {"retrieval", 4},
-      {"kv", 4},   {"rag", 5},    {"eval", 6},    {"bench", 7}, {"cmd", 8},
+      {"core/util", 0}, {"core/format", 1}, {"core/backend", 2}, {"cuda", 3},  {"core/model", 3},
+      {"retrieval", 4}, {"core/kv", 4},     {"core/rag", 5},     {"core/eval", 6}, {"bench", 7},
+      {"cmd", 8},
   };
   return ranks;
 }
 
 // The includes of `text` (a file of layer `layer`, named `name`) that break the rule, one
-// "name:line: includes "x/y.h" (layer x is not below layer)" each.
+// "name:line: includes "x/..." (layer x is not below layer)" each; a layer under core/ is named
+// with its prefix ("core/rag").
 std::vector<std::string> layering_violations(const std::string& name, const std::string& layer,
                                              const std::string& text) {
-  static const std::regex include_re(R"re(^\s*#\s*include\s*"([^"/]+)/[^"]+")re");
+  static const std::regex include_re(R"re(^\s*#\s*include\s*"((?:core/)?[^"/]+)/[^"]+")re");
   const auto& ranks = layer_ranks();
   const int own = ranks.at(layer);
   std::vector<std::string> out;
@@ -53,14 +55,16 @@ std::vector<std::string> layering_violations(const std::string& name, const std:
 }  // namespace
 
 TEST_CASE("layers: the checker flags upward and sideways includes, and passes downward ones") {
-  CHECK(layering_violations("kv/a.cpp", "kv", "#include \"util/error.h\"\n#include \"model/model.h\"\n").empty());
-  CHECK(layering_violations("kv/a.cpp", "kv", "#include \"kv/kv-store.h\"\n#include <vector>\n").empty());
-  const auto up = layering_violations("model/m.cpp", "model", "// x\n#include \"rag/plan.h\"\n");
+  CHECK(layering_violations("core/kv/a.cpp", "core/kv", "#include \"core/util/error.h\"\n#include \"core/backend/backend.h\"\n").empty());
+  CHECK(layering_violations("core/kv/a.cpp", "core/kv", "#include \"core/kv/kv-store.h\"\n#include <vector>\n").empty());
+  const auto up = layering_violations("core/model/m.cpp", "core/model", "// x\n#include \"core/rag/plan.h\"\n");
   REQUIRE(up.size() == 1);
-  CHECK(up[0] == "model/m.cpp:2: includes \"rag/...\" (layer rag is not below model)");
-  CHECK(layering_violations("cuda/c.cpp", "cuda", "  #  include \"model/model.h\"").size() == 1);  // a peer
-  CHECK(layering_violations("retrieval/r.h", "retrieval", "#include \"kv/kv-store.h\"").size() == 1);
-  CHECK(layering_violations("backend/b.cpp", "backend", "#include \"cuda/cuda-backend.h\"").size() == 1);
+  CHECK(up[0] == "core/model/m.cpp:2: includes \"core/rag/...\" (layer core/rag is not below core/model)");
+  CHECK(layering_violations("cuda/c.cpp", "cuda", "  #  include \"core/model/model.h\"").size() == 1);  // a peer
+  CHECK(layering_violations("retrieval/r.h", "retrieval", "#include \"core/kv/kv-store.h\"").size() == 1);
+  CHECK(layering_violations("core/kv/k.h", "core/kv", "#include \"retrieval/index-dir.h\"").size() == 1);
+  CHECK(layering_violations("core/rag/r.cpp", "core/rag", "#include \"retrieval/index-dir.h\"").empty());
+  CHECK(layering_violations("core/backend/b.cpp", "core/backend", "#include \"cuda/cuda-backend.h\"").size() == 1);
 }
 
 TEST_CASE("layers: no file of the source tree includes from a layer above its own") {

@@ -1,4 +1,4 @@
-// The loading controller (rag/loading-controller.h): its decisions on hand-computed cases (a slow
+// The loading controller (core/rag/loading-controller.h): its decisions on hand-computed cases (a slow
 // tier is recomputed, a fast one loaded, a load hidden under compute kept, Cache-Craft Eq. 16's
 // preload depth, CacheBlend §5.1's hidden ratio at its boundary), the machine profile's file
 // (round trip, corrupt file named, another model's remeasured), and end to end on the default
@@ -11,18 +11,18 @@
 #include <fstream>
 #include <vector>
 
-#include "eval/metrics.h"
-#include "kv/kv-store.h"
-#include "kv/kv-tiers.h"
-#include "kv/tier-read-rates.h"
-#include "rag/answer.h"
-#include "rag/cache-keys.h"
-#include "rag/cost-profile.h"
-#include "rag/loading-controller.h"
-#include "rag/precompute.h"
+#include "core/eval/metrics.h"
+#include "core/kv/kv-store.h"
+#include "core/kv/kv-tiers.h"
+#include "core/kv/tier-read-rates.h"
+#include "core/rag/answer.h"
+#include "core/rag/cache-keys.h"
+#include "core/rag/cost-profile.h"
+#include "core/rag/loading-controller.h"
+#include "core/rag/precompute.h"
 #include "tests/test-rag-mini.h"
 #include "tests/test-tempdir.h"
-#include "util/error.h"
+#include "core/util/error.h"
 
 namespace {
 

@@ -15,13 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "util/error.h"
+#include "core/util/error.h"
 #include "bench/prefill-bench.h"
-#include "model/generate.h"
-#include "backend/cpu-backend.h"
-#include "model/model.h"
-#include "model/random-model.h"
-#include "format/gguf.h"
+#include "core/model/generate.h"
+#include "core/backend/cpu-backend.h"
+#include "core/model/model.h"
+#include "core/model/random-model.h"
+#include "core/format/gguf.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"
@@ -401,7 +401,7 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
     // weights quantised: a prompt's rows meet them dequantised tile by tile (f32 SGEMM), but one
     // row — the output head on the last token, every decode step — meets them in the integer
     // block kernels with its activations rounded to 8 bits per block (as llama.cpp does,
-    // backend/quant-kernels.h). Tolerance: |Δlogit| ≤ 0.5, rms Δ ≤ 1 % of the logits' rms,
+    // core/backend/quant-kernels.h). Tolerance: |Δlogit| ≤ 0.5, rms Δ ≤ 1 % of the logits' rms,
     // KL(reference ‖ ours) over the reference's top 256 tokens ≤ 0.002 nat (measured on these
     // prompts: ≤ 0.31, ≤ 0.5 %, ≤ 0.0006; with f32 products everywhere before: ≤ 0.009, ≤ 0.03 %).
     // Greedy tokens: the first equal to transformers', and where our run leaves transformers', a

@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "backend/backend.h"
-#include "format/gguf.h"
+#include "core/backend/backend.h"
+#include "core/format/gguf.h"
 
 namespace ragkv::test {
 

@@ -1,4 +1,4 @@
-// The plan step (rag/plan.h) on a hand-made prompt, without a model: which segments are cached
+// The plan step (core/rag/plan.h) on a hand-made prompt, without a model: which segments are cached
 // and exact, which rows each mode computes, the gradual-filtering schedule, the HKVD selection,
 // per-tier counts, and what dropping a cache that failed to load changes.
 #include <doctest/doctest.h>
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "kv/chunk-kv-file.h"
-#include "kv/segment-kv.h"
-#include "rag/mode-spec.h"
-#include "rag/plan.h"
+#include "core/kv/chunk-kv-file.h"
+#include "core/kv/segment-kv.h"
+#include "core/rag/mode-spec.h"
+#include "core/rag/plan.h"
 #include "tests/test-tempdir.h"
 
 namespace {

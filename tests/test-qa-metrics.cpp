@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "util/error.h"
-#include "eval/metrics.h"
+#include "core/util/error.h"
+#include "core/eval/metrics.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The CPU backend's quantised product kernels (backend/quant-kernels.h) on random blocks of every
+// The CPU backend's quantised product kernels (core/backend/quant-kernels.h) on random blocks of every
 // weight type they serve, odd row counts (the AVX2 table's 4-row register tiles leave tails) and
 // several block counts: each product against dequantise-then-f32 in double precision, the
 // portable table against the AVX2 one, each output row independent of the other rows of the call,
@@ -10,12 +10,12 @@
 #include <random>
 #include <vector>
 
-#include "backend/backend.h"
-#include "backend/cpu-backend.h"
-#include "backend/quant-kernels.h"
-#include "format/fp16.h"
-#include "format/gguf.h"
-#include "format/quant.h"
+#include "core/backend/backend.h"
+#include "core/backend/cpu-backend.h"
+#include "core/backend/quant-kernels.h"
+#include "core/format/fp16.h"
+#include "core/format/gguf.h"
+#include "core/format/quant.h"
 #include "tests/test-ops-util.h"
 
 using namespace ragkv;
@@ -44,7 +44,7 @@ DotRef dot_ref(const float* w, const float* x, int64_t k) {
 }
 
 // `rows` random rows of k values of type t: random quant bytes, with every f16 scale, min and
-// value field set to a finite value of a realistic size (the block layouts of format/quant.cpp).
+// value field set to a finite value of a realistic size (the block layouts of core/format/quant.cpp).
 std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);

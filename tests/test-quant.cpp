@@ -1,5 +1,5 @@
-// Tests of format/quant (type geometry, dequantisation against gguf-py golden values) and of the
-// fp16/bf16 conversions in format/fp16.h.
+// Tests of core/format/quant (type geometry, dequantisation against gguf-py golden values) and of the
+// fp16/bf16 conversions in core/format/fp16.h.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "util/error.h"
-#include "format/fp16.h"
-#include "format/quant.h"
+#include "core/util/error.h"
+#include "core/format/fp16.h"
+#include "core/format/quant.h"
 #include "tests/test-paths.h"
 
 namespace {

@@ -1,5 +1,5 @@
-// Tests of format/quantize (the round-to-nearest encoders): each type's rows, quantised and read
-// back by format/quant's dequantiser (itself checked against gguf-py, tests/test-quant.cpp), stay
+// Tests of core/format/quantize (the round-to-nearest encoders): each type's rows, quantised and read
+// back by core/format/quant's dequantiser (itself checked against gguf-py, tests/test-quant.cpp), stay
 // within the type's stated error bound of every element, and the error is as small on average as
 // the codes allow. The bounds, per block (legacy types) or super-block (K-quants), with
 // amax = max|x| and, for types with a min, R = max(x) − min(x) (K-quants: the range including 0):
@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "format/quant.h"
-#include "format/quantize.h"
-#include "util/error.h"
+#include "core/format/quant.h"
+#include "core/format/quantize.h"
+#include "core/util/error.h"
 
 using namespace ragkv;
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "util/error.h"
-#include "rag/queries.h"
+#include "core/util/error.h"
+#include "core/rag/queries.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"

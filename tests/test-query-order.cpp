@@ -1,4 +1,4 @@
-// The answering order of a batch (rag/query-order.h): whole-file grouping by chunk sequence,
+// The answering order of a batch (core/rag/query-order.h): whole-file grouping by chunk sequence,
 // RAGCache §5.2's OrderPriority within the window against a knowledge tree, input order with
 // --no-reorder; every query is given exactly once.
 #include <doctest/doctest.h>
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/knowledge-tree.h"
-#include "rag/query-order.h"
+#include "core/kv/knowledge-tree.h"
+#include "core/rag/query-order.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu-backend.h"
-#include "model/model.h"
-#include "rag/prompt.h"
+#include "core/backend/cpu-backend.h"
+#include "core/model/model.h"
+#include "core/rag/prompt.h"
 #include "retrieval/chunker.h"
 #include "tests/test-paths.h"
 

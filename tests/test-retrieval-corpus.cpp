@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "util/error.h"
-#include "format/gguf.h"
-#include "model/tokenizer.h"
+#include "core/util/error.h"
+#include "core/format/gguf.h"
+#include "core/model/tokenizer.h"
 #include "retrieval/chunker.h"
 #include "retrieval/corpus.h"
-#include "util/utf8.h"
+#include "core/util/utf8.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"

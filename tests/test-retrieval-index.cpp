@@ -13,10 +13,10 @@
 #include <random>
 #include <set>
 
-#include "util/error.h"
-#include "format/gguf.h"
-#include "model/tokenizer.h"
-#include "format/checked-file.h"
+#include "core/util/error.h"
+#include "core/format/gguf.h"
+#include "core/model/tokenizer.h"
+#include "core/format/checked-file.h"
 #include "retrieval/index-dir.h"
 #include "retrieval/staged-metrics.h"
 #include "tests/test-paths.h"

@@ -14,17 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu-backend.h"
-#include "format/fp16.h"
-#include "kv/kv-store.h"
-#include "kv/kv-tiers.h"
-#include "model/model.h"
-#include "model/random-model.h"
-#include "rag/cache-keys.h"
-#include "rag/fusor.h"
-#include "rag/plan.h"
-#include "rag/precompute.h"
-#include "rag/prompt.h"
+#include "core/backend/cpu-backend.h"
+#include "core/format/fp16.h"
+#include "core/kv/kv-store.h"
+#include "core/kv/kv-tiers.h"
+#include "core/model/model.h"
+#include "core/model/random-model.h"
+#include "core/rag/cache-keys.h"
+#include "core/rag/fusor.h"
+#include "core/rag/plan.h"
+#include "core/rag/precompute.h"
+#include "core/rag/prompt.h"
 #include "retrieval/chunker.h"
 #include "tests/test-tempdir.h"
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "kv/kv-prefetch.h"
-#include "kv/kv-store.h"
-#include "rag/speculation.h"
+#include "core/kv/kv-prefetch.h"
+#include "core/kv/kv-store.h"
+#include "core/rag/speculation.h"
 #include "retrieval/hnsw-index.h"
 #include "retrieval/staged-metrics.h"
 #include "tests/test-tempdir.h"

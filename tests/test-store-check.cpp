@@ -21,11 +21,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kv/kv-store.h"
-#include "kv/store-check.h"
-#include "kv/verified-record.h"
-#include "util/error.h"
-#include "util/file-io.h"
+#include "core/kv/kv-store.h"
+#include "core/kv/store-check.h"
+#include "core/kv/verified-record.h"
+#include "core/util/error.h"
+#include "core/util/file-io.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"

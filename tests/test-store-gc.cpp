@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "kv/claim-set.h"
-#include "kv/kv-store.h"
-#include "kv/store-gc.h"
-#include "kv/store-lock.h"
-#include "kv/variant-ledger.h"
-#include "util/file-io.h"
+#include "core/kv/claim-set.h"
+#include "core/kv/kv-store.h"
+#include "core/kv/store-gc.h"
+#include "core/kv/store-lock.h"
+#include "core/kv/variant-ledger.h"
+#include "core/util/file-io.h"
 #include "tests/test-tempdir.h"
 
 namespace {

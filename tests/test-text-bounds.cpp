@@ -1,5 +1,5 @@
 // Bounded work per byte on hostile text (issue 16): giant runs are cut before merging
-// (model/tokenizer.h split_giant_runs), the chunker looks at a bounded stretch around each cut, and
+// (core/model/tokenizer.h split_giant_runs), the chunker looks at a bounded stretch around each cut, and
 // both grow linearly with the input — checked as a ratio of thread CPU times (a quadratic stage
 // takes 64 times as long on 8 times the input; linear ones about 8), not as absolute seconds.
 #include <doctest/doctest.h>
@@ -9,9 +9,9 @@
 #include <functional>
 #include <string>
 
-#include "format/gguf.h"
-#include "model/tokenizer.h"
-#include "model/wordpiece.h"
+#include "core/format/gguf.h"
+#include "core/model/tokenizer.h"
+#include "core/model/wordpiece.h"
 #include "retrieval/chunker.h"
 #include "tests/test-paths.h"
 

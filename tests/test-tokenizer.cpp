@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "util/error.h"
-#include "format/gguf-writer.h"
-#include "format/gguf.h"
-#include "model/tokenizer.h"
+#include "core/util/error.h"
+#include "core/format/gguf-writer.h"
+#include "core/format/gguf.h"
+#include "core/model/tokenizer.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 

@@ -15,9 +15,9 @@
 #include <memory>
 #include <string>
 
-#include "util/error.h"
-#include "format/gguf.h"
-#include "model/tokenizer.h"
+#include "core/util/error.h"
+#include "core/format/gguf.h"
+#include "core/model/tokenizer.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 

@@ -1,0 +1,310 @@
+// The backend interface (DESIGN.md §3): memory and the named ops the transformer layer loop
+// calls. The CPU backend (cpu-backend.cpp) implements everything and is the numerical
+// reference; the CUDA backend (cuda/) implements the same ops on device memory.
+//
+// Tensors are row-major 2-D views [rows][cols] on one backend's memory. Multi-head data is a
+// 2-D view with the heads side by side in a row: [n_tok][n_head * head_dim]. KV buffers are f16
+// [n_ctx][n_kv_head * head_dim] per layer, in every mode (DESIGN.md §4), and rows of the buffer
+// carry explicit absolute positions, so attention can run for an arbitrary set of query rows
+// against an arbitrary set of cached key rows (the selective-recompute fusor).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/format/quant.h"
+
+namespace ragkv {
+
+struct GgufTensor;
+
+enum class DType : uint8_t { f32, f16 };
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+enum class DeviceKind : uint8_t { cpu, cuda };
+
+// Whether a backend may compute on a weight tensor's bytes where they lie (load_weight): in_place
+// when the caller keeps the mapped file open for the weight's lifetime (Model keeps its GGUF), so
+// the CPU backend neither copies nor dequantises it; copy otherwise.
+enum class WeightMemory : uint8_t { copy, in_place };
+
+// What a product may do to its activations. f32: use them as they are, so a row's result does not
+// depend on how rows are grouped into calls (prompts: full, prefix and blend agree on the rows
+// they share). block8: a backend may round them per block to 8 bits for integer dot products on
+// quantised weights, as llama.cpp does — decode steps, where reading the weights dominates (the
+// CPU backend does; weights marked Weight::wide_activations never are).
+enum class Activations : uint8_t { f32, block8 };
+
+class Backend;
+
+// Owned memory of one backend; freed through the backend that allocated it.
+class Storage {
+ public:
+  Storage(Backend* owner, void* data, size_t bytes) : owner_(owner), data_(data), bytes_(bytes) {}
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  const Backend* owner() const { return owner_; }
+
+ private:
+  Backend* owner_;
+  void* data_;
+  size_t bytes_;
+};
+
+// A row-major [rows][cols] view, contiguous rows (row stride == cols). Cheap to copy; keeps its
+// storage alive.
+struct Tensor {
+  std::shared_ptr<Storage> storage;
+  size_t byte_offset = 0;
+  DType dtype = DType::f32;
+  int64_t rows = 0, cols = 0;
+
+  void* data() const { return static_cast<char*>(storage->data()) + byte_offset; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data()); }
+  int64_t numel() const { return rows * cols; }
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  // Rows [first, first + n) of this tensor.
+  Tensor slice_rows(int64_t first, int64_t n) const;
+  // Same memory seen as [rows'][cols'] (numel must match).
+  Tensor reshape(int64_t new_rows, int64_t new_cols) const;
+  bool empty() const { return numel() == 0; }
+};
+
+// A weight matrix W [out][in] (y = x · Wᵀ), prepared once for the backend (kept in its GGUF type
+// by the CPU backend, f16 on CUDA). Vectors (norm weights, biases) are Weights with out == 1.
+// A stack (Backend::load_weight_stack) is several matrices sharing their input — Q, K and V, or
+// gate and up — as one [Σ out][in] weight, so one product computes them all.
+class Weight {
+ public:
+  virtual ~Weight() = default;
+  int64_t out_features = 0, in_features = 0;
+  std::string name;
+  std::vector<int64_t> part_rows;  // out_features of each stacked part, in order (one for a plain weight)
+  // Products with this weight never round its activations to 8 bits (the CPU backend's decode
+  // blocks): they stay f32, or meet Q8_0 weights as 16-bit blocks (rounding 256 times finer, at
+  // integer-product speed). Set on the output head: the logits' argmax and the first-token
+  // distributions eval compares are where 8-bit rounding shows (a greedy answer that flips on
+  // SmolLM2), and the head is the largest single product of a decode step.
+  bool wide_activations = false;
+  const Backend* owner() const { return owner_; }  // the backend whose load_weight made it
+
+ private:
+  friend class Backend;
+  const Backend* owner_ = nullptr;
+};
+
+// Rotary position embedding of one layer (RoFormer; Llama-3 scaling via per-pair freq factors).
+struct RopeParams {
+  int n_rot = 0;              // dimensions rotated per head (== head_dim for all models here)
+  float freq_base = 10000.f;  // θ base
+  float freq_scale = 1.f;     // linear position scaling (positions multiplied by this)
+  bool neox = false;          // pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
+  std::vector<float> freq_factors;  // Llama-3 style: θ_i divided by factor_i (empty: none)
+};
+
+// Per-pair inverse frequencies θ_i = base^(−2i/n_rot) / factor_i (RoFormer Eq. 15; Llama-3
+// factors), computed in double and rounded to f32 so every backend rotates by the same angles.
+std::vector<float> rope_inv_freq(const RopeParams& p);
+
+struct AttentionParams {
+  int n_head = 0, n_kv_head = 0, head_dim = 0;
+  float scale = 0.f;          // applied to q·k
+  int sliding_window = 0;     // > 0: a query at p sees keys at positions in (p - window, p]
+  float softcap = 0.f;        // > 0: logits = softcap · tanh(logits / softcap)
+  bool causal = true;         // false: every query sees every key in [0, n_kv), positions unused
+                              // (bidirectional encoders such as BERT; sliding_window must be 0)
+};
+
+// Optional per-query attention mass per key segment (Cache-Craft inter/intra attention).
+// Segments are contiguous ranges of KV rows: segment s covers rows [seg_begin[s], seg_begin[s+1]).
+// With key_totals, instead: out resized to [n_kv], each key row's probability summed over every
+// query row and head (seg_begin unused) — what selection by the question's attention needs
+// (ProphetKV), without a [n_q][n_head][n_kv] array crossing from the device per layer.
+struct SegmentMass {
+  std::vector<int64_t> seg_begin;  // n_seg + 1 boundaries over the KV rows, ascending
+  std::vector<float>* out = nullptr;  // resized to [n_q][n_head][n_seg], summed probabilities
+  bool key_totals = false;
+};
+
+// The ops of Backend, for Backend::supports().
+enum class BackendOp : uint8_t {
+  embed,
+  matmul,
+  rms_norm,
+  rope,
+  layer_norm,
+  gelu_erf,
+  swiglu,
+  geglu,
+  add,
+  scatter_rows,
+  gather_rows,
+  row_sq_dist,
+  attention,
+};
+const char* backend_op_name(BackendOp op);  // "rope"
+// The storage dtypes the interface defines for an op (the dtype supports() is asked about, see
+// Backend::supports): f32 and f16 for rope, scatter_rows, row_sq_dist and attention; f32 only
+// for the others.
+bool backend_op_defined(BackendOp op, DType dtype);
+
+// The interface. The ops are non-virtual: each checks its arguments against the contract written
+// beside it (dtypes, shapes, row indices inside the tensors, positions and ids counts, outputs
+// that must not overlap their inputs, tensors and weights of this backend), asks supports(), and
+// only then calls the backend's protected *_impl (backend-ops.cpp), so a bad call fails with the
+// same ragkv::Error, naming the op and the shapes, on every backend.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;
+  virtual void set_threads(int n) = 0;
+
+  // Whether this backend runs `op` with `dtype` as its storage dtype: the tensor's dtype for
+  // rope, the destination's for scatter_rows, b's for row_sq_dist, the K/V dtype for attention,
+  // f32 for the f32-only ops. Only dtypes the interface defines for the op (backend_op_defined)
+  // can be supported; an op called with an unsupported one fails loudly, naming the backend.
+  virtual bool supports(BackendOp op, DType dtype) const = 0;
+
+  // ---- memory
+  virtual void* raw_alloc(size_t bytes) = 0;
+  virtual void raw_free(void* p) = 0;
+  Tensor alloc(DType dtype, int64_t rows, int64_t cols);
+  // Error unless src and dst have one dtype and shape and do not overlap (for copy()).
+  static void check_copy(const Tensor& src, const Tensor& dst);
+  virtual void upload(const Tensor& dst, const void* host_src) = 0;  // all of dst
+  virtual void download(const Tensor& src, void* host_dst) = 0;      // all of src
+  virtual void fill_zero(const Tensor& t) = 0;
+  // dst = src, both on this backend, same dtype and shape, not overlapping (queued in order with
+  // the ops: a device-resident chunk KV copied into a prompt's rows).
+  void copy(const Tensor& src, const Tensor& dst);
+  // Layer-wise KV loading (CacheBlend §5): upload_async starts copying host_src into dst on a
+  // copy queue that runs beside compute and returns once host_src may be reused; the ops queued
+  // after the next wait_uploads() see the data. Synchronous on backends without such a queue.
+  virtual void upload_async(const Tensor& dst, const void* host_src) { upload(dst, host_src); }
+  virtual void wait_uploads() {}
+  virtual void synchronize() {}
+
+  // ---- weights
+  // Error naming the tensor for a type ragkv does not dequantise, no values, or data shorter
+  // than the shape; the backend may refuse more (the CUDA backend: values f16 cannot hold).
+  std::unique_ptr<Weight> load_weight(const GgufTensor& t, WeightMemory mem = WeightMemory::copy);
+  // Matrices with one in_features stacked in order into one weight named `name` (each part keeps
+  // its own type on the CPU). Error as load_weight, or naming the part whose in_features differs.
+  std::unique_ptr<Weight> load_weight_stack(std::span<const GgufTensor* const> parts, const std::string& name,
+                                            WeightMemory mem = WeightMemory::copy);
+
+  // ---- ops (all write their output; inputs and outputs are f32 unless stated)
+  // out[i] = table row ids[i] (token embedding lookup), times scale. out [ids.size()][table.in];
+  // every id in [0, table.out).
+  void embed(const Weight& table, std::span<const int32_t> ids, const Tensor& out, float scale);
+  // y[n][out] = x[n][in] · Wᵀ (+ bias[out] if given). y must not overlap x.
+  // act (Activations): on the CPU, block8 lets quantised weights meet activations quantised per
+  // block to 8 bits (integer dot products, core/backend/quant-kernels.h); f32, and any weight marked
+  // wide_activations, keeps them wide: SGEMM on weights dequantised tile by tile, or for calls of
+  // fewer than 32 rows on Q8_0/F16/BF16/F32 weights, kernels on 16-bit activation blocks (Q8_0)
+  // or f32 activations.
+  // Either way each output row depends on its input row alone, whatever the other rows of the call.
+  void matmul(const Tensor& x, const Weight& w, const Tensor& y, const Weight* bias = nullptr,
+              Activations act = Activations::f32);
+  // The parts of a stacked weight into their own outputs: outs[p] [n][part_rows[p]] = x · W_pᵀ
+  // (+ biases[p] when given and not null). biases empty or one per part; outputs disjoint from x
+  // and from each other.
+  void matmul_parts(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                    std::span<const Weight* const> biases = {}, Activations act = Activations::f32);
+  // Row-wise RMSNorm over the last dimension: y = x / rms(x) · w. x and y may alias.
+  // With x as [n·heads][head_dim] this is per-head QK-norm.
+  void rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor& y);
+  // Rotary embedding in place on x [n][n_heads·head_dim] (f32 or f16), row i at positions[i].
+  // inverse = true removes it (rotation by −θ·p). Reused chunk K is rotated by the position
+  // difference (forward, positions = Δ), never removed and re-applied (core/rag/precompute.h says why).
+  // p.n_rot even and ≤ head_dim; p.freq_factors empty or at least n_rot / 2 of them.
+  void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
+            const RopeParams& p, bool inverse);
+  // Row-wise LayerNorm over the last dimension: y = (x − mean) / sqrt(var + eps) · w + b, with
+  // the biased variance (BERT). x and y may alias.
+  void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y);
+  // y = gelu(x) in the exact erf form x/2 · (1 + erf(x/√2)) (BERT's "gelu"; GeGLU uses the tanh
+  // approximation). x and y may alias.
+  void gelu_erf(const Tensor& x, const Tensor& y);
+  // out = silu(gate) ⊙ up (SwiGLU) or gelu_tanh(gate) ⊙ up (GeGLU). out may alias gate or up.
+  void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
+  void geglu(const Tensor& gate, const Tensor& up, const Tensor& out);
+  // a += b (residual add). a and b may alias (a doubles).
+  void add(const Tensor& a, const Tensor& b);
+  // dst rows[rows[i]] = src row i, converting f32 → dst dtype (KV scatter). A row named twice
+  // keeps the last write. src and dst must not overlap.
+  void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows);
+  // out row i = src row rows[i] (f32 gather of active rows). src and out must not overlap.
+  void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows);
+  // KV deviation (CacheBlend §4.1): out[i][0] = Σ_c (a[i][c] − b[rows[i]][c])² for a f32 [n][d]
+  // and b f16 or f32 [≥ rows][d]; out f32 [n][1], overlapping neither. Ranks tokens for HKVD
+  // selection (§4.3).
+  void row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int32_t> rows, const Tensor& out);
+  // Attention of queries q [n_q][n_head·head_dim] at positions q_pos against KV rows [0, n_kv)
+  // of k, v (f16 [≥n_kv][n_kv_head·head_dim]; f32 too, e.g. the encoder's own K/V; k and v of
+  // one dtype) whose absolute positions are k_pos[0..n_kv).
+  // Causal by position: a query at p sees keys at positions ≤ p (and inside the sliding window);
+  // with p.causal == false every query sees all n_kv keys (positions unused, may be empty).
+  // Grouped-query: query head h reads KV head h / (n_head / n_kv_head).
+  // out [n_q][n_head·head_dim] must not overlap q, k or v.
+  void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
+                 std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
+                 const Tensor& out, SegmentMass* seg_mass = nullptr);
+
+ protected:
+  // What each backend implements. Called by the public functions above only after their checks,
+  // with arguments that satisfy the contract written there (weights loaded by this backend,
+  // tensors on it, dtypes it supports()), so an implementation checks only what is its own
+  // (the CUDA backend: grid and cuBLAS int limits, weights stored as it needs them).
+  virtual void copy_impl(const Tensor& src, const Tensor& dst) = 0;
+  // parts: one tensor, or a stack's parts (checked: supported types, one in_features, data).
+  virtual std::unique_ptr<Weight> load_weight_impl(std::span<const GgufTensor* const> parts, WeightMemory mem) = 0;
+  virtual void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
+                          float scale) = 0;
+  // outs: one output [n][out_features] for the whole weight, or one per part (matmul_parts);
+  // biases: one per output, each null or a vector of that output's columns.
+  virtual void matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                           std::span<const Weight* const> biases, Activations act) = 0;
+  virtual void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) = 0;
+  virtual void rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads,
+                         int head_dim, const RopeParams& p, bool inverse) = 0;
+  virtual void layer_norm_impl(const Tensor& x, const Weight& w, const Weight& b, float eps,
+                               const Tensor& y) = 0;
+  virtual void gelu_erf_impl(const Tensor& x, const Tensor& y) = 0;
+  virtual void swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  virtual void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  virtual void add_impl(const Tensor& a, const Tensor& b) = 0;
+  virtual void scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) = 0;
+  virtual void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) = 0;
+  virtual void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
+                                const Tensor& out) = 0;
+  virtual void attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
+                              const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
+                              const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) = 0;
+
+ private:
+  // Error unless t is a view of this backend's memory (inside its storage).
+  void check_tensor(const Tensor& t, const char* op, const char* what) const;
+  // Error unless in and out are f32 tensors of this backend with one shape that are either the
+  // same view (in place) or disjoint (the element-wise and row-wise ops).
+  void check_f32_pair(const Tensor& in, const Tensor& out, const char* op, const char* in_name,
+                      const char* out_name) const;
+  // Error unless w was loaded by this backend.
+  void check_weight(const Weight& w, const char* op) const;
+  // Error naming this backend unless it supports (op, dtype).
+  void check_supported(BackendOp op, DType dtype) const;
+  // matmul's and matmul_parts' checks (outs: one for the whole weight, or one per part).
+  void check_matmul(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                    std::span<const Weight* const> biases) const;
+};
+
+}  // namespace ragkv

@@ -1,0 +1,32 @@
+// How the CPU backend holds a weight: each part (one tensor, or each matrix of a stack) keeps its
+// GGUF type and bytes — where they lie in the mapped model file when the caller allows it
+// (WeightMemory::in_place), else copied — so memory stays the file's size. F32 matrices are used
+// by SGEMM as they are; vectors (norm weights, biases) are also kept as f32 for the row ops.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/backend/backend.h"
+#include "core/format/quant.h"
+
+namespace ragkv {
+
+struct CpuWeightPart {
+  GgmlType type = GgmlType::F32;
+  const uint8_t* data = nullptr;  // [rows] rows of row_bytes, in the GGUF block layout of type
+  size_t row_bytes = 0;
+  int64_t rows = 0;
+  int64_t first_row = 0;          // its first row in the stack
+};
+
+class CpuWeight : public Weight {
+ public:
+  std::vector<CpuWeightPart> parts;
+  std::vector<uint8_t> owned;     // the parts' bytes when copied (WeightMemory::copy), each part at a
+                                  // multiple of 64 bytes (F32 parts are read as floats)
+  std::vector<float> values;      // a vector weight (one row) as f32: norm weights, biases
+};
+
+inline const CpuWeight& cpu_weight(const Weight& w) { return static_cast<const CpuWeight&>(w); }
+
+}  // namespace ragkv

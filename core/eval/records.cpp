@@ -1,0 +1,123 @@
+// eval records: written per query as `ragkv eval` goes, read back by --resume.
+#include "core/eval/records.h"
+
+#include <filesystem>
+
+#include "core/util/file-io.h"
+#include "core/util/error.h"
+#include "core/eval/metrics.h"
+#include "core/util/json-files.h"
+
+namespace ragkv {
+
+using nlohmann::json;
+
+json EvalSettings::to_json() const {
+  json j = {{"model", model_fingerprint}, {"baseline", baseline},         {"modes", modes},
+            {"recompute_ratio", recompute_ratio}, {"check_layers", check_layers}, {"max_tokens", max_tokens},
+            {"top_k", top_k}};
+  if (selection != "kv") j["selection"] = selection;
+  if (sink_tokens != 0) j["sink_tokens"] = sink_tokens;
+  if (!check_at.empty()) j["check_at"] = check_at;
+  if (adaptive != 0) j["adaptive"] = adaptive;
+  if (with_craft) {
+    j["alpha"] = alpha;
+    j["focus_window"] = focus_window;
+  }
+  return j;
+}
+
+json eval_record(const std::string& id, const std::vector<std::string>& golds,
+                 const std::vector<std::string>& chunk_ids, const std::map<std::string, AnswerRecord>& by_mode,
+                 const EvalSettings& settings) {
+  const AnswerRecord& base = by_mode.at(settings.baseline);
+  json rec = {{"id", id}, {"answers", golds}, {"chunks", chunk_ids}, {"settings", settings.to_json()}};
+  for (const auto& m : settings.modes) {
+    const AnswerRecord& r = by_mode.at(m);
+    rec["modes"][m] = {{"answer", r.answer},
+                       {"output_ids", r.output_ids},
+                       {"metrics", r.metrics()},
+                       {"kl_first_token_vs_baseline", kl_divergence_logits(base.first_logits, r.first_logits)}};
+    if (!r.chunk_ids.empty() && r.chunk_ids != chunk_ids) rec["modes"][m]["chunks"] = r.chunk_ids;  // MODE+freq
+  }
+  return rec;
+}
+
+EvalItem eval_item_of(const json& record, const EvalSettings& settings) {
+  EvalItem item;
+  item.id = record.at("id").get<std::string>();
+  item.golds = record.at("answers").get<std::vector<std::string>>();
+  const json& modes = record.at("modes");
+  for (const auto& m : settings.modes) {
+    if (!modes.contains(m)) fail("no answer in mode {} for query {}", m, item.id);
+    const json& j = modes.at(m);
+    const json& mt = j.at("metrics");
+    EvalAnswer a;
+    a.answer = j.at("answer").get<std::string>();
+    a.output_ids = j.at("output_ids").get<std::vector<int32_t>>();
+    a.kl_first_token = j.at("kl_first_token_vs_baseline").get<double>();
+    a.recompute_fraction = mt.at("recompute_ratio").get<double>();
+    a.ttft_ms = mt.at("ttft_ms").get<double>();
+    a.prefill_ms = mt.at("prefill_ms").get<double>();
+    a.load_ms = mt.at("load_ms").get<double>();
+    a.load_hidden_ms = mt.at("load_hidden_ms").get<double>();
+    const json real = mt.value("real_compute_fraction", json());
+    a.real_compute = real.is_number() ? real.get<double>() : -1.0;
+    a.cache_bad = mt.at("cache_bad").get<int>();
+    a.cache_misses = mt.at("cache_misses").get<int>();
+    if (mt.contains("craft")) {
+      const json& c = mt.at("craft");
+      for (const json& ch : c.at("chunks")) {
+        ++a.craft_chunks;
+        a.craft_variant_chunks += ch.at("context_chunks").get<int>() > 0;
+        a.craft_exact_chunks += ch.at("exact").get<bool>();
+        a.craft_cfo_sum += ch.at("cfo").get<double>();
+      }
+      a.craft_fix_tokens = c.at("fix_tokens").get<int64_t>();
+      a.craft_cutoff_layer = c.at("focus_cutoff_layer").get<int>();
+    }
+    item.by_mode.emplace(m, std::move(a));
+  }
+  return item;
+}
+
+ResumedEval read_eval_records(const std::string& path, const EvalSettings& settings,
+                              const std::set<std::string>& query_ids) {
+  ResumedEval out;
+  const std::string content = read_file(path);
+  // The line number and text of the last non-blank line: only that one may be unfinished.
+  size_t last_line = 0;
+  for_each_jsonl_line(content, [&](size_t n, std::string_view) { last_line = n; });
+  const bool ends_cleanly = !content.empty() && content.back() == '\n';
+  const json want = settings.to_json();
+  for_each_jsonl_line(content, [&](size_t n, std::string_view line) {
+    json rec;
+    try {
+      rec = parse_json_line(line);
+    } catch (const JsonLineError& e) {
+      if (n == last_line && !ends_cleanly) {
+        out.dropped_partial_line = true;
+        return;
+      }
+      fail("{}:{}: {}", path, n, e.what);
+    }
+    try {
+      if (!rec.is_object() || !rec.contains("settings")) fail("not a record of ragkv eval --answers");
+      if (rec.at("settings") != want)
+        fail("made with other settings ({}) than this run ({}); answer into another file or rerun without --resume",
+             rec.at("settings").dump(), want.dump());
+      EvalItem item = eval_item_of(rec, settings);
+      if (!query_ids.count(item.id)) fail("query {} is not in the queries file", item.id);
+      if (!out.ids.insert(item.id).second) fail("query {} appears twice", item.id);
+      out.items.push_back(std::move(item));
+      out.lines.emplace_back(line);
+    } catch (const json::exception& e) {
+      fail("{}:{}: not a record of ragkv eval --answers: {}", path, n, e.what());
+    } catch (const Error& e) {
+      fail("{}:{}: {}", path, n, e.what());
+    }
+  });
+  return out;
+}
+
+}  // namespace ragkv

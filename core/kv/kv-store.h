@@ -1,0 +1,95 @@
+// STORE_DIR (DESIGN.md §1 "Files"): chunk-KV files (core/kv/chunk-kv-file.h) under kv/, named by
+// content address, and store.json naming the model, shape, KV encoding and canonical prefix they
+// belong to.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/kv/chunk-kv-file.h"
+#include "core/kv/verified-record.h"
+
+namespace ragkv {
+
+// store.json
+struct KvStoreInfo {
+  int format_version = 1;  // 1: f16 caches; 2: quantised (builds before version 2 refuse the store)
+  std::string model_fingerprint, model_name;  // model_name: e.g. the GGUF file name, for people
+  uint32_t n_layer = 0, n_kv_head = 0, head_dim = 0;
+  // The store's KV encoding (`precompute --kv-bits`): "f16", "q8" or "q4" (core/kv/kv-quant.h). A store
+  // has one; open_for_write takes "" as "the existing store's, else f16".
+  std::string dtype = "f16";
+  std::string prefix;  // the canonical prefix description precompute used
+  KvEncoding encoding() const { return KvEncoding::from_name(dtype); }
+  bool operator==(const KvStoreInfo&) const = default;
+};
+
+// STORE_DIR: chunk-cache files under kv/, named by content address, plus store.json.
+class KvStore {
+ public:
+  // Creates dir and dir/kv if needed. Error when store.json belongs to another model (or has
+  // another shape, or another dtype than a non-empty info.dtype: a store has one KV encoding).
+  // store.json is written atomically when missing, and rewritten when its prefix or model_name
+  // differ from info.
+  static KvStore open_for_write(const std::filesystem::path& dir, const KvStoreInfo& info);
+  // Error when dir or store.json is missing or malformed. Another model's store opens as
+  // foreign(): every chunk then reads as missing.
+  static KvStore open_for_read(const std::filesystem::path& dir, const std::string& model_fingerprint);
+
+  const KvStoreInfo& info() const { return info_; }
+  bool foreign() const { return foreign_; }
+  const std::filesystem::path& dir() const { return dir_; }
+
+  // kv/<16 hex>.rkv, the hex being XXH64 over model_fingerprint, prefix, chunk_id, token_hash;
+  // a variant (non-empty context) is kv/<the same 16 hex>.<16 hex of its context>.rkv, so a
+  // chunk's variants are found by name and each is a file of its own (created atomically: two
+  // processes adding variants never lose one). An exact knowledge-tree node (m.exact_chain) is
+  // kv/<16 hex>.<16 hex of its chain>.chain.rkv: never listed as a Cache-Craft variant, never
+  // confused with a variant of the same context computed approximately.
+  std::filesystem::path chunk_path(const ChunkKvMeta& m) const;
+  // The headers of every variant of canonical's chunk (context non-empty), verified; files that
+  // fail their header checks are counted in *bad and skipped. Read from a listing of kv/ taken
+  // on first use (variants another process adds later are seen by the next run).
+  std::vector<ChunkKvReader> variants(const ChunkKvMeta& canonical, int* bad = nullptr) const;
+  // The file exists, its header verifies against m and every layer passes its checksum: read
+  // in full once, then taken from STORE/verified.log while the file is unchanged
+  // (core/kv/verified-record.h). precompute recomputes a chunk for which this is false.
+  bool has_valid(const ChunkKvMeta& m) const;
+  // STORE/verified.log (put records each file it writes; has_valid each file it verifies).
+  const VerifiedRecord& verified_record() const { return *verified_; }
+  // Error when the store is foreign or m's model/shape differ from the store's. Written in
+  // encoding_for(m). stats: a variant's Cache-Craft metadata (core/kv/chunk-kv-file.h).
+  void put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std::span<const uint16_t* const> v,
+           const VariantStats* stats = nullptr) const;
+  // The encoding put writes m in: the store's for chunk caches and Cache-Craft variants; f16 for
+  // the instruction prefix (one small file every prompt starts with) and for exact
+  // knowledge-tree chain nodes, whose whole point is being bit-identical to full's KV. Readers
+  // take each file's own encoding from its header.
+  KvEncoding encoding_for(const ChunkKvMeta& m) const;
+  // Bytes of m's K and V as put would store them (layer blocks, checksums and header excluded).
+  uint64_t kv_bytes(const ChunkKvMeta& m) const;
+  // nullopt when no file exists for m (or the store is foreign); CacheFileError when it is bad.
+  std::optional<ChunkKvReader> open_chunk(const ChunkKvMeta& m) const;
+  // Count and total bytes of kv/*.rkv files.
+  std::pair<size_t, uint64_t> usage() const;
+  // Removes temporaries of writers that no longer run (killed mid-write); open_for_write calls it.
+  size_t remove_stale_temporaries() const;
+
+ private:
+  std::filesystem::path dir_;
+  KvStoreInfo info_;
+  bool foreign_ = false;
+  // variant file names by their chunk's 16-hex stem; listed on first use, extended by put
+  mutable std::map<std::string, std::vector<std::string>> variant_files_;
+  mutable bool listed_ = false;
+  std::shared_ptr<const VerifiedRecord> verified_;
+  std::string chunk_stem(const ChunkKvMeta& m) const;
+};
+
+}  // namespace ragkv

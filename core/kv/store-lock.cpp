@@ -1,0 +1,32 @@
+// StoreLock: open (creating) STORE/variants.lock and flock it.
+#include "core/kv/store-lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/util/error.h"
+
+namespace ragkv {
+
+StoreLock::StoreLock(const std::filesystem::path& store_dir) {
+  const std::filesystem::path p = store_dir / "variants.lock";
+  fd_ = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("{}: cannot open the lock file: {}", p.string(), std::strerror(errno));
+  while (::flock(fd_, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const int e = errno;
+    ::close(fd_);
+    fail("{}: cannot lock: {}", p.string(), std::strerror(e));
+  }
+}
+
+StoreLock::~StoreLock() {
+  ::flock(fd_, LOCK_UN);
+  ::close(fd_);
+}
+
+}  // namespace ragkv

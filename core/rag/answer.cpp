@@ -1,0 +1,241 @@
+// RagAnswerer: plan, prefill with retry on a cache that fails mid-load, greedy decode, metrics.
+#include "core/rag/answer.h"
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "core/format/checksum.h"
+#include "core/util/error.h"
+#include "core/kv/claim-set.h"
+#include "core/kv/layer-loader.h"
+#include "core/rag/variant-compute.h"
+#include "retrieval/chunker.h"
+
+namespace ragkv {
+
+nlohmann::json AnswerRecord::metrics() const {
+  const PrefillStats& p = prefill;
+  const int64_t computed = p.n_layer > 0 ? int64_t(std::llround(double(p.computed_token_layers) / p.n_layer)) : 0;
+  nlohmann::json j = {{"ttft_ms", ttft_ms()},
+          {"retrieval_ms", retrieval_ms},
+          {"prefill_ms", p.prefill_ms},
+          {"load_ms", p.load_ms},
+          {"load_hidden_ms", std::max(0.0, p.load_ms - p.load_wait_ms)},
+          {"prefill_tokens", p.prompt_tokens},
+          {"computed_tokens", computed},
+          {"reused_tokens", p.reused_tokens},
+          {"recompute_ratio", p.recompute_fraction()},
+          {"real_compute_fraction", p.reused_tokens > 0 ? nlohmann::json(p.reused_recompute_fraction()) : nlohmann::json(nullptr)},
+          {"decode_ms", decode_ms},
+          {"output_tokens", output_ids.size()},
+          {"cache_hits", {{"device", cache.device_hits}, {"host", cache.host_hits}, {"disk", cache.disk_hits}}},
+          {"cache_exact_hits", cache.exact_hits},
+          {"exact_path_chunks", exact_path_chunks},
+          {"chunk_hits", chunk_hits},
+          {"chunk_memory_hits", chunk_memory_hits},
+          {"cache_misses", cache.misses},
+          {"cache_bad", cache.bad}};
+  if (written_back > 0) j["variants_written"] = written_back;
+  if (cache_update_ms > 0) j["cache_update_ms"] = cache_update_ms;
+  if (!craft.empty()) j["craft"] = craft_metrics();
+  if (load_control) j["load_control"] = load_control->to_json();
+  return j;
+}
+
+nlohmann::json AnswerRecord::craft_metrics() const {
+  nlohmann::json chunks = nlohmann::json::array();
+  int64_t fix = 0;
+  size_t variants = 0, exact = 0;
+  for (const CraftChunkRecord& c : craft) {
+    chunks.push_back({{"chunk", c.chunk}, {"context_chunks", c.context_chunks}, {"exact", c.exact}, {"beta", c.beta},
+                      {"gamma", c.gamma}, {"cci", c.cci}, {"cfo", c.cfo}, {"fix_tokens", c.fix_tokens}});
+    fix += c.fix_tokens;
+    variants += c.context_chunks > 0;
+    exact += c.exact;
+  }
+  return {{"chunks", chunks},
+          {"fix_tokens", fix},
+          {"variant_chunks", variants},
+          {"exact_chunks", exact},
+          {"focus_cutoff_layer", prefill.focus_cutoff_layer},
+          {"focused_chunks", prefill.focused_chunks}};
+}
+
+RagAnswerer::RagAnswerer(const Model& model, const PromptFormat& format, KvTiers* tiers, VariantLedger* ledger)
+    : model_(model), format_(format), tiers_(tiers), ledger_(ledger), keys_(model, format) {}
+
+uint64_t RagAnswerer::prompt_hash(const std::string& question, const std::vector<const Chunk*>& chunks) const {
+  const RagPrompt prompt = format_.build(chunks, question);
+  return checksum64(prompt.ids.data(), prompt.ids.size() * sizeof(int32_t));
+}
+
+// The prompt's knowledge-tree segments in prompt order (RAGCache §5.1): the exact path it reused,
+// the canonical caches it reused elsewhere (depth-1 nodes), and — for the dense modes, whose every
+// computed segment is computed as `full` computes it — the segments it computed, as new nodes.
+// Cache-Craft's approximate variants are not tree nodes. Cost per token (Formula 4): the profiled
+// T(α, β)/β of this prompt for computed nodes, the measured read time per token for disk reads.
+std::vector<PromptNode> RagAnswerer::tree_nodes(const RagPrompt& prompt, const PrefillPlan& plan,
+                                                const PrefillStats& st, const AnswerOptions& opt) const {
+  std::vector<PromptNode> out;
+  const double alpha = double(st.reused_tokens);
+  const double beta = double(prompt.n_tokens()) - alpha;
+  const double compute_cost = beta > 0 ? tiers_->cost().estimate_ms(alpha, beta) / beta : 0.0;
+  const double disk_cost = tiers_->cost().load_ms_per_token(int(KvTier::disk));
+  std::vector<std::string> chain;
+  bool promote = true;  // CRAFT: every chunk so far passed the promotion threshold
+  size_t chunk = 0;
+  for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) {
+    const PromptSegment& seg = prompt.segments[s];
+    const SegmentPlan& sp = plan.segments[s];
+    if (seg.kind == PromptSegment::Kind::turn) break;  // a conversation's own text: no node from here on
+    const bool is_chunk = seg.kind == PromptSegment::Kind::chunk;
+    if (is_chunk) promote = promote && (opt.promote.empty() || (chunk < opt.promote.size() && opt.promote[chunk]));
+    PromptNode node;
+    node.row = seg.begin;
+    const ChunkKvMeta own = s == 0 || chain.empty() ? keys_.segment(seg) : keys_.chain_node(seg, chain);
+    if (sp.kv && sp.exact() && sp.kv->meta().exact_chain == own.exact_chain) {
+      node.key = own;
+      node.served_from = sp.kv->tier();
+    } else if (sp.kv && sp.kv->meta().context.empty()) {
+      node.key = keys_.segment(seg);  // a canonical cache reused at another position
+      node.served_from = sp.kv->tier();
+    } else if (!sp.kv && !plan.sparse()) {
+      node.key = own;
+      node.cost_per_token = compute_cost;
+      node.admit = promote;
+    } else {
+      node.key.chunk_id.clear();  // an approximate variant, or computed approximately: not a node
+    }
+    if (node.served_from == KvTier::disk) node.cost_per_token = disk_cost;
+    if (!node.key.chunk_id.empty()) out.push_back(std::move(node));
+    if (is_chunk) {
+      chain.push_back(seg.chunk_id);
+      ++chunk;
+    }
+  }
+  return out;
+}
+
+AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<const Chunk*>& chunks,
+                                 const AnswerOptions& opt) {
+  PrefilledAnswer p = prefill(question, chunks, opt);
+  DecodeResult d = decode_greedy(model_, p.kv, ws_, std::move(p.logits), p.gen);
+  return finish(std::move(p), std::move(d));
+}
+
+AnswerRecord RagAnswerer::finish(PrefilledAnswer&& p, DecodeResult&& d) {
+  AnswerRecord rec = std::move(p.record);
+  rec.answer = std::move(d.text);
+  rec.output_ids = std::move(d.output_ids);
+  rec.decode_ms = d.decode_ms;
+  return rec;
+}
+
+PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vector<const Chunk*>& chunks,
+                                     const AnswerOptions& opt) {
+  const RagPrompt prompt = format_.build(chunks, question, opt.history);
+  const int64_t n_ctx = prompt.n_tokens() + opt.gen.max_tokens;
+  if (n_ctx > model_.config().n_ctx_train)
+    fail("the prompt ({} tokens for {} chunks) plus {} new tokens exceeds the model's context of {} tokens",
+         prompt.n_tokens(), chunks.size(), opt.gen.max_tokens, model_.config().n_ctx_train);
+
+  AnswerRecord rec;
+  rec.mode = reuse_mode_name(opt.mode);
+  for (const Chunk* c : chunks) rec.chunk_ids.push_back(c->id);
+
+  const VariantSource variants = tier_variants(keys_, tiers_);
+  PrefillPlan plan = plan_prefill(prompt, opt.mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_),
+                                  &variants, opt.craft, tier_chain_lookup(keys_, tiers_));
+  if (opt.load_control) {  // load or recompute each cached segment, the preload depth, the hidden ratio
+    const PlanLoad pl = plan_load(*opt.load_control, prompt, plan);
+    LoadControl lc = opt.load_control->decide(pl.cached, pl.base_compute_ms, plan.blend.recompute_ratio,
+                                              pl.pipelined, opt.raise_ratio && opt.apply_load_control);
+    if (opt.apply_load_control) apply_load_control(lc, plan, opt.blend.preload_depth);
+    rec.load_control = std::move(lc);
+  }
+  KvCache kv = model_.new_kv_cache(n_ctx);
+  // Write-back: the chunks after the first that this prompt computes, with their metadata.
+  std::vector<size_t> chunk_segs;
+  std::vector<int64_t> chunk_begin, chunk_end;
+  for (size_t s = 0; s < prompt.segments.size(); ++s) {
+    if (prompt.segments[s].kind == PromptSegment::Kind::turn) break;  // after a turn: not a chunk-chain context
+    if (prompt.segments[s].kind == PromptSegment::Kind::chunk) {
+      chunk_segs.push_back(s);
+      chunk_begin.push_back(prompt.segments[s].begin);
+      chunk_end.push_back(prompt.segments[s].end());
+    }
+  }
+  auto to_write = [&] {
+    std::vector<size_t> out;
+    if (!opt.write_back || !tiers_ || tiers_->store().foreign() || !plan.sparse()) return out;
+    for (size_t i = 1; i < chunk_segs.size(); ++i)
+      if (!plan.segments[chunk_segs[i]].kv) out.push_back(i);
+    return out;
+  };
+  std::optional<VariantStatsAccumulator> acc;
+  PrefillResult pre;
+  for (;;) {
+    acc.reset();
+    if (!to_write().empty())
+      acc.emplace(chunk_begin, chunk_end, model_.config().n_head, prompt.segments.size());
+    try {
+      pre = prefill_prompt(model_, prompt, plan, kv, ws_, acc ? &*acc : nullptr);
+      break;
+    } catch (const ChunkLoadFailed& e) {  // a layer block failed its checksum: recompute that segment
+      if (tiers_ && plan.segments.at(e.job).kv) tiers_->discard(plan.segments[e.job].kv->meta());
+      plan.drop_cache(e.job);
+    }
+  }
+  rec.cache = plan.counts;
+  if (acc)
+    for (size_t i : to_write()) {
+      const PromptSegment& seg = prompt.segments[chunk_segs[i]];
+      ChunkKvMeta m = keys_.chunk(seg.chunk_id, seg.ids);
+      m.context = plan.segments[chunk_segs[i]].context;
+      m.first_pos = int32_t(seg.begin);
+      if (tiers_->store().has_valid(m)) continue;
+      // Another process computing this very file (precompute's claim, core/kv/claim-set.h) writes it.
+      if (const auto c = inspect_claim(claim_path(tiers_->store().chunk_path(m))); c && !c->stale()) continue;
+      rec.written_back += store_variant_rows(model_, tiers_->store(), m, acc->stats(i), kv, seg.begin, ledger_) > 0;
+    }
+  for (const SegmentPlan& sp : plan.segments)
+    if (sp.choice && sp.kv) {
+      const VariantChoice& c = *sp.choice;
+      const size_t i = size_t(&sp - plan.segments.data());
+      rec.craft.push_back({prompt.segments[i].chunk_id, sp.kv->meta().context.size(), sp.exact(), c.beta, c.gamma,
+                           c.cci, c.cfo, int64_t(sp.fix.size()),
+                           tiers_ && !sp.kv->meta().exact_chain  // a chain node is the tree's, not a variant
+                               ? tiers_->store().chunk_path(sp.kv->meta()).filename().string()
+                               : std::string()});
+    }
+  rec.prefill = pre.stats;
+  rec.first_logits = pre.logits;
+  rec.exact_path_chunks = plan.exact_path > 1 ? plan.exact_path - 1 : 0;
+  for (size_t s = 0; s < plan.segments.size(); ++s)  // RAGCache's hit rate counts chunks, not the prefix
+    if (prompt.segments[s].kind == PromptSegment::Kind::chunk && plan.segments[s].kv) {
+      ++rec.chunk_hits;
+      rec.chunk_memory_hits += plan.segments[s].kv->tier() != KvTier::disk;
+    }
+
+  if (tiers_ && tiers_->managed() && opt.record_in_tiers) {
+    const auto t0 = std::chrono::steady_clock::now();
+    PrefillCostModel& cost = tiers_->cost();
+    const int64_t computed = rec.prefill.prompt_tokens - rec.prefill.reused_tokens;
+    if (!plan.sparse() && computed > 0)  // the online fit of T(α, β) when no profile was measured
+      cost.observe(double(rec.prefill.reused_tokens), double(computed), rec.prefill.prefill_ms);
+    if (rec.cache.disk_hits > 0 && rec.cache.disk_hits == rec.cache.hits() &&
+        rec.prefill.reused_tokens > 0) {  // every cached segment read from disk: its rate
+      const double rate = rec.prefill.load_ms / double(rec.prefill.reused_tokens);
+      const double old = cost.load_ms_per_token(int(KvTier::disk));
+      cost.set_load_ms_per_token(int(KvTier::disk), old > 0 ? 0.9 * old + 0.1 * rate : rate);
+    }
+    tiers_->record_prompt(tree_nodes(prompt, plan, rec.prefill, opt), kv.k, kv.v);
+    rec.cache_update_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  GenerateOptions gen = opt.gen;
+  gen.stop_at_newline = true;
+  return {std::move(rec), std::move(kv), std::move(pre.logits), gen};
+}
+
+}  // namespace ragkv

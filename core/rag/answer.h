@@ -1,0 +1,129 @@
+// Answering one question over given chunks in one reuse mode (DESIGN.md §1 `answer`, §4): the
+// prompt is laid out (core/rag/prompt.h), planned (core/rag/plan.h: chunk caches looked up in the tiers;
+// missing, foreign or corrupt ones are computed in place and counted — never used), prefilled by
+// the fusor (core/rag/fusor.h) and answered by greedy decoding.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/kv/kv-tiers.h"
+#include "core/kv/variant-ledger.h"
+#include "core/model/generate.h"
+#include "core/rag/cache-keys.h"
+#include "core/rag/fusor.h"
+#include "core/rag/loading-controller.h"
+#include "core/rag/plan.h"
+
+namespace ragkv {
+
+struct Chunk;
+
+struct AnswerOptions {
+  ReuseMode mode = ReuseMode::blend;
+  BlendParams blend;
+  CraftParams craft;
+  // Store the chunks this prompt computes (no cache) as variants of their context (Cache-Craft
+  // §3.3 write-back; sparse modes, chunks after the first; under the store's variant budget).
+  bool write_back = false;
+  // Managed tiers (KvTiers with budgets): record what this prompt used and computed exactly, so
+  // the knowledge tree keeps, promotes, admits and evicts (RAGCache Algorithm 1). Off for the
+  // runs a measurement compares against (answer --compare, eval), which must not warm the cache.
+  bool record_in_tiers = false;
+  // CRAFT §4.2 (CP-Tree promotion): chunk i of the prompt may enter the tree as a node only when
+  // every chunk up to it is marked here; empty: every chunk may.
+  std::vector<uint8_t> promote;
+  // A conversation's earlier turns this prompt continues (core/rag/prompt.h), each with the chunks it
+  // added; the chunks passed with the question are those this turn adds.
+  std::vector<PastTurn> history;
+  // The loading controller (core/rag/loading-controller.h; CacheBlend §5, Cache-Craft Eq. 16): null:
+  // every cache found is loaded and the loader reads blend.preload_depth layers ahead. Else its
+  // decisions are made and reported (AnswerRecord::load_control) and, with apply_load_control,
+  // carried out: segments it recomputes, the loader's depth max(L_p, blend.preload_depth), and
+  // with raise_ratio r = max(r, hidden ratio).
+  const LoadingController* load_control = nullptr;
+  bool apply_load_control = true;
+  bool raise_ratio = false;
+  GenerateOptions gen;  // max_tokens; stop_at_newline is set by the answerer
+};
+
+// craft: what was chosen for one chunk of the prompt (Cache-Craft §3.2).
+struct CraftChunkRecord {
+  std::string chunk;
+  size_t context_chunks = 0;  // the chosen variant's context length (0: the canonical cache)
+  bool exact = false;         // an exact chain: reused without fixing
+  double beta = 0, gamma = 0, cci = 0, cfo = 0;
+  int64_t fix_tokens = 0;
+  std::string variant;        // the file in the store's kv/ (for its f_r)
+};
+
+struct AnswerRecord {
+  std::string mode;
+  std::string answer;
+  std::vector<std::string> chunk_ids;  // in prompt order
+  std::vector<int32_t> output_ids;
+  std::vector<float> first_logits;     // the first decoding step's logits
+  PrefillStats prefill;
+  CacheCounts cache;
+  std::vector<CraftChunkRecord> craft;  // craft: per cached chunk, in prompt order
+  std::optional<LoadControl> load_control;  // the loading controller's decisions, when it ran
+  int written_back = 0;                 // variants this answer stored (write-back)
+  size_t exact_path_chunks = 0;         // chunks reused on the knowledge tree's exact path
+  size_t chunk_hits = 0;                // chunks whose KV came from a tier (exact or not; not the prefix)
+  size_t chunk_memory_hits = 0;         // of those, from device or host memory
+  double retrieval_ms = 0, decode_ms = 0;
+  double cache_update_ms = 0;           // recording the prompt in the managed tiers (after prefill)
+  double ttft_ms() const { return retrieval_ms + prefill.prefill_ms; }
+  // The metrics object of ANSWERS.jsonl (DESIGN.md §1 "Files").
+  nlohmann::json metrics() const;
+  nlohmann::json craft_metrics() const;  // craft: per-chunk choices, fix tokens, focus
+};
+
+// A prompt prefilled and waiting to be decoded: RagAnswerer::answer is prefill, greedy decoding
+// of kv from logits (alone, or beside other prompts in an AnswerBatch), then finish.
+struct PrefilledAnswer {
+  AnswerRecord record;        // all but the answer, its tokens and its decode time
+  KvCache kv;                 // the prompt's rows, with room for gen.max_tokens more
+  std::vector<float> logits;  // the last prompt token's (record.first_logits holds a copy)
+  GenerateOptions gen;        // the decoding: stops at the answer's line break
+};
+
+class RagAnswerer {
+ public:
+  // tiers may be null (every mode then computes everything, like `full`); ledger (write-back's
+  // budget) may be null.
+  RagAnswerer(const Model& model, const PromptFormat& format, KvTiers* tiers, VariantLedger* ledger = nullptr);
+
+  AnswerRecord answer(const std::string& question, const std::vector<const Chunk*>& chunks,
+                      const AnswerOptions& opt);
+  // answer's first part: plan, prefill, write-back and (record_in_tiers) the knowledge tree's
+  // update — all before decoding, so answers decoded together see the tiers as answers decoded
+  // one by one do.
+  PrefilledAnswer prefill(const std::string& question, const std::vector<const Chunk*>& chunks,
+                          const AnswerOptions& opt);
+  // answer's last part: the decoded answer into the record.
+  static AnswerRecord finish(PrefilledAnswer&& p, DecodeResult&& d);
+
+  const Model& model() const { return model_; }
+
+  const CacheKeys& keys() const { return keys_; }
+  // XXH64 of the prompt's token ids: equal exactly when answer() would prefill the same tokens.
+  uint64_t prompt_hash(const std::string& question, const std::vector<const Chunk*>& chunks) const;
+
+ private:
+  // The knowledge-tree segments of a prefilled prompt, for KvTiers::record_prompt.
+  std::vector<PromptNode> tree_nodes(const RagPrompt& prompt, const PrefillPlan& plan, const PrefillStats& st,
+                                     const AnswerOptions& opt) const;
+
+  const Model& model_;
+  const PromptFormat& format_;
+  KvTiers* tiers_;
+  VariantLedger* ledger_;
+  CacheKeys keys_;
+  Workspace ws_;
+};
+
+}  // namespace ragkv
