@@ -1,4 +1,4 @@
-// `ragkv bench cache` (issue 14's trace): RAGCache's cache manager replayed over a query file's
+// `ragkv bench cache` (a cache-manager trace): RAGCache's cache manager replayed over a query file's
 // retrieval trace without computing KV. The decisions are the ones `answer --mode prefix` makes
 // with an empty store and no disk budget — RAGCache's setting, exact prefix reuse from memory:
 //   * the answering order of core/rag/query-order.h (input order, or whole-file grouping and

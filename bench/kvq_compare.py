@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Quantised chunk caches against f16 caches, paired per query (issue 14 item 7): reads the
+"""Quantised chunk caches against f16 caches, paired per query: reads the
 `ragkv eval --answers` records of the same queries run on an f16 store and on quantised stores
 (same binary, same baseline cache, same modes) and prints one JSON object: per store and mode, the
 first-token KL to the baseline and agreement with it (eval's own numbers), and per quantised store

@@ -3,9 +3,9 @@
 length and thread count, run back to back; prints one JSON object with both rates and the ratios
 ours / llama.cpp. Decode is compared at two context depths, each engine at the same one: after an
 empty context (llama-bench's tg test; ours after a one-token prompt) and after the prompt
-(llama-bench's tg test at -d TOKENS; ours after the timed prefill). Before 2026-11-25 only the
-second of ours met the first of llama.cpp's, which favoured llama.cpp by the attention over the
-prompt. llama-bench is built outside the repo from llama.cpp's source (for example the
+(llama-bench's tg test at -d TOKENS; ours after the timed prefill). Comparing only the second of
+ours with the first of llama.cpp's, as this script once did, favoured llama.cpp by the attention
+over the prompt. llama-bench is built outside the repo from llama.cpp's source (for example the
 copy vendored in the llama-cpp-python source package: cmake -B build -DGGML_NATIVE=ON, then
 cmake --build build --target llama-bench); it is not part of `make setup`. Machines are shared:
 alternate runs and quote ranges.

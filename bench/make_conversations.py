@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""SQuAD questions of one passage as the turns of a conversation (issue 14's multi-turn run).
+"""SQuAD questions of one passage as the turns of a conversation (the multi-turn run of
+bench/results/README.md, "Multi-turn conversations and dedup").
 The passages are those of the SQuAD 200 sample (every len/200-th line of squad-dev.queries.jsonl,
 bench/results/README.md), in the sample's order; the first N of them with at least T questions
 give conversations "conv-<passage>" whose turns 1..T are the passage's first T questions in the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A query trace for `ragkv bench cache` and `answer` (issue 14): N SQuAD dev questions drawn at
+"""A query trace for `ragkv bench cache` and `answer`: N SQuAD dev questions drawn at
 random (seeded) from the shared set, in random order — a stream of users, not the file's
 article-by-article order. Usage: make_trace.py QUERIES.jsonl N SEED > TRACE.jsonl"""
 import random

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Two precompute processes on one fresh store against one (issue 16, "work claimed, not
-# duplicated"): bench/precompute_claims.sh MODE DIR, with RAGKV (binary), INDEX and LIMIT from the
+# Two precompute processes on one fresh store against one (work claimed, not duplicated):
+# bench/precompute_claims.sh MODE DIR, with RAGKV (binary), INDEX and LIMIT from the
 # environment (defaults: build/ragkv, /work/data/squad-index, 60). MODE: one1 (one process,
 # --threads 1), one2 (one process, --threads 2), two1 (two processes started together, --threads 1
 # each). DIR/store is made fresh; each process's summary goes to DIR/outN.json, the wall time of

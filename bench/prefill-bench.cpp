@@ -82,18 +82,18 @@ nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
   // shared machine's noise moved single runs by ±15 %: the median is quoted.
   std::vector<double> decode_tps_runs;
   for (int rep = 0; rep < opt.repetitions; ++rep) {
-    const GenerateResult r = generate_greedy(model, ids, g);
+    const GenerateResult r = generate_text(model, ids, g);
     decode_tps_runs.push_back(opt.decode_tokens / (r.decode_ms / 1000.0));
   }
   const double decode_tps = median_of(decode_tps_runs);
   const double peak_single = peak_rss_mib();
 
-  // decode_batch sequences decoded together (GreedyBatch: one decode step for all of them), each
+  // decode_batch sequences decoded together (DecodeBatch: one decode step for all of them), each
   // after its own prefill of a prompt of up to 128 tokens (lengths differ by one).
   double batch_tps = 0;
   if (opt.decode_batch > 1) {
     const int64_t len = std::min<int64_t>(opt.prompt_tokens, 128);
-    GreedyBatch batch(model);
+    DecodeBatch batch(model);
     for (int s = 0; s < opt.decode_batch; ++s) {
       const int64_t n = std::max<int64_t>(1, len - s);
       KvCache kvb = model.new_kv_cache(n + opt.decode_tokens + 1);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Store growth under a variant budget (issue 13, Cache-Craft §3.3): replays a query file through
+"""Store growth under a variant budget (Cache-Craft §3.3): replays a query file through
 `ragkv answer --write-back` on a store, samples the bytes of the store's variant files while it
 runs, and reports as JSON: the budget, the largest variant bytes and count ever seen (never above
 the budget), and per window of queries the share of reused chunks served from a non-canonical

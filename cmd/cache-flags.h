@@ -1,8 +1,7 @@
-// The cache manager's flags of `answer` (RAGCache §5.1, DESIGN.md §4 "Cache management"): the
-// replacement policy and a byte budget per tier, with defaults taken from this machine.
+// The values of the cache manager's flags of `answer` (RAGCache §5.1, DESIGN.md §4 "Cache
+// management"; declared in cmd/flag-table.cpp): the replacement policy and a byte budget per tier,
+// with defaults taken from this machine.
 #pragma once
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,7 +17,6 @@ struct CacheFlags {
   std::string cost_profile;  // PGDSF's T(α, β) grid and the tiers' read rates: read, or measured now and written there
   std::string load_control = "off";  // the loading controller: off, report (decide only) or on
   bool raise_ratio = false;          // with it on: blend's r raised to the hidden ratio
-  void add_to(CLI::App* app);
   // The budgets: given ones as given; by default the device tier 0 on the CPU backend (its memory
   // is host memory, which the host tier already budgets) and 1 GiB on a GPU, host memory a quarter
   // of the memory available now (at most 8 GiB), the disk 0 (chain nodes are not persisted).

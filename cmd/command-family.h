@@ -15,10 +15,12 @@ class CommandFamily {
   virtual int run() = 0;  // the exit code; errors propagate to main
 };
 
-std::unique_ptr<CommandFamily> model_commands();  // generate, tokenize, make-test-model
-std::unique_ptr<CommandFamily> index_commands();  // build-index, search
-std::unique_ptr<CommandFamily> rag_commands();    // precompute, answer, eval
-std::unique_ptr<CommandFamily> bench_commands();  // bench prefill, reuse, retrieval
-std::unique_ptr<CommandFamily> store_commands();  // store verify, repair, stats
+// Each family reads its options from the one CliOptions every flag is bound to (cmd/flag-table.h).
+struct CliOptions;
+std::unique_ptr<CommandFamily> model_commands(CliOptions& o);  // generate, tokenize, make-test-model
+std::unique_ptr<CommandFamily> index_commands(CliOptions& o);  // build-index, search
+std::unique_ptr<CommandFamily> rag_commands(CliOptions& o);    // precompute, answer, eval
+std::unique_ptr<CommandFamily> bench_commands(CliOptions& o);  // bench prefill, reuse, retrieval, cache
+std::unique_ptr<CommandFamily> store_commands(CliOptions& o);  // store verify, repair, stats, gc
 
 }  // namespace ragkv::cli

@@ -1,4 +1,4 @@
-// The backend factory behind --device, and the flags themselves.
+// The backend factory behind --device and --threads.
 #include "cmd/device-flags.h"
 
 #include <thread>
@@ -10,13 +10,6 @@
 #endif
 
 namespace ragkv::cli {
-
-void DeviceFlags::add_to(CLI::App* app) {
-  app->add_option("--device", device, "Compute device: cpu, cuda or auto")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-      ->capture_default_str();
-  app->add_option("--threads", threads, "CPU threads (0: one per core)")->check(CLI::NonNegativeNumber);
-}
 
 int DeviceFlags::thread_count() const { return threads > 0 ? threads : int(std::thread::hardware_concurrency()); }
 

@@ -1,8 +1,6 @@
-// --device / --threads, shared by every compute subcommand (DESIGN.md §1), and the one place a
-// backend is chosen: the engine, the retriever and the benchmarks take a Backend& made here.
+// The values of --device / --threads (declared in cmd/flag-table.cpp; DESIGN.md §1), and the one
+// place a backend is chosen: the engine, the retriever and the benchmarks take a Backend& made here.
 #pragma once
-#include <CLI/CLI.hpp>
-
 #include <memory>
 #include <string>
 
@@ -13,7 +11,6 @@ namespace ragkv::cli {
 struct DeviceFlags {
   std::string device = "auto";
   int threads = 0;
-  void add_to(CLI::App* app);
   int thread_count() const;  // --threads, or one per core
   // The backend for --device: cpu, cuda (Error when no GPU or no CUDA build), or auto (cuda when
   // a GPU is present in a CUDA build, else the CPU).

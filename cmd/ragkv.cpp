@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <vector>
 
+#include "cmd/cli-options.h"
 #include "cmd/command-family.h"
+#include "cmd/help-groups.h"
 
 namespace {
 
@@ -22,7 +25,7 @@ namespace {
 // ragkv therefore runs PASSIVE with a short spin first (GOMP_SPINCOUNT=10000: libgomp estimates
 // ~100,000 spins per ms, so a worker spins about 0.1 ms before it sleeps), which catches the next
 // region of a decode step and gives the cores back soon after the work stops (SmolLM2 at 2
-// threads: 113–127 tokens/s; bench/results/README.md, 2026-11-25). A policy or spin count the user
+// threads: 113–127 tokens/s; bench/results/README.md, "CPU speed and memory against llama.cpp"). A policy or spin count the user
 // set is kept (ctest sets PASSIVE). The runtime reads them when it loads, before main, hence the
 // re-exec.
 void ensure_openmp_wait_policy(char** argv) {
@@ -37,15 +40,23 @@ void ensure_openmp_wait_policy(char** argv) {
 
 int main(int argc, char** argv) {
   ensure_openmp_wait_policy(argv);
+  // --help-all is --help with the advanced options shown too.
+  static char help[] = "--help";
+  bool help_all = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help-all") argv[i] = help, help_all = true;
+  ragkv::cli::show_advanced_options(help_all);
   CLI::App app{"ragkv: retrieval-augmented generation with chunk-KV reuse"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ragkv 0.1.0");
+  app.footer("--help-all on a command also lists its advanced options.");
+  ragkv::cli::CliOptions options;  // every flag's value (cmd/flag-table.h)
   std::vector<std::unique_ptr<ragkv::cli::CommandFamily>> families;
-  families.push_back(ragkv::cli::model_commands());
-  families.push_back(ragkv::cli::index_commands());
-  families.push_back(ragkv::cli::rag_commands());
-  families.push_back(ragkv::cli::bench_commands());
-  families.push_back(ragkv::cli::store_commands());
+  families.push_back(ragkv::cli::model_commands(options));
+  families.push_back(ragkv::cli::index_commands(options));
+  families.push_back(ragkv::cli::rag_commands(options));
+  families.push_back(ragkv::cli::bench_commands(options));
+  families.push_back(ragkv::cli::store_commands(options));
   for (auto& f : families) f->add_to(app);
 
   try {

@@ -1,4 +1,4 @@
-// store verify, repair, stats and gc (issue 16): a store's files read the way answer reads them, a
+// store verify, repair, stats and gc: a store's files read the way answer reads them, a
 // report, and an exit code; repair removes what fails and, given the index, computes it again; gc
 // shrinks the store to a byte budget by its eviction policy (core/kv/store-gc.h).
 #include <cstdio>
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cmd/command-family.h"
-#include "cmd/device-flags.h"
+#include "cmd/flag-table.h"
 #include "core/kv/store-check.h"
 #include "core/kv/store-gc.h"
 #include "core/model/model.h"
@@ -49,24 +49,19 @@ json report_json(const std::string& store, const KvStoreInfo& info, const StoreR
 
 class StoreCommands : public CommandFamily {
  public:
+  explicit StoreCommands(CliOptions& o) : o_(o) {}
+
   void add_to(CLI::App& app) override {
     store_ = app.add_subcommand("store", "Inspect and repair a chunk-cache store (STORE_DIR)");
     store_->require_subcommand(1);
     verify_ = store_->add_subcommand("verify", "Read every file and every checksum; exit 1 when any file is bad");
-    verify_->add_option("--store", dir_, "Store directory")->required();
+    add_flags(verify_, kStoreVerify, o_);
     repair_ = store_->add_subcommand("repair", "Remove bad files and dead writers' temporaries; with --index, compute the removed chunks again");
-    repair_->add_option("--store", dir_, "Store directory")->required();
-    repair_->add_option("--index", index_, "Index the store was computed from: its chunks whose files were removed are computed again");
-    model_ = default_llm_path();
-    repair_->add_option("--model", model_, "LLM in GGUF format (with --index; the store's own model)")->capture_default_str();
-    dev_.add_to(repair_);
+    add_flags(repair_, kStoreRepair, o_);
     stats_ = store_->add_subcommand("stats", "Chunks, variants and bytes per model (headers only)");
-    stats_->add_option("--store", dir_, "Store directory")->required();
-    gc_ = store_->add_subcommand("gc", "Remove cache files until the store holds at most --max-bytes: variants by lowest f_r, then knowledge-tree files least recently used, canonical chunk caches only with --include-canonical; never a file another process claims");
-    gc_->add_option("--store", dir_, "Store directory")->required();
-    gc_->add_option("--max-bytes", gc_max_bytes_, "Byte budget for the store's cache files (kv/*.rkv)")->required()->check(CLI::NonNegativeNumber);
-    gc_->add_flag("--include-canonical", gc_include_canonical_, "Also remove canonical chunk caches (least recently used first; precompute computes them again) when variants and knowledge-tree files are not enough");
-    gc_->add_flag("--dry-run", gc_dry_run_, "Report what would be removed; remove nothing");
+    add_flags(stats_, kStoreStats, o_);
+    gc_ = store_->add_subcommand("gc", "Shrink the store's cache files to --max-bytes: variants by lowest f_r first, never a claimed file");
+    add_flags(gc_, kStoreGc, o_);
   }
 
   bool selected() const override { return store_->parsed(); }
@@ -94,39 +89,39 @@ class StoreCommands : public CommandFamily {
   }
 
   int run_verify() {
-    const KvStore store = open_store_for_inspection(dir_);
+    const KvStore store = open_store_for_inspection(o_.store);
     const StoreReport rep = verify_all(store, "store verify");
     print_problems(rep, store);
-    std::cout << report_json(dir_, store.info(), rep).dump() << "\n";
+    std::cout << report_json(o_.store, store.info(), rep).dump() << "\n";
     if (rep.bad() > 0)
       std::fprintf(stderr, "ragkv: store verify: %zu of %zu files in %s are bad: run `ragkv store repair --store %s`\n",
-                   rep.bad(), rep.files.size(), dir_.c_str(), dir_.c_str());
+                   rep.bad(), rep.files.size(), o_.store.c_str(), o_.store.c_str());
     return rep.bad() > 0 ? 1 : 0;
   }
 
   int run_repair() {
-    const KvStore inspect = open_store_for_inspection(dir_);
+    const KvStore inspect = open_store_for_inspection(o_.store);
     const StoreReport rep = verify_all(inspect, "store repair: verify");
     print_problems(rep, inspect);
     const size_t removed = remove_bad_files(inspect, rep);
     std::set<std::string> removed_names;
     for (const StoreFileReport& f : rep.files)
       if (!f.problem.empty()) removed_names.insert(f.name);
-    json out = report_json(dir_, inspect.info(), rep);
+    json out = report_json(o_.store, inspect.info(), rep);
     out["removed"] = removed;
-    if (!index_.empty()) {
+    if (!o_.index.empty()) {
       // Compute again the index's chunks whose files were removed (and the prefix if it was).
-      auto backend = dev_.make_backend();
-      const IndexDir index = IndexDir::open(index_, "");
-      Model model(model_, *backend);
+      auto backend = o_.dev.make_backend();
+      const IndexDir index = IndexDir::open(o_.index, "");
+      Model model(o_.model, *backend);
       const PromptFormat format(model);
       const CacheKeys keys(model, format);
       if (keys.model_fingerprint() != inspect.info().model_fingerprint)
-        fail("{}: the store is for model {} ({}), --model {} is another: pass the store's model", dir_,
-             inspect.info().model_name, inspect.info().model_fingerprint, model_);
+        fail("{}: the store is for model {} ({}), --model {} is another: pass the store's model", o_.store,
+             inspect.info().model_name, inspect.info().model_fingerprint, o_.model);
       KvStoreInfo info = keys.store_info();
       info.dtype = "";  // the store's own encoding
-      const KvStore store = KvStore::open_for_write(dir_, info);
+      const KvStore store = KvStore::open_for_write(o_.store, info);
       std::vector<const Chunk*> chunks;
       for (const Chunk& c : index.chunks())
         if (removed_names.count(store.chunk_path(keys.chunk(c.id, format.chunk_ids(c))).filename().string()))
@@ -146,13 +141,13 @@ class StoreCommands : public CommandFamily {
     out["still_missing"] = missing;
     if (missing > 0)
       std::fprintf(stderr, "ragkv: store repair: %zu removed files are computed again by the next `ragkv precompute` on %s%s\n",
-                   missing, dir_.c_str(), index_.empty() ? " (or by `store repair --index`)" : "");
+                   missing, o_.store.c_str(), o_.index.empty() ? " (or by `store repair --index`)" : "");
     std::cout << out.dump() << "\n";
     return 0;
   }
 
   int run_stats() {
-    const KvStore store = open_store_for_inspection(dir_);
+    const KvStore store = open_store_for_inspection(o_.store);
     const StoreReport rep = inspect_store(store, /*every_layer=*/false);
     struct Counts {
       size_t chunks = 0, variants = 0, prefixes = 0;
@@ -194,7 +189,7 @@ class StoreCommands : public CommandFamily {
       read_bytes += e.bytes;
     }
     const KvStoreInfo& info = store.info();
-    std::cout << json{{"store", dir_},
+    std::cout << json{{"store", o_.store},
                       {"model", info.model_name},
                       {"model_fingerprint", info.model_fingerprint},
                       {"kv_dtype", info.dtype},
@@ -215,8 +210,8 @@ class StoreCommands : public CommandFamily {
   }
 
   int run_gc() {
-    const KvStore store = open_store_for_inspection(dir_);
-    const GcResult r = collect_garbage(store, GcOptions{gc_max_bytes_, gc_include_canonical_, gc_dry_run_});
+    const KvStore store = open_store_for_inspection(o_.store);
+    const GcResult r = collect_garbage(store, GcOptions{o_.max_bytes, o_.include_canonical, o_.dry_run});
     json removed = json::array();
     std::map<std::string, uint64_t> by_kind;
     for (const GcCandidate& c : r.removed) {
@@ -225,9 +220,9 @@ class StoreCommands : public CommandFamily {
       removed.push_back(std::move(e));
       by_kind[gc_kind_name(c.kind)] += c.bytes;
     }
-    std::cout << json{{"store", dir_},
-                      {"max_bytes", gc_max_bytes_},
-                      {"dry_run", gc_dry_run_},
+    std::cout << json{{"store", o_.store},
+                      {"max_bytes", o_.max_bytes},
+                      {"dry_run", o_.dry_run},
                       {"bytes_before", r.bytes_before},
                       {"bytes_after", r.bytes_after},
                       {"budget_met", r.budget_met},
@@ -236,8 +231,8 @@ class StoreCommands : public CommandFamily {
                       {"kept_claimed", r.kept_claimed},
                       {"bytes_without_canonical", r.bytes_without_canonical},
                       {"needs_canonical", r.needs_canonical},
-                      {"stale_temporaries_removed", gc_dry_run_ ? 0 : r.stale_temporaries},
-                      {"stale_claims_removed", gc_dry_run_ ? 0 : r.stale_claims}}
+                      {"stale_temporaries_removed", o_.dry_run ? 0 : r.stale_temporaries},
+                      {"stale_claims_removed", o_.dry_run ? 0 : r.stale_claims}}
                          .dump()
               << "\n";
     if (r.needs_canonical) {
@@ -245,28 +240,25 @@ class StoreCommands : public CommandFamily {
                    "ragkv: store gc: %s holds %llu bytes; without its canonical chunk caches it would still hold %llu, "
                    "above --max-bytes %llu: nothing removed. Pass --include-canonical to remove canonical caches too "
                    "(least recently used first; the next precompute computes them again)\n",
-                   dir_.c_str(), (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_without_canonical,
-                   (unsigned long long)gc_max_bytes_);
+                   o_.store.c_str(), (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_without_canonical,
+                   (unsigned long long)o_.max_bytes);
       return 1;
     }
     if (!r.budget_met) {
       std::fprintf(stderr, "ragkv: store gc: %s still holds %llu bytes, above --max-bytes %llu: %zu files are claimed by "
                    "processes computing them (run gc again when they finish)\n",
-                   dir_.c_str(), (unsigned long long)r.bytes_after, (unsigned long long)gc_max_bytes_, r.kept_claimed.size());
+                   o_.store.c_str(), (unsigned long long)r.bytes_after, (unsigned long long)o_.max_bytes, r.kept_claimed.size());
       return 1;
     }
     return 0;
   }
 
   CLI::App *store_ = nullptr, *verify_ = nullptr, *repair_ = nullptr, *stats_ = nullptr, *gc_ = nullptr;
-  std::string dir_, index_, model_;
-  uint64_t gc_max_bytes_ = 0;
-  bool gc_include_canonical_ = false, gc_dry_run_ = false;
-  DeviceFlags dev_;
+  CliOptions& o_;
 };
 
 }  // namespace
 
-std::unique_ptr<CommandFamily> store_commands() { return std::make_unique<StoreCommands>(); }
+std::unique_ptr<CommandFamily> store_commands(CliOptions& o) { return std::make_unique<StoreCommands>(o); }
 
 }  // namespace ragkv::cli

@@ -1,4 +1,4 @@
-// Claims between processes sharing a store (issue 16, "work claimed, not duplicated"): a claim is
+// Claims between processes sharing a store (work claimed, not duplicated): a claim is
 // acquired once, held against other claimants and released; a dead owner's claim (this machine,
 // pid gone), another machine's claim expired by its mtime or watched unchanged for a lease are
 // taken over; the heartbeat keeps a live claim live past its lease; two workers computing the same

@@ -1,7 +1,7 @@
-// Errors that say where (issue 16): a query that cannot be answered (its prompt overflows the
-// model's context) names its file, line and id whether the run fails or skips it; a run in which
-// every query was skipped exits non-zero with a one-line summary; an index built with another
-// model's tokenizer is named in a warning; a store.json that is a directory is named.
+// Errors that say where: a query that cannot be answered (its prompt overflows the model's context)
+// names its file, line and id whether the run fails or skips it; a run in which every query was
+// skipped exits non-zero with a one-line summary; an index built with another model's tokenizer is
+// named in a warning; a store.json that is a directory is named.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -24,7 +24,7 @@ constexpr auto q = &ragkv::test::shell_quote;
 
 }  // namespace
 
-TEST_CASE("cli errors: an unanswerable query names file, line and id, skipped or not, and all skipped exits 1") {
+TEST_CASE("cli errors: an unanswerable query names file, line and id, skipped or not, and all skipped exits 1" * doctest::test_suite("real-model")) {
   TempDir t("cli-errors");
   const fs::path index = t.path / "index";
   auto r = run_ragkv("build-index --threads 2 --corpus " + q(ragkv::test::testdata("rag-mini.corpus.jsonl")) +

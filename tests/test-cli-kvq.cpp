@@ -39,7 +39,7 @@ void flip_byte(const fs::path& p, std::streamoff at) {
 
 }  // namespace
 
-TEST_CASE("cli kvq: precompute --kv-bits 4, one encoding per store, stats, verify and repair") {
+TEST_CASE("cli kvq: precompute --kv-bits 4, one encoding per store, stats, verify and repair" * doctest::test_suite("real-model")) {
   TempDir tmp("cli-kvq");
   const fs::path index = tmp.path / "index", store = tmp.path / "store";
   auto r = run_ragkv("build-index --threads 2 --corpus " + q(ragkv::test::testdata("rag-mini.corpus.jsonl")) +

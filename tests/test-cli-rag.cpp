@@ -60,7 +60,7 @@ struct MiniIndex {
 
 }  // namespace
 
-TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
+TEST_CASE("cli rag: precompute, answer and eval on a tiny index" * doctest::test_suite("real-model")) {
   MiniIndex m;
   // A partial store, then the rest: the first run's chunks are not redone.
   Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store) + " --limit 3");
@@ -313,7 +313,7 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index") {
   CHECK(as["exact_path_chunks"] == 8.0);
 }
 
-TEST_CASE("cli rag: Cache-Craft variants, craft and auto, write-back under a budget, alpha fitted") {
+TEST_CASE("cli rag: Cache-Craft variants, craft and auto, write-back under a budget, alpha fitted" * doctest::test_suite("real-model")) {
   MiniIndex m;
   Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -378,7 +378,7 @@ TEST_CASE("cli rag: Cache-Craft variants, craft and auto, write-back under a bud
   CHECK(variants <= 2);
 }
 
-TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the prompt and settings match") {
+TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the prompt and settings match" * doctest::test_suite("real-model")) {
   MiniIndex m;
   Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store) + " --limit 2");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -430,7 +430,7 @@ TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the promp
   CHECK(r.err.find("--baseline-cache keeps full and prefix baselines") != std::string::npos);
 }
 
-TEST_CASE("cli rag: eval's MODE+freq answers over CRAFT's frequency order, exactly for prefix") {
+TEST_CASE("cli rag: eval's MODE+freq answers over CRAFT's frequency order, exactly for prefix" * doctest::test_suite("real-model")) {
   MiniIndex m;
   Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -458,7 +458,7 @@ TEST_CASE("cli rag: eval's MODE+freq answers over CRAFT's frequency order, exact
   CHECK(rep["modes"]["prefix+freq"]["recompute_fraction"].get<double>() < 1.0);
 }
 
-TEST_CASE("cli rag: bench cache replays exactly the hits and computed tokens of answer --mode prefix") {
+TEST_CASE("cli rag: bench cache replays exactly the hits and computed tokens of answer --mode prefix" * doctest::test_suite("real-model")) {
   MiniIndex m;
   // A store with no chunk caches (RAGCache's setting): its store.json from a one-chunk precompute.
   Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(m.store) + " --limit 1");
@@ -468,7 +468,7 @@ TEST_CASE("cli rag: bench cache replays exactly the hits and computed tokens of 
   const std::string common = " --threads 2 --index " + q(m.index) + " --top-k 3 --cost-profile " + q(cost);
   // A host budget that holds a few chunks, so that eviction decides hits.
   r = m.run("answer " + q(m.queries) + common + " --store " + q(m.store) +
-            " --mode prefix --max-tokens 1 --host-budget 24MiB --chunk-order freq --out " + q(m.dir.path / "a.jsonl") +
+            " --mode prefix+freq --max-tokens 1 --host-budget 24MiB --out " + q(m.dir.path / "a.jsonl") +
             " --summary " + q(summary));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const json real = json::parse(std::ifstream(summary));
@@ -497,12 +497,12 @@ TEST_CASE("cli rag: usage errors exit 2") {
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend/nonsense").exit_code == 2);
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes reuse/v").exit_code == 2);  // a method is blend's
   CHECK(run_ragkv("eval q.jsonl --index i --store s --modes blend@2").exit_code == 2);
-  CHECK(run_ragkv("eval q.jsonl --index i --store s --select bogus").exit_code == 2);
+  CHECK(run_ragkv("eval q.jsonl --index i --store s --select kv").exit_code == 2);  // the mode grammar says it: blend/kv
   CHECK(run_ragkv("answer q.jsonl --index i --mode nonsense").exit_code == 2);
   CHECK(run_ragkv("eval q.jsonl --index i").exit_code == 2);  // --store is required
 }
 
-TEST_CASE("cli rag: bad query lines and unknown passages fail naming file and line, or are skipped") {
+TEST_CASE("cli rag: bad query lines and unknown passages fail naming file and line, or are skipped" * doctest::test_suite("real-model")) {
   MiniIndex m;
   auto in = read_jsonl(m.queries);
   in[1]["passages"] = json::array({"No_Such_Passage#0"});
@@ -522,7 +522,7 @@ TEST_CASE("cli rag: bad query lines and unknown passages fail naming file and li
   CHECK(r.err.find("\"skipped_queries\":1") != std::string::npos);
 }
 
-TEST_CASE("cli rag: a precompute killed mid-way resumes without redoing finished chunks") {
+TEST_CASE("cli rag: a precompute killed mid-way resumes without redoing finished chunks" * doctest::test_suite("real-model")) {
   MiniIndex m;
   const std::string cmd = ragkv::test::ragkv_in(m.dir.path) + " precompute --threads 1 --index " + q(m.index) +
                           " --store " + q(m.store) + " >/dev/null 2>&1";
@@ -558,7 +558,7 @@ TEST_CASE("cli rag: a precompute killed mid-way resumes without redoing finished
   for (const auto& e : fs::directory_iterator(m.store / "kv")) CHECK(e.path().extension() == ".rkv");  // no temporaries
 }
 
-TEST_CASE("cli rag: conversations continue their turns in order, without repeating chunks (CRAFT dedup)") {
+TEST_CASE("cli rag: conversations continue their turns in order, without repeating chunks (CRAFT dedup)" * doctest::test_suite("real-model")) {
   MiniIndex m;
   const fs::path conv = m.dir.path / "conv.jsonl";
   {
@@ -621,7 +621,7 @@ TEST_CASE("cli rag: conversations continue their turns in order, without repeati
   CHECK(r.err.find("bad.jsonl:2: query x1: turn 1 of conversation x follows turn 2") != std::string::npos);
 }
 
-TEST_CASE("cli rag: two precompute processes on one fresh store compute each chunk once, byte-identical to one") {
+TEST_CASE("cli rag: two precompute processes on one fresh store compute each chunk once, byte-identical to one" * doctest::test_suite("real-model")) {
   MiniIndex m;
   const fs::path single = m.dir.path / "single";
   const Run one = m.run("precompute --threads 1 --index " + q(m.index) + " --store " + q(single));
@@ -667,7 +667,7 @@ TEST_CASE("cli rag: two precompute processes on one fresh store compute each chu
   CHECK(a == b);
 }
 
-TEST_CASE("cli store: gc to a byte budget, variants first, canonical caches only when asked") {
+TEST_CASE("cli store: gc to a byte budget, variants first, canonical caches only when asked" * doctest::test_suite("real-model")) {
   MiniIndex m;
   Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -703,7 +703,7 @@ TEST_CASE("cli store: gc to a byte budget, variants first, canonical caches only
   CHECK(json::parse(r.out)["computed"] == 6);
 }
 
-TEST_CASE("cli rag: precompute takes over the claims of dead processes, verify lists a stale claim, repair removes it") {
+TEST_CASE("cli rag: precompute takes over the claims of dead processes, verify lists a stale claim, repair removes it" * doctest::test_suite("real-model")) {
   MiniIndex m;
   const fs::path single = m.dir.path / "single";
   Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(single));
@@ -755,7 +755,7 @@ TEST_CASE("cli rag: precompute takes over the claims of dead processes, verify l
     if (e.path().extension() == ".rkv") CHECK(slurp(e.path()) == slurp(m.store / "kv" / e.path().filename()));
 }
 
-TEST_CASE("cli rag: pipelined retrieval with speculative loads answers exactly as retrieval first") {
+TEST_CASE("cli rag: pipelined retrieval with speculative loads answers exactly as retrieval first" * doctest::test_suite("real-model")) {
   MiniIndex m;
   Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store) + " --neighbours 0");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -819,7 +819,7 @@ TEST_CASE("cli rag: pipelined retrieval with speculative loads answers exactly a
   for (const json& line : pa) CHECK(line["metrics"].contains("retrieval_wait_ms"));
 }
 
-TEST_CASE("cli rag: answer --load-control reports each segment's decision, and on a CPU loads them all") {
+TEST_CASE("cli rag: answer --load-control reports each segment's decision, and on a CPU loads them all" * doctest::test_suite("real-model")) {
   MiniIndex m;
   Run r = m.run("precompute --threads 2 --index " + q(m.index) + " --store " + q(m.store) + " --neighbours 0");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -868,7 +868,7 @@ TEST_CASE("cli rag: answer --load-control reports each segment's decision, and o
   CHECK_FALSE(fa[0]["metrics"].contains("load_control"));
 }
 
-TEST_CASE("cli rag: answer on a store it cannot write keeps its answers and warns that variant uses went unrecorded") {
+TEST_CASE("cli rag: answer on a store it cannot write keeps its answers and warns that variant uses went unrecorded" * doctest::test_suite("real-model")) {
   // A tiny random model (the pipeline, not its answers, is under test): index, canonical caches
   // and a warm-up variant of the first query's last passage computed after its first passage
   // alone, so that auto reuses it (β = 1, γ = 0: CFO 0) and records the use.

@@ -150,3 +150,27 @@ TEST_CASE("cli: build-index and search on a small corpus, bad corpus lines named
   CHECK(skip.exit_code == 0);
   CHECK(skip.out.find(R"("skipped":{"bad-json":1})") != std::string::npos);
 }
+
+TEST_CASE("cli: --help shows the daily options, --help-all the advanced ones too") {
+  // An option line of CLI11's help starts with two spaces and a dash (QUERIES, the positional, too).
+  auto options = [](const std::string& help) {
+    int n = 0;
+    for (size_t at = 0; (at = help.find("\n  ", at)) != std::string::npos; ++at) {
+      const char c = help[at + 3];
+      n += c == '-' || (c >= 'A' && c <= 'Z' && help.compare(at + 3, 7, "QUERIES") == 0);
+    }
+    return n;
+  };
+  const Run help = run("answer --help");
+  REQUIRE(help.exit_code == 0);
+  CHECK(options(help.out) <= 20);
+  CHECK(help.out.find("--recompute-ratio") != std::string::npos);
+  CHECK(help.out.find("--pipeline") == std::string::npos);
+  const Run all = run("answer --help-all");
+  REQUIRE(all.exit_code == 0);
+  CHECK(all.out.find("--pipeline") != std::string::npos);
+  CHECK(all.out.find("Advanced") != std::string::npos);
+  CHECK(options(all.out) > options(help.out) + 10);
+  // The mode grammar says what --select, --adaptive, --alpha and --chunk-order said.
+  for (const char* gone : {"--select", "--adaptive", "--alpha", "--chunk-order"}) CHECK(all.out.find(gone) == std::string::npos);
+}

@@ -166,6 +166,27 @@ TEST_CASE("gate: JUnit XML has a test case per mode and threshold, failures with
   CHECK(j["verdicts"].size() == 2);
 }
 
+TEST_CASE("gate: a sweep whose reference did no damage of a kind has no recovery there, and the picture skips it") {
+  // reuse keeps every first token (nothing to recover in agreement) but moves the KL.
+  std::vector<EvalItem> items;
+  for (int i = 0; i < 6; ++i) {
+    EvalItem it;
+    it.id = std::to_string(i);
+    it.by_mode["full"] = answer(1, 0.0);
+    it.by_mode["reuse"] = answer(1, 0.3, "x", 0.0);
+    it.by_mode["blend@0.1"] = answer(1, 0.1, "x", 0.1);
+    it.by_mode["blend@0.3"] = answer(1, 0.05, "x", 0.3);
+    items.push_back(it);
+  }
+  const nlohmann::json s = eval_summary(items, "full", {"reuse", "blend@0.1", "blend@0.3"}, "reuse",
+                                        {{"blend@0.1", 0.1}, {"blend@0.3", 0.3}});
+  REQUIRE(s["modes"]["blend@0.1"]["recovery"]["first_token"].is_null());
+  CHECK(has_sweep(s));
+  test::TempDir dir("gate-plot-undefined");
+  const TradeoffPlot p = write_tradeoff_plot(s, dir.path / "report");
+  CHECK(read_file(p.data).find("# blend\n") != std::string::npos);
+}
+
 TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft variant, points by real compute, auto as one point") {
   std::vector<EvalItem> items = recorded(10);
   for (auto& it : items) {

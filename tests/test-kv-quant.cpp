@@ -1,10 +1,10 @@
-// Quantised chunk caches (issue 14 item 7; core/kv/kv-quant.h): the KIVI groups' round-trip error
-// within its stated bound per bit width on random and outlier-channel data — checked against
-// group ranges computed here independently — K per channel beating per-token groups on outlier
-// channels (KIVI's reason), sizes, determinism; version-4 chunk files read back as their decoded
-// KV, damaged quantised files refused (truncated, layer bit flip, bad encoding); f16 files still
-// written byte for byte as before; and the store's one encoding (store.json, --kv-bits mismatch,
-// the prefix and exact chains kept f16).
+// Quantised chunk caches (core/kv/kv-quant.h): the KIVI groups' round-trip error within its stated
+// bound per bit width on random and outlier-channel data — checked against group ranges computed
+// here independently — K per channel beating per-token groups on outlier channels (KIVI's reason),
+// sizes, determinism; version-4 chunk files read back as their decoded KV, damaged quantised files
+// refused (truncated, layer bit flip, bad encoding); f16 files still written byte for byte as
+// before; and the store's one encoding (store.json, --kv-bits mismatch, the prefix and exact chains
+// kept f16).
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -199,7 +199,7 @@ ProfileGrid small_grid() {
 
 }  // namespace
 
-TEST_CASE("loading controller: the machine profile is measured once, kept, and remeasured for another model") {
+TEST_CASE("loading controller: the machine profile is measured once, kept, and remeasured for another model" * doctest::test_suite("real-model")) {
   test::RagMini& f = mini();
   const MiniStore s;
   const KvStore store = s.open();
@@ -243,7 +243,7 @@ TEST_CASE("loading controller: the machine profile is measured once, kept, and r
                        doctest::Contains("machine.json"), Error);
 }
 
-TEST_CASE("loading controller: segments it recomputes give full's answer, and those it loads the cache's") {
+TEST_CASE("loading controller: segments it recomputes give full's answer, and those it loads the cache's" * doctest::test_suite("real-model")) {
   test::RagMini& f = mini();
   const MiniStore s;
   const KvStore store = s.open();

@@ -196,7 +196,7 @@ TEST_CASE("model: every quantised weight type loads, generates deterministically
     CHECK(rel < c.tolerance);
     CHECK(rel > 0);  // the weights really are rounded
     Model m(path, *backend);
-    const auto a = generate_greedy(m, ids, opt), b = generate_greedy(m, ids, opt);
+    const auto a = generate_text(m, ids, opt), b = generate_text(m, ids, opt);
     CHECK(a.output_ids.size() == 6);
     CHECK(a.output_ids == b.output_ids);
     CHECK(a.first_logits == b.first_logits);
@@ -232,7 +232,7 @@ TEST_CASE("model: a random model refuses shapes its weight type cannot block, na
   CHECK_FALSE(fs::exists(tmp.path / "bad.gguf"));
 }
 
-TEST_CASE("model: sequences decoded together (GreedyBatch) equal each decoded alone, joining and leaving between steps") {
+TEST_CASE("model: sequences decoded together (DecodeBatch) equal each decoded alone, joining and leaving between steps") {
   const test::TempDir tmp("model");
   auto backend = make_cpu_backend(2);
   for (const char* arch : {"llama", "qwen2", "gemma3"})
@@ -263,11 +263,11 @@ TEST_CASE("model: sequences decoded together (GreedyBatch) equal each decoded al
         std::vector<float> logits;
         KvCache kv = prefill(s, &logits);
         Workspace ws;
-        alone.push_back(decode_greedy(m, kv, ws, logits, opts[s]));
+        alone.push_back(decode_text(m, kv, ws, logits, opts[s]));
         REQUIRE(alone.back().output_ids.size() == size_t(opts[s].max_tokens));
       }
       // Two start together, the others join after a step each (continuous batching).
-      GreedyBatch batch(m);
+      DecodeBatch batch(m);
       std::map<int, int> seq_of;  // batch id → prompt
       std::vector<DecodeResult> together(5);
       int next = 0;
@@ -298,7 +298,7 @@ TEST_CASE("model: a prompt longer than the context is refused") {
   std::vector<int32_t> ids(200, 5);  // the random model's context is 128
   GenerateOptions opt;
   opt.max_tokens = 4;
-  CHECK_THROWS_WITH_AS(generate_greedy(m, ids, opt), doctest::Contains("exceeds the model's context of 128"), Error);
+  CHECK_THROWS_WITH_AS(generate_text(m, ids, opt), doctest::Contains("exceeds the model's context of 128"), Error);
   KvCache kv = m.new_kv_cache(16);
   Workspace ws;
   CHECK_THROWS_WITH_AS(m.forward(std::span(ids).first(20), kv, ws), doctest::Contains("context holds 16"), Error);
@@ -313,7 +313,7 @@ TEST_CASE("model: greedy text that ends inside a character ends in U+FFFD, every
   REQUIRE(tok.token_to_piece(lead) == "\xE2");
   GenerateOptions opt;
   opt.max_tokens = 2;
-  GreedyChooser chooser(tok, opt);
+  TokenChooser chooser(tok, opt);
   std::vector<float> logits(size_t(tok.vocab_size()), 0.f);
   logits[size_t(a)] = 1.f;
   CHECK(chooser.choose(logits.data(), int64_t(logits.size())));
@@ -322,6 +322,65 @@ TEST_CASE("model: greedy text that ends inside a character ends in U+FFFD, every
   const DecodeResult r = chooser.finish();
   CHECK(r.text == "a\xEF\xBF\xBD");
   CHECK(r.output_ids == std::vector<int32_t>{a, lead});
+}
+
+TEST_CASE("model: sampling follows temperature, top-p and seed, and stop strings end the text before them") {
+  const Tokenizer& tok = test::smollm_tokenizer();
+  const TokenId a = tok.find_token("a"), b = tok.find_token("b"), c = tok.find_token("c");
+  REQUIRE(a >= 0);
+  REQUIRE(b >= 0);
+  REQUIRE(c >= 0);
+  // p(a) = 0.7, p(b) = 0.2, p(c) = 0.1 at temperature 1; every other token impossible.
+  std::vector<float> logits(size_t(tok.vocab_size()), -INFINITY);
+  logits[size_t(a)] = std::log(0.7f);
+  logits[size_t(b)] = std::log(0.2f);
+  logits[size_t(c)] = std::log(0.1f);
+  auto draw = [&](GenerateOptions opt, int n) {
+    opt.max_tokens = n;
+    opt.stop_at_eog = false;
+    TokenChooser chooser(tok, opt);
+    while (chooser.choose(logits.data(), int64_t(logits.size()))) {
+    }
+    return chooser.finish().output_ids;
+  };
+  auto share = [](const std::vector<int32_t>& ids, TokenId t) {
+    return double(std::count(ids.begin(), ids.end(), t)) / double(ids.size());
+  };
+  GenerateOptions opt;
+  CHECK(share(draw(opt, 50), a) == 1.0);  // temperature 0: greedy
+  opt.temperature = 1;
+  opt.seed = 7;
+  const auto ids = draw(opt, 4000);
+  // Binomial standard deviations at n = 4000: 0.0072, 0.0063, 0.0047; the bounds are 5 of them.
+  CHECK(share(ids, a) == doctest::Approx(0.7).epsilon(0.05));
+  CHECK(share(ids, b) == doctest::Approx(0.2).epsilon(0.16));
+  CHECK(share(ids, c) == doctest::Approx(0.1).epsilon(0.24));
+  CHECK(draw(opt, 200) == draw(opt, 200));  // the seed fixes the draws
+  GenerateOptions other = opt;
+  other.seed = 8;
+  CHECK(draw(opt, 200) != draw(other, 200));
+  opt.temperature = 0.25;  // sharper: p(a) = 0.7^4 / (0.7^4 + 0.2^4 + 0.1^4) = 0.9955
+  CHECK(share(draw(opt, 1000), a) > 0.98);
+  opt.temperature = 1;
+  opt.top_p = 0.75;  // the nucleus is {a, b}: 0.7 alone is short of 0.75
+  const auto nucleus = draw(opt, 2000);
+  CHECK(share(nucleus, c) == 0.0);
+  CHECK(share(nucleus, a) == doctest::Approx(0.7 / 0.9).epsilon(0.05));
+  opt.top_p = 0.5;  // a alone holds 0.7
+  CHECK(share(draw(opt, 200), a) == 1.0);
+
+  // Stop strings: greedy "a" forever, stopped by "aaa" after the third token; the text before it.
+  GenerateOptions stop;
+  stop.max_tokens = 10;
+  stop.stop = {"zz", "aaa"};
+  TokenChooser chooser(tok, stop);
+  std::string streamed;
+  while (chooser.choose(logits.data(), int64_t(logits.size()), [&](const std::string& p) { streamed += p; })) {
+  }
+  const DecodeResult r = chooser.finish();
+  CHECK(r.text == "");
+  CHECK(r.output_ids.size() == 3);
+  CHECK(streamed == "aa");  // the pieces before the stop string was complete were streamed
 }
 
 // ---- golden comparison with independent implementations on the real models
@@ -395,7 +454,7 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
     GenerateOptions opt;
     opt.max_tokens = int(c["hf"]["greedy"].size());
     opt.stop_at_eog = false;
-    const GenerateResult r = generate_greedy(m, ids, opt);
+    const GenerateResult r = generate_text(m, ids, opt);
 
     // Hugging Face transformers, f32 over the same dequantised weights. Our CPU backend keeps the
     // weights quantised: a prompt's rows meet them dequantised tile by tile (f32 SGEMM), but one
@@ -423,7 +482,7 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
     CHECK(r.output_ids[0] == hf_greedy[0]);
     if (same < hf_greedy.size() && same < r.output_ids.size()) {
       // The logits our decoding had there: the prompt prefilled, then transformers' tokens fed
-      // one at a time (decode steps, as generate_greedy's).
+      // one at a time (decode steps, as generate_text's).
       KvCache kv = m.new_kv_cache(int64_t(ids.size() + same) + 1);
       Workspace ws;
       std::vector<float> l = m.forward(ids, kv, ws);
@@ -448,11 +507,11 @@ void check_against_golden(const std::string& model_path, const std::string& fixt
 
 }  // namespace
 
-TEST_CASE("golden: SmolLM2-135M logits and greedy tokens match transformers and llama.cpp") {
+TEST_CASE("golden: SmolLM2-135M logits and greedy tokens match transformers and llama.cpp" * doctest::test_suite("real-model")) {
   check_against_golden(test::smollm_path(), "logits_golden_smollm2.json");
 }
 
-TEST_CASE("golden: Gemma 3 270M logits and greedy tokens match transformers and llama.cpp") {
+TEST_CASE("golden: Gemma 3 270M logits and greedy tokens match transformers and llama.cpp" * doctest::test_suite("real-model")) {
   check_against_golden(test::gemma_path(), "logits_golden_gemma3.json");
 }
 

@@ -1,9 +1,9 @@
-// Quantised chunk caches end to end (issue 14 item 7) on the default model and testdata/rag-mini:
-// the same chunks precomputed into an f16, an 8-bit and a 4-bit store, then answered from each.
-// reuse and blend from a quantised store stay close to the same mode from the f16 store (the
-// first token's KL bounded per bit width, 8 bits closer than 4); a quantised first chunk makes
-// prefix approximate but close; the host and device tiers decode to the disk tier's KV bit for bit;
-// a damaged quantised file is recomputed, never used.
+// Quantised chunk caches end to end on the default model and testdata/rag-mini: the same chunks
+// precomputed into an f16, an 8-bit and a 4-bit store, then answered from each. reuse and blend
+// from a quantised store stay close to the same mode from the f16 store (the first token's KL
+// bounded per bit width, 8 bits closer than 4); a quantised first chunk makes prefix approximate
+// but close; the host and device tiers decode to the disk tier's KV bit for bit; a damaged
+// quantised file is recomputed, never used.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -79,7 +79,7 @@ AnswerOptions opts(ReuseMode m, int max_tokens = 4) {
 
 }  // namespace
 
-TEST_CASE("rag kvq: 8- and 4-bit stores answer reuse and blend close to the f16 store") {
+TEST_CASE("rag kvq: 8- and 4-bit stores answer reuse and blend close to the f16 store" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore s16 = f.open(16), s8 = f.open(8), s4 = f.open(4);
   KvTiers t16(s16), t8(s8), t4(s4);
@@ -155,7 +155,7 @@ TEST_CASE("rag kvq: 8- and 4-bit stores answer reuse and blend close to the f16 
   CHECK(kl_q[0] > 0);  // the 8-bit caches are really other values (the measurement can see them)
 }
 
-TEST_CASE("rag kvq: prefix over a quantised first chunk is close to full, the prefix file itself is f16") {
+TEST_CASE("rag kvq: prefix over a quantised first chunk is close to full, the prefix file itself is f16" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore s4 = f.open(4);
   const CacheKeys keys(*f.model, *f.format);
@@ -172,7 +172,7 @@ TEST_CASE("rag kvq: prefix over a quantised first chunk is close to full, the pr
   CHECK(kl < 0.05);
 }
 
-TEST_CASE("rag kvq: host and device tiers decode to the disk tier's KV, bit for bit") {
+TEST_CASE("rag kvq: host and device tiers decode to the disk tier's KV, bit for bit" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore s8 = f.open(8);
   const CacheKeys keys(*f.model, *f.format);
@@ -193,7 +193,7 @@ TEST_CASE("rag kvq: host and device tiers decode to the disk tier's KV, bit for 
   CHECK(dev.first_logits == disk.first_logits);
 }
 
-TEST_CASE("rag kvq: a damaged quantised cache is recomputed, never used") {
+TEST_CASE("rag kvq: a damaged quantised cache is recomputed, never used" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const std::string fp = CacheKeys(*f.model, *f.format).model_fingerprint();
   const CacheKeys keys(*f.model, *f.format);

@@ -101,7 +101,7 @@ TEST_CASE("rag: the prompt lays out prefix, chunks and question, each tokenized 
   CHECK(f.format->chat());  // SmolLM2-Instruct: the question closes the user turn
 }
 
-TEST_CASE("rag: prefix mode is bit-identical to full") {
+TEST_CASE("rag: prefix mode is bit-identical to full" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
   KvTiers store_tiers(store);
@@ -117,7 +117,7 @@ TEST_CASE("rag: prefix mode is bit-identical to full") {
   }
 }
 
-TEST_CASE("rag: blend recomputing every reused token matches full") {
+TEST_CASE("rag: blend recomputing every reused token matches full" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
   KvTiers store_tiers(store);
@@ -131,7 +131,7 @@ TEST_CASE("rag: blend recomputing every reused token matches full") {
   CHECK(kl_divergence_logits(full.first_logits, all.first_logits) < 1e-5);
 }
 
-TEST_CASE("rag: reuse without recompute deviates from full more than blend") {
+TEST_CASE("rag: reuse without recompute deviates from full more than blend" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
   KvTiers store_tiers(store);
@@ -155,7 +155,7 @@ TEST_CASE("rag: reuse without recompute deviates from full more than blend") {
   CHECK(kl_reuse > 1.3 * kl_blend);  // measured 0.55 vs 0.31 on these short passages
 }
 
-TEST_CASE("rag: KV from the host and device tiers gives the disk tier's answer, counted per tier") {
+TEST_CASE("rag: KV from the host and device tiers gives the disk tier's answer, counted per tier" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
   const CacheKeys keys(*f.model, *f.format);
@@ -184,7 +184,7 @@ TEST_CASE("rag: KV from the host and device tiers gives the disk tier's answer, 
   }
 }
 
-TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, never used") {
+TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, never used" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const std::string fp = CacheKeys(*f.model, *f.format).model_fingerprint();
   const auto ctx = f.pick({0, 1, 2, 3});
@@ -236,7 +236,7 @@ TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, neve
   }
 }
 
-TEST_CASE("rag: a store of another model is never used") {
+TEST_CASE("rag: a store of another model is never used" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const std::string fp = CacheKeys(*f.model, *f.format).model_fingerprint();
   const test::TempDir other_copy = store_dir().copy("rag-foreign");
@@ -258,7 +258,7 @@ TEST_CASE("rag: a store of another model is never used") {
   CHECK(a.first_logits == b.first_logits);
 }
 
-TEST_CASE("rag: precompute resumes without redoing stored chunks") {
+TEST_CASE("rag: precompute resumes without redoing stored chunks" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   test::TempDir dir("rag-resume");
   const CacheKeys keys(*f.model, *f.format);
@@ -302,7 +302,7 @@ size_t chain_files(const fs::path& store) {
 
 }  // namespace
 
-TEST_CASE("rag: a knowledge-tree path is an exact prefix: prefix over it is bit-identical to full, from memory and from disk") {
+TEST_CASE("rag: a knowledge-tree path is an exact prefix: prefix over it is bit-identical to full, from memory and from disk" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const test::TempDir copy = store_dir().copy("rag-tree");
   const KvStore store = KvStore::open_for_read(copy.path, CacheKeys(*f.model, *f.format).model_fingerprint());
@@ -363,7 +363,7 @@ TEST_CASE("rag: a knowledge-tree path is an exact prefix: prefix over it is bit-
   CHECK(fixed.output_ids == full.output_ids);
 }
 
-TEST_CASE("rag: blend, craft and auto reuse the tree path as is: its KV rows are full's, bit for bit") {
+TEST_CASE("rag: blend, craft and auto reuse the tree path as is: its KV rows are full's, bit for bit" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const test::TempDir copy = store_dir().copy("rag-tree-sparse");
   const KvStore store = KvStore::open_for_read(copy.path, CacheKeys(*f.model, *f.format).model_fingerprint());
@@ -402,7 +402,7 @@ TEST_CASE("rag: blend, craft and auto reuse the tree path as is: its KV rows are
   }
 }
 
-TEST_CASE("rag: managed host memory never holds more than its budget, for every policy, and its hits are counted") {
+TEST_CASE("rag: managed host memory never holds more than its budget, for every policy, and its hits are counted" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
   const uint64_t budget = uint64_t(8) << 20;  // about two chunks of the small model
@@ -424,7 +424,7 @@ TEST_CASE("rag: managed host memory never holds more than its budget, for every 
   }
 }
 
-TEST_CASE("rag: the prefill cost profile is measured on a grid, written, and read back for the same model and backend") {
+TEST_CASE("rag: the prefill cost profile is measured on a grid, written, and read back for the same model and backend" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const test::TempDir dir("rag-cost");
   const fs::path path = dir.path / "cost.json";
@@ -448,7 +448,7 @@ TEST_CASE("rag: the prefill cost profile is measured on a grid, written, and rea
   CHECK_THROWS_WITH_AS(load_or_profile_prefill_cost(path, *f.model, fp, nullptr, grid), doctest::Contains("cost.json"), Error);
 }
 
-TEST_CASE("rag: a computed chunk prefix enters the tree only as far as CRAFT's promotion marks it") {
+TEST_CASE("rag: a computed chunk prefix enters the tree only as far as CRAFT's promotion marks it" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
   const uint64_t big = uint64_t(1) << 32;
@@ -472,7 +472,7 @@ TEST_CASE("rag: a computed chunk prefix enters the tree only as far as CRAFT's p
   CHECK(held({p, ctx[0]->id, ctx[1]->id, ctx[2]->id}));
 }
 
-TEST_CASE("rag: answers decoded together (AnswerBatch) equal each answered alone, joining and leaving") {
+TEST_CASE("rag: answers decoded together (AnswerBatch) equal each answered alone, joining and leaving" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
   KvTiers tiers(store);
@@ -517,7 +517,7 @@ TEST_CASE("rag: answers decoded together (AnswerBatch) equal each answered alone
   CHECK_THROWS_AS(AnswerBatch(ans, 0), Error);
 }
 
-TEST_CASE("rag: a conversation's later turn continues its earlier turns, and prefix stays exact over it") {
+TEST_CASE("rag: a conversation's later turn continues its earlier turns, and prefix stays exact over it" * doctest::test_suite("real-model")) {
   Fixture& f = fixture();
   const KvStore store = KvStore::open_for_read(store_dir().dir.path, CacheKeys(*f.model, *f.format).model_fingerprint());
   KvTiers tiers(store);

@@ -1,4 +1,4 @@
-// Speculative pipelined search (RAGCache §5.3, Algorithm 2 with one worker; issue 14 item 5):
+// Speculative pipelined search (RAGCache §5.3, Algorithm 2 with one worker):
 // the longest-common-prefix bookkeeping on hand-made snapshot sequences, a staged HNSW search
 // whose reported snapshots end on the final top-k (and so does the speculation fed by them), and
 // the prefetcher's loads, drops and wasted bytes on a small store. No model needed.

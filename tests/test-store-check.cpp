@@ -1,9 +1,9 @@
-// A store that verifies and repairs itself (issue 16): has_valid reads every layer once and then
-// trusts STORE/verified.log while a file is unchanged; inspect_store finds each fault class (a
-// flipped bit in a layer, truncation, another model's file, a misnamed file) and the temporaries
-// of dead writers, and remove_bad_files removes exactly those; the temp-file names and what the
-// sweeps prove from them; `ragkv store verify | repair | stats` and precompute repairing a
-// flipped bit, byte-identical to the original.
+// A store that verifies and repairs itself: has_valid reads every layer once and then trusts
+// STORE/verified.log while a file is unchanged; inspect_store finds each fault class (a flipped bit
+// in a layer, truncation, another model's file, a misnamed file) and the temporaries of dead
+// writers, and remove_bad_files removes exactly those; the temp-file names and what the sweeps
+// prove from them; `ragkv store verify | repair | stats` and precompute repairing a flipped bit,
+// byte-identical to the original.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -248,7 +248,7 @@ TEST_CASE("store check: a directory where a file belongs is an error naming its 
   }
 }
 
-TEST_CASE("cli store: verify and repair, and precompute repairing a flipped bit byte for byte") {
+TEST_CASE("cli store: verify and repair, and precompute repairing a flipped bit byte for byte" * doctest::test_suite("real-model")) {
   using ragkv::test::run_ragkv;
   TempDir tmp("cli-store");
   const std::string index = (tmp.path / "index").string(), store = (tmp.path / "store").string();

@@ -1,8 +1,8 @@
-// `store gc` (issue 16): the removal order — files that cannot serve, variants by lowest f_r
-// (Cache-Craft §3.3), knowledge-tree chain nodes least recently used, canonical caches least
-// recently used, the prefix last — a budget never exceeded at any size, canonical caches only when
-// allowed (else nothing removed and the result says so), a claimed file never removed, a dry run
-// that removes nothing, and variant-usage.json pruned of what went.
+// `store gc`: the removal order — files that cannot serve, variants by lowest f_r (Cache-Craft
+// §3.3), knowledge-tree chain nodes least recently used, canonical caches least recently used, the
+// prefix last — a budget never exceeded at any size, canonical caches only when allowed (else
+// nothing removed and the result says so), a claimed file never removed, a dry run that removes
+// nothing, and variant-usage.json pruned of what went.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>

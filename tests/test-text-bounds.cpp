@@ -1,7 +1,7 @@
-// Bounded work per byte on hostile text (issue 16): giant runs are cut before merging
-// (core/model/tokenizer.h split_giant_runs), the chunker looks at a bounded stretch around each cut, and
-// both grow linearly with the input — checked as a ratio of thread CPU times (a quadratic stage
-// takes 64 times as long on 8 times the input; linear ones about 8), not as absolute seconds.
+// Bounded work per byte on hostile text: giant runs are cut before merging (core/model/tokenizer.h
+// split_giant_runs), the chunker looks at a bounded stretch around each cut, and both grow linearly
+// with the input — checked as a ratio of thread CPU times (a quadratic stage takes 64 times as long
+// on 8 times the input; linear ones about 8), not as absolute seconds.
 #include <doctest/doctest.h>
 
 #include <time.h>
@@ -99,7 +99,7 @@ TEST_CASE("text bounds: a giant run tokenizes as its capped pieces") {
   CHECK(gemma.tok->decode(gemma.tok->encode(above, false)) == above);
 }
 
-TEST_CASE("text bounds: both tokenizers and WordPiece do linear work on hostile text") {
+TEST_CASE("text bounds: both tokenizers and WordPiece do linear work on hostile text" * doctest::test_suite("real-model")) {
   for (const std::string& path : {ragkv::test::smollm_path(), ragkv::test::gemma_path()}) {
     const Loaded l = load(path);
     for (const auto& [name, text] : hostile(1 << 20)) {
@@ -116,7 +116,7 @@ TEST_CASE("text bounds: both tokenizers and WordPiece do linear work on hostile 
   }
 }
 
-TEST_CASE("text bounds: the chunker does linear work and reports progress within one long document") {
+TEST_CASE("text bounds: the chunker does linear work and reports progress within one long document" * doctest::test_suite("real-model")) {
   const Loaded l = load(ragkv::test::smollm_path());
   for (const auto& [name, text] : hostile(1 << 20)) {
     const std::string t = text;

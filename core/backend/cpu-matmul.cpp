@@ -63,7 +63,7 @@ constexpr int64_t kDequantGemmRows = 32;
 // Calls of fewer activation rows than this (decode steps' heads on types without wide kernels)
 // take run_dequant_rows; from 8 rows on SGEMM on dequantised tiles was as fast or faster (16 rows:
 // 50 against 56 ms for a SmolLM2 prefill, 31 rows 79 against 99 ms; bench/results/README.md,
-// 2026-11-25).
+// "CPU speed and memory against llama.cpp").
 constexpr int64_t kDequantRowsCalls = 8;
 
 // Rows of a tile of run_dequant_rows: as many as keep its f32 values within kDequantRowsBytes,

@@ -30,8 +30,11 @@ struct Point {
 };
 
 double or_nan(const json& v) { return v.is_null() ? std::nan("") : v.get<double>(); }
+// A recovery is null where reuse did no damage of that kind (nothing to recover): NaN, no point.
 double recovery_of(const json& m, const char* key) {
-  return m.contains("recovery") ? or_nan(m["recovery"].value(key, json()).value("mean", json())) : std::nan("");
+  if (!m.contains("recovery")) return std::nan("");
+  const json& r = m["recovery"].value(key, json());
+  return r.is_object() ? or_nan(r.value("mean", json())) : std::nan("");
 }
 
 // Series name → points, from the summary's modes: blend variants by method, craft variants by

@@ -1,4 +1,4 @@
-// The trade-off picture of an eval sweep (issue 12; CacheBlend's Figures 9–11 plot quality
+// The trade-off picture of an eval sweep (CacheBlend's Figures 9–11 plot quality
 // against TTFT the same way): recovery of first-token KL and of first-token agreement against the
 // real compute fraction, and first-token agreement against the TTFT ratio, one line per
 // selection method (and craft ablation) through its ratios, reuse as the zero point, auto as one

@@ -12,7 +12,7 @@
 //   version 3 (a knowledge-tree node, RAGCache §5.1) is version 2 followed by u8 flags, bit 0
 //           set: the chunk was computed exactly as `full` computes it — one forward call per
 //           segment after an exact chain — so reusing it at its position is bit-identical
-//   version 4 (quantised KV, issue 14 item 7; core/kv/kv-quant.h) is version 3 followed by
+//   version 4 (quantised KV, core/kv/kv-quant.h) is version 3 followed by
 //           u8 bits (8 or 4), u32 k_group (tokens per K group), u32 v_group (channels per V
 //           group) — whatever the context, stats and flags (empty, 0, 0 for a canonical cache)
 //   An f16 canonical cache (no context, no stats) is written as version 1, byte for byte as

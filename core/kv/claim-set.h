@@ -1,4 +1,4 @@
-// Claims on store files (issue 16, "work claimed, not duplicated"): before a process computes a
+// Claims on store files (work claimed, not duplicated): before a process computes a
 // chunk cache that others sharing the store may also want, it claims the file — creates
 // "<file>.claim" exclusively (core/util/file-io.h create_file_exclusive: link(2), safe on NFS too),
 // holding one JSON line: host, boot id, pid and its start time, when, the lease, a token. While

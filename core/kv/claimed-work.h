@@ -1,5 +1,5 @@
-// Work on store files done once across the processes sharing a store (issue 16, "work claimed,
-// not duplicated"): each item — one chunk's cache, or one variant sequence writing several files —
+// Work on store files done once across the processes sharing a store (work claimed, not
+// duplicated): each item — one chunk's cache, or one variant sequence writing several files —
 // is computed only for the files this worker claims (core/kv/claim-set.h). Files claimed by a live other
 // are passed over and looked at again once the rest is done: intact by then, they count as the
 // other's; still claimed, this worker waits (polling) until they appear or their claim goes stale

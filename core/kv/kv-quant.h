@@ -1,4 +1,4 @@
-// Quantised chunk-KV layer blocks (issue 14 item 7): a stored layer's K and V in 8 or 4 bits
+// Quantised chunk-KV layer blocks: a stored layer's K and V in 8 or 4 bits
 // with group scales, decoded back to the f16 KV every mode uses. The method is KIVI's (Liu et al.,
 // "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache", ICML 2024, §3): asymmetric
 // (min + scale) integer groups, K quantised per channel — each channel's values over a group of

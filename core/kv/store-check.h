@@ -1,4 +1,4 @@
-// Reading a whole store (issue 16; `ragkv store verify | repair | stats`): every chunk-KV file
+// Reading a whole store (`ragkv store verify | repair | stats`): every chunk-KV file
 // under kv/ checked the way answer would use it — header and its checksum, size, the model and
 // shape of store.json, the name being the content address of what the header holds — and, for
 // verify, every layer's checksum; the claims of workers on the store, live or stale. repair

@@ -1,4 +1,4 @@
-// `ragkv store gc` (issue 16): a store's chunk-cache files shrunk to a byte budget by the store's
+// `ragkv store gc`: a store's chunk-cache files shrunk to a byte budget by the store's
 // eviction policy. What goes first is what is worth least:
 //   1. files that cannot serve (a header that fails, another model's or shape's, misnamed);
 //   2. Cache-Craft variants, lowest frequency-reuse f_r first (cache-craft.txt §3.3, the order

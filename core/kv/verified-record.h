@@ -1,6 +1,6 @@
 // STORE/verified.log: which chunk-KV files have passed every checksum, so that precompute's
-// "is this cache intact?" reads a file's layers once, not on every run (issue 16, "verifying
-// cheaply"). One line per verification, "<file name> <size> <mtime ns> <inode> <recorded ns>\n",
+// "is this cache intact?" reads a file's layers once, not on every run (verifying cheaply).
+// One line per verification, "<file name> <size> <mtime ns> <inode> <recorded ns>\n",
 // appended with O_APPEND in one write(2) each, so processes sharing the store interleave whole
 // lines. A file counts as verified while its size, mtime and inode equal one of its lines: a
 // rewritten file (a new one renamed into place) differs in inode and mtime and is verified again.

@@ -1,7 +1,9 @@
-// Greedy decoding loop over Model::forward.
+// The decoding loop over Model::forward: greedy, or sampled with temperature and top-p.
 #include "core/model/generate.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/util/error.h"
 #include "core/util/utf8.h"
@@ -42,12 +44,53 @@ std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& te
   return ids;
 }
 
-bool GreedyChooser::choose(const float* logits, int64_t n_vocab,
-                           const std::function<void(const std::string&)>& on_piece) {
+// Nucleus sampling (Holtzman et al. 2020, §3.1): p ∝ exp((l − max) / T) over the finite logits;
+// the most likely tokens (ties by id) holding top_p of the mass are kept and one is drawn in
+// proportion to p with a uniform double from the sequence's own generator.
+int32_t TokenChooser::sample(const float* logits, int64_t n_vocab) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n_vocab; ++i)
+    if (std::isfinite(logits[i])) mx = std::max(mx, logits[i]);
+  if (!std::isfinite(mx)) return argmax_first(logits, n_vocab);
+  std::vector<std::pair<double, int32_t>> p;
+  p.reserve(size_t(n_vocab));
+  for (int64_t i = 0; i < n_vocab; ++i)
+    if (std::isfinite(logits[i])) p.emplace_back(std::exp(double(logits[i] - mx) / opt_.temperature), int32_t(i));
+  size_t keep = p.size();
+  double total = 0;
+  if (opt_.top_p < 1) {
+    std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    double all = 0;
+    for (const auto& e : p) all += e.first;
+    for (keep = 0; keep < p.size() && (keep == 0 || total < double(opt_.top_p) * all); ++keep) total += p[keep].first;
+  } else {
+    for (const auto& e : p) total += e.first;
+  }
+  const double u = double(rng_() >> 11) * 0x1.0p-53 * total;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += p[i].first;
+    if (u < acc) return p[i].second;
+  }
+  return p[keep - 1].second;
+}
+
+size_t TokenChooser::stop_position(size_t appended_from) const {
+  size_t cut = std::string::npos;
+  for (const std::string& s : opt_.stop) {
+    if (s.empty()) continue;
+    const size_t from = appended_from >= s.size() ? appended_from - s.size() + 1 : 0;
+    if (const size_t at = r_.text.find(s, from); at != std::string::npos) cut = std::min(cut, at);
+  }
+  return cut;
+}
+
+bool TokenChooser::choose(const float* logits, int64_t n_vocab,
+                          const std::function<void(const std::string&)>& on_piece) {
   auto has_text = [&] { return r_.text.find_first_not_of(" \t\r\n") != std::string::npos; };
   if (steps_ >= opt_.max_tokens) return false;
   ++steps_;
-  const int32_t best = argmax_first(logits, n_vocab);
+  const int32_t best = opt_.temperature > 0 ? sample(logits, n_vocab) : argmax_first(logits, n_vocab);
   next_ = best;
   if (opt_.stop_at_eog && tok_.is_eog(best)) return false;
   std::string piece = tok_.token_to_piece(best);
@@ -59,12 +102,18 @@ bool GreedyChooser::choose(const float* logits, int64_t n_vocab,
     }
   }
   r_.output_ids.push_back(best);
+  const size_t before = r_.text.size();
   r_.text += piece;
+  if (const size_t cut = stop_position(before); cut != std::string::npos) {
+    if (on_piece && cut > before) on_piece(r_.text.substr(before, cut - before));
+    r_.text.resize(cut);
+    return false;
+  }
   if (on_piece) on_piece(piece);
   return steps_ < opt_.max_tokens;
 }
 
-DecodeResult GreedyChooser::finish() {
+DecodeResult TokenChooser::finish() {
   if (opt_.stop_at_newline) {
     const auto b = r_.text.find_first_not_of(" \t\r\n");
     const auto e = r_.text.find_last_not_of(" \t\r\n");
@@ -74,7 +123,7 @@ DecodeResult GreedyChooser::finish() {
   return std::move(r_);
 }
 
-DecodeResult decode_greedy(const Model& model, KvCache& kv, Workspace& ws, std::vector<float> logits,
+DecodeResult decode_text(const Model& model, KvCache& kv, Workspace& ws, std::vector<float> logits,
                            const GenerateOptions& opt,
                            const std::function<void(const std::string&)>& on_piece) {
   using clock = std::chrono::steady_clock;
@@ -82,7 +131,7 @@ DecodeResult decode_greedy(const Model& model, KvCache& kv, Workspace& ws, std::
     fail("internal: {} new tokens do not fit after {} prompt rows in a context of {}", opt.max_tokens,
          kv.n_used, kv.n_ctx);
   const auto t0 = clock::now();
-  GreedyChooser chooser(model.tokenizer(), opt);
+  TokenChooser chooser(model.tokenizer(), opt);
   KvCache* kvs[1] = {&kv};
   const int64_t n_vocab = model.config().n_vocab;
   while (chooser.choose(logits.data(), n_vocab, on_piece)) {
@@ -94,13 +143,13 @@ DecodeResult decode_greedy(const Model& model, KvCache& kv, Workspace& ws, std::
   return r;
 }
 
-int GreedyBatch::add(KvCache kv, const std::vector<float>& logits, const GenerateOptions& opt) {
+int DecodeBatch::add(KvCache kv, const std::vector<float>& logits, const GenerateOptions& opt) {
   if (kv.n_used + opt.max_tokens > kv.n_ctx)
     fail("internal: {} new tokens do not fit after {} prompt rows in a context of {}", opt.max_tokens,
          kv.n_used, kv.n_ctx);
   const int id = next_id_++;
   auto s = std::unique_ptr<Sequence>(
-      new Sequence{std::move(kv), GreedyChooser(model_.tokenizer(), opt), false, std::chrono::steady_clock::now(), 0});
+      new Sequence{std::move(kv), TokenChooser(model_.tokenizer(), opt), false, std::chrono::steady_clock::now(), 0});
   if (!s->chooser.choose(logits.data(), model_.config().n_vocab)) {
     s->done = true;
     finished_at_add_.push_back(id);
@@ -109,13 +158,13 @@ int GreedyBatch::add(KvCache kv, const std::vector<float>& logits, const Generat
   return id;
 }
 
-size_t GreedyBatch::active() const {
+size_t DecodeBatch::active() const {
   size_t n = 0;
   for (const auto& [id, s] : seqs_) n += !s->done;
   return n;
 }
 
-std::vector<int> GreedyBatch::step() {
+std::vector<int> DecodeBatch::step() {
   std::vector<int> finished = std::move(finished_at_add_);
   finished_at_add_.clear();
   std::vector<int> ids;
@@ -146,7 +195,7 @@ std::vector<int> GreedyBatch::step() {
   return finished;
 }
 
-DecodeResult GreedyBatch::take(int id) {
+DecodeResult DecodeBatch::take(int id) {
   const auto it = seqs_.find(id);
   if (it == seqs_.end() || !it->second->done) fail("internal: sequence {} of the decode batch is not finished", id);
   DecodeResult r = it->second->chooser.finish();
@@ -155,7 +204,7 @@ DecodeResult GreedyBatch::take(int id) {
   return r;
 }
 
-GenerateResult generate_greedy(const Model& model, const std::vector<int32_t>& prompt_ids,
+GenerateResult generate_text(const Model& model, const std::vector<int32_t>& prompt_ids,
                                const GenerateOptions& opt,
                                const std::function<void(const std::string&)>& on_piece) {
   using clock = std::chrono::steady_clock;
@@ -178,7 +227,7 @@ GenerateResult generate_greedy(const Model& model, const std::vector<int32_t>& p
   r.prefill_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
   r.first_logits = logits;
 
-  DecodeResult d = decode_greedy(model, kv, ws, std::move(logits), opt, on_piece);
+  DecodeResult d = decode_text(model, kv, ws, std::move(logits), opt, on_piece);
   r.output_ids = std::move(d.output_ids);
   r.text = std::move(d.text);
   r.decode_ms = d.decode_ms;

@@ -1,4 +1,4 @@
-// AnswerBatch: RagAnswerer's prefill and finish around one GreedyBatch.
+// AnswerBatch: RagAnswerer's prefill and finish around one DecodeBatch.
 #include "core/rag/answer-batch.h"
 
 #include <algorithm>

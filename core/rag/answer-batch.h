@@ -1,9 +1,9 @@
-// Answers decoded together (issue 15 item 3; continuous batching as vLLM and SGLang schedule
-// decode): up to max_active prompts are in flight. Each admitted prompt is prefilled at once, in
-// its own reuse mode (RagAnswerer::prefill, unchanged), and joins the decode batch; every step
-// feeds all active sequences' last tokens through one Model::decode_step, so each weight is read
-// once per step for all of them; a finished answer retires and frees its place for the next.
-// The tokens of each answer equal RagAnswerer::answer's for it alone (greedy; GreedyBatch).
+// Answers decoded together (continuous batching as vLLM and SGLang schedule decode): up to
+// max_active prompts are in flight. Each admitted prompt is prefilled at once, in its own reuse
+// mode (RagAnswerer::prefill, unchanged), and joins the decode batch; every step feeds all active
+// sequences' last tokens through one Model::decode_step, so each weight is read once per step for
+// all of them; a finished answer retires and frees its place for the next. The tokens of each
+// answer equal RagAnswerer::answer's for it alone (greedy; DecodeBatch).
 #pragma once
 #include <cstddef>
 #include <map>
@@ -38,12 +38,12 @@ class AnswerBatch {
  private:
   struct Pending {
     size_t tag;
-    PrefilledAnswer prefilled;  // its kv moved into the GreedyBatch
+    PrefilledAnswer prefilled;  // its kv moved into the DecodeBatch
   };
   RagAnswerer& answerer_;
   size_t max_active_;
-  GreedyBatch decode_;
-  std::map<int, Pending> pending_;  // by GreedyBatch id: ids grow, so this is admission order
+  DecodeBatch decode_;
+  std::map<int, Pending> pending_;  // by DecodeBatch id: ids grow, so this is admission order
   size_t steps_ = 0, sequence_steps_ = 0;
 };
 

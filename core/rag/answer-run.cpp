@@ -32,6 +32,14 @@ std::string query_error(const Query& q, const std::exception& e) {
 
 namespace {
 
+// The sampling options onto an answer's decoding options (max_tokens stays the mode's).
+void apply_sampling(const GenerateOptions& s, GenerateOptions& gen) {
+  gen.temperature = s.temperature;
+  gen.top_p = s.top_p;
+  gen.seed = s.seed;
+  gen.stop = s.stop;
+}
+
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
@@ -248,6 +256,7 @@ void AnswerRun::admit(size_t qi) {
   const Query& q = queries_[qi];
   const RagContext& ctx = *contexts_[qi];
   AnswerOptions opt = e_.options(o_.defaults, o_.mode);
+  apply_sampling(o_.sampling, opt.gen);
   opt.write_back = o_.write_back;
   opt.record_in_tiers = true;
   opt.load_control = e_.load_controller();
@@ -269,6 +278,7 @@ void AnswerRun::admit(size_t qi) {
   // The comparison answer first (it does not touch the tiers): a failure leaves nothing in flight.
   if (o_.compare) {
     AnswerOptions co = e_.options(o_.defaults, compare_mode_);
+    apply_sampling(o_.sampling, co.gen);
     co.history = opt.history;
     compared_[qi] = e_.answerer().answer(q.question, chunks, co);
   }

@@ -22,6 +22,7 @@ struct AnswerRunOptions {
   ModeSpec mode{ReuseMode::full};
   std::optional<ModeSpec> compare;  // also answer in this mode and score against it
   ModeDefaults defaults;
+  GenerateOptions sampling;  // temperature, top_p, seed, stop of every answer (greedy by default)
   OnError on_error = OnError::fail;
   size_t batch = 8;           // prompts decoded together
   bool write_back = false;    // Cache-Craft write-back of computed chunks

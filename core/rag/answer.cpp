@@ -120,7 +120,7 @@ std::vector<PromptNode> RagAnswerer::tree_nodes(const RagPrompt& prompt, const P
 AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<const Chunk*>& chunks,
                                  const AnswerOptions& opt) {
   PrefilledAnswer p = prefill(question, chunks, opt);
-  DecodeResult d = decode_greedy(model_, p.kv, ws_, std::move(p.logits), p.gen);
+  DecodeResult d = decode_text(model_, p.kv, ws_, std::move(p.logits), p.gen);
   return finish(std::move(p), std::move(d));
 }
 

@@ -29,7 +29,7 @@ struct PrefillStats {
   int64_t reused_tokens = 0;          // tokens whose K/V came from a cache on at least one layer
   int64_t recomputed_reused_token_layers = 0;  // Σ over layers of the reused tokens recomputed there
   double recompute_fraction() const;  // computed token-layers / (prompt tokens × layers)
-  // The real compute fraction of the reuse (issue 12): recomputed reused token-layers over reused
+  // The real compute fraction of the reuse: recomputed reused token-layers over reused
   // token-layers, layer 0 and the check layers included — what r is nominally.
   double reused_recompute_fraction() const;
   std::vector<std::vector<int32_t>> kept_after_check;  // blend: the active rows after each check layer

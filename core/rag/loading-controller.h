@@ -1,6 +1,6 @@
-// The loading controller (CacheBlend §5.1; Cache-Craft §3.4.2, Eq. 16 and Algorithm 2; issue 14
-// item 6): from the measured compute speed (the T(α, β) profile, core/rag/cost-profile.h) and the
-// measured read rate of each tier (core/kv/tier-read-rates.h), per prompt
+// The loading controller (CacheBlend §5.1; Cache-Craft §3.4.2, Eq. 16 and Algorithm 2): from the
+// measured compute speed (the T(α, β) profile, core/rag/cost-profile.h) and the measured read rate
+// of each tier (core/kv/tier-read-rates.h), per prompt
 //   * per cached segment, whether loading its KV beats computing it in place from scratch (on a
 //     fast GPU, prefill beats reading from an SSD below some 8–17k tokens; on a CPU, reading
 //     nearly always wins);

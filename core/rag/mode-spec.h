@@ -11,7 +11,7 @@
 //   any of these + "+freq"    e.g. full+freq, blend@0.2+freq
 // the prompt's chunks in CRAFT's frequency order (most accessed in the CA-Table's window first,
 // craft-chunk-reordering.txt §4) instead of retrieval order: `eval` measures what the order costs
-// against a baseline in retrieval order; for `answer` it is --chunk-order freq.
+// against a baseline in retrieval order; `answer` orders each prompt so too.
 #pragma once
 #include <optional>
 #include <string>

@@ -178,7 +178,8 @@ void derive_rows(PrefillPlan& p) {
   // auto with prophet (its default selection): a chunk with variant metadata brings its CFO budget,
   // ⌈CFO·|C|⌉ tokens, to the question's choice among all repositioned tokens — craft/prophet's rule,
   // which beat both Cache-Craft's CCI-ranked fix and blend on SQuAD 200 (bench/results/README.md,
-  // 2026-11-24); with another selection, craft's CCI-ranked fix tokens are recomputed as they are.
+  // "Chunk-KV reuse fidelity"); with another selection, craft's CCI-ranked fix tokens are
+  // recomputed as they are.
   const bool craft_by_question = p.mode == ReuseMode::auto_ && sel == Selection::prophet;
   int64_t n_repositioned = 0, n_fixed = 0, craft_budget = 0;
   for (const SegmentPlan& seg : p.segments) {

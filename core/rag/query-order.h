@@ -1,4 +1,4 @@
-// The order a batch's queries are answered in (RAGCache §5.2, cache-aware reordering; issue 14):
+// The order a batch's queries are answered in (RAGCache §5.2, cache-aware reordering):
 // a batch tool has retrieved every query's chunks before answering any, so it can answer the
 // queries that share chunk prefixes one after another and, among the queries in a window, the one
 // whose prompt the knowledge tree covers best first. Answers are still written in input order

@@ -1,4 +1,4 @@
-// Retrieval overlapped with answering (RAGCache §5.3; issue 14 item 5): a worker thread embeds and
+// Retrieval overlapped with answering (RAGCache §5.3): a worker thread embeds and
 // searches the queries in input order ahead of the answering loop, which takes each query's
 // chunks as soon as they are there. With a staged search and a prefetcher, every change of a
 // query's top-k during its search starts loading the caches of the new top-k (dynamic

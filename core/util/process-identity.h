@@ -1,7 +1,7 @@
-// Who a process is, in a form another process can check later (issue 16, claims between
-// processes): the host name, the kernel's boot id, the pid and the pid's start time. A pid names a
-// process only on the machine and boot that issued it, and only while it runs: a pid reused by a
-// new process has another start time, and after a reboot the boot id differs.
+// Who a process is, in a form another process can check later (claims between processes): the
+// host name, the kernel's boot id, the pid and the pid's start time. A pid names a process only on
+// the machine and boot that issued it, and only while it runs: a pid reused by a new process has
+// another start time, and after a reboot the boot id differs.
 #pragma once
 #include <cstdint>
 #include <string>

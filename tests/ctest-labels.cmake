@@ -1,0 +1,24 @@
+# Included by ctest after the discovered tests (CMakeLists.txt): each test in a doctest suite that
+# names a label gets that ctest label, read from the test binary's own listing so that any test
+# name works. The labels:
+#   real-model  runs the real default models (models/), seconds to minutes each: the Release suite
+#               of `make test` runs them, the sanitizer suite of `make check` leaves them out;
+#   check       starts servers or injects faults: only `make check` runs them.
+if(NOT EXISTS "${RAGKV_TESTS_BINARY}")
+  return()
+endif()
+foreach(label real-model check)
+  execute_process(COMMAND "${RAGKV_TESTS_BINARY}" --list-test-cases "--test-suite=${label}"
+                  OUTPUT_VARIABLE listing RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(WARNING "ctest-labels: ${RAGKV_TESTS_BINARY} --list-test-cases failed (${rc}): no '${label}' label")
+    continue()
+  endif()
+  string(REPLACE "\n" ";" lines "${listing}")
+  foreach(line IN LISTS lines)
+    if(line STREQUAL "" OR line MATCHES "^===" OR line MATCHES "^\\[doctest\\] ")
+      continue()
+    endif()
+    set_tests_properties("${line}" PROPERTIES LABELS "${label}")
+  endforeach()
+endforeach()
