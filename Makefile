@@ -14,8 +14,9 @@ build:
 # Each phase of CI (`bash .ci/run`: setup, then `make test`, then `make check`) runs under a budget
 # in seconds, build included, on this project's 2-core machines: past it the phase is stopped and
 # fails, so a slow test shows up as a failure here rather than as CI running out of time. The
-# whole of CI is kept under 45 minutes.
-TEST_BUDGET_S ?= 720
+# budgets leave room for a noisy machine above what the phases take (make test about 10 minutes
+# from a fresh clone, its target 12; docs/testing.md has the measured times).
+TEST_BUDGET_S ?= 840
 SANITIZE_BUDGET_S ?= 1200
 FUZZ_BUDGET_S ?= 900
 LABELLED_BUDGET_S ?= 300
@@ -23,7 +24,7 @@ budget = timeout --kill-after=10 $(1) $(2) || { rc=$$?; [ $$rc -ne 124 ] || \
   echo "make: $(3) ran past its budget of $(1) s (Makefile)"; exit $$rc; }
 
 # `make test`: the Release build and the Release suite, but for the tests labelled `check`
-# (servers, injected faults), which `make check` runs. While iterating, `cd build && ctest -R pattern`.
+# (servers, several processes, injected faults: tests/ctest-labels.cmake), which `make check` runs. While iterating, `cd build && ctest -R pattern`.
 test:
 	@$(call budget,$(TEST_BUDGET_S),$(MAKE) --no-print-directory build test-release,make test)
 
@@ -42,8 +43,8 @@ check-labelled: build
 
 # The suite under ASan + UBSan (-fno-sanitize-recover: UB fails the test; LeakSanitizer on), built
 # with gcc at -O1 in $(SAN_BUILD_DIR) without cuda/: the unit tests and the end-to-end tests on
-# tiny random models; the tests on the real models (label real-model) run in the Release suite
-# only. SAN_EXCLUDE: a ctest -E regex of further tests to leave out while iterating.
+# tiny random models; the tests on the real models (labels real-model and check) run in the
+# Release build only. SAN_EXCLUDE: a ctest -E regex of further tests to leave out while iterating.
 SAN_BUILD_DIR ?= build-asan
 SAN_EXCLUDE ?=
 test-sanitize:
@@ -51,7 +52,7 @@ test-sanitize:
 	cmake --build $(SAN_BUILD_DIR) -j $(JOBS) --target ragkv ragkv_tests
 	cd $(SAN_BUILD_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j $(JOBS) -LE '^real-model$$' $(if $(SAN_EXCLUDE),-E '$(SAN_EXCLUDE)')
+	  ctest --output-on-failure -j $(JOBS) -LE '^(real-model|check)$$' $(if $(SAN_EXCLUDE),-E '$(SAN_EXCLUDE)')
 
 # libFuzzer targets (fuzz/, clang, ASan + UBSan) in $(FUZZ_BUILD_DIR). `make fuzz` runs each for
 # FUZZ_SECONDS (FUZZ_TARGETS: a subset) and prints executions, time, corpus size and crashes;
@@ -72,8 +73,8 @@ fuzz-smoke: fuzz-build
 	bash fuzz/run.sh $(FUZZ_BUILD_DIR) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
 
 # The main job on the bundled defaults: index testdata/rag-mini (6 SQuAD passages), precompute its
-# chunk caches, answer its 12 questions in blend, reuse and prefix modes against full recompute,
-# and gate them on agreement with full. reuse fails the gate by design (it shows the gate sees the
+# chunk caches, answer its 12 questions in prefix, reuse, blend, craft and auto against full
+# recompute, and gate them on agreement with full. reuse fails the gate by design (it shows the gate sees the
 # damage recompute repairs): eval's exit 1 (quality) is the demo's verdict, not its failure.
 DEMO_DIR ?= $(BUILD_DIR)/demo
 demo: build

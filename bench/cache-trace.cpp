@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 #include "core/kv/chunk-kv-file.h"
 #include "core/kv/knowledge-tree.h"
 #include "core/rag/chunk-access-table.h"
 #include "core/rag/chunk-overlap.h"
 #include "core/rag/query-order.h"
+#include "core/util/progress.h"
 
 namespace ragkv {
 
@@ -99,6 +101,32 @@ TraceResult replay_cache_trace(const CacheTrace& trace, const PrefillCostModel& 
   out.prefix_overlap = o.prefix;
   out.total_overlap = o.total;
   return out;
+}
+
+CacheTrace read_cache_trace(const ContextRetriever& retriever, const PromptFormat& format, const ModelConfig& cfg,
+                            const std::vector<Query>& queries) {
+  CacheTrace trace;
+  trace.prefix_tokens = int64_t(format.prefix_ids().size());
+  trace.bytes_per_token = uint64_t(cfg.n_layer) * cfg.kv_dim() * 2 * sizeof(uint16_t);
+  std::set<std::string> distinct;
+  Progress bar("bench cache: retrieve", int64_t(queries.size()), "queries");
+  for (const Query& q : queries) {
+    const RagContext ctx = retriever.context_for(q);
+    const RagPrompt prompt = format.build(ctx.chunks, q.question);
+    TraceRequest r;
+    for (const PromptSegment& seg : prompt.segments)
+      if (seg.kind == PromptSegment::Kind::chunk) {
+        r.chunks.push_back(seg.chunk_id);
+        r.chunk_tokens.push_back(int64_t(seg.ids.size()));
+        distinct.insert(seg.chunk_id);
+      }
+    r.prompt_tokens = prompt.n_tokens();
+    trace.requests.push_back(std::move(r));
+    bar.add();
+  }
+  bar.finish();
+  trace.distinct_chunks = distinct.size();
+  return trace;
 }
 
 }  // namespace ragkv

@@ -19,6 +19,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/kv/cache-policy.h"
+#include "core/model/model-config.h"
+#include "core/rag/context.h"
+#include "core/rag/prompt.h"
+#include "core/rag/queries.h"
 
 namespace ragkv {
 
@@ -32,7 +36,13 @@ struct CacheTrace {
   std::vector<TraceRequest> requests;     // input order
   int64_t prefix_tokens = 0;              // the instruction prefix (the tree's root)
   uint64_t bytes_per_token = 0;           // of a node's K and V (f16), as the tiers count them
+  size_t distinct_chunks = 0;
 };
+
+// The trace of a query file: each query's retrieved chunks, their tokens and the prompt's length
+// in `format` (progress on stderr).
+CacheTrace read_cache_trace(const ContextRetriever& retriever, const PromptFormat& format, const ModelConfig& cfg,
+                            const std::vector<Query>& queries);
 
 struct TraceConfig {
   CachePolicy policy = CachePolicy::pgdsf;

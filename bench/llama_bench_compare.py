@@ -42,7 +42,7 @@ def llama_bench(a):
 
 def ragkv_bench(a):
     def run(tokens):
-        cmd = [a.ragkv, "bench", "prefill", "--model", a.model, "--tokens", str(tokens), "--decode-tokens",
+        cmd = [a.ragkv, "bench", "prefill", "--models", a.model, "--tokens", str(tokens), "--decode-tokens",
                str(a.decode_tokens), "--repetitions", str(a.repetitions), "--decode-batch", "1", "--device", "cpu",
                "--threads", str(a.threads)]
         return run_json(cmd)["results"][0]

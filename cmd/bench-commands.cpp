@@ -120,29 +120,7 @@ class BenchCommands : public CommandFamily {
     const Model model(o_.model, *backend);
     const PromptFormat format(model);
     const ContextRetriever retriever(index, &embedder, o_.top_k);
-    const ModelConfig& cfg = model.config();
-    CacheTrace trace;
-    trace.prefix_tokens = int64_t(format.prefix_ids().size());
-    trace.bytes_per_token = uint64_t(cfg.n_layer) * cfg.kv_dim() * 2 * sizeof(uint16_t);
-    std::set<std::string> distinct;
-    {
-      Progress bar("bench cache: retrieve", int64_t(queries.queries.size()), "queries");
-      for (const Query& q : queries.queries) {
-        const RagContext ctx = retriever.context_for(q);
-        const RagPrompt prompt = format.build(ctx.chunks, q.question);
-        TraceRequest r;
-        for (const PromptSegment& seg : prompt.segments)
-          if (seg.kind == PromptSegment::Kind::chunk) {
-            r.chunks.push_back(seg.chunk_id);
-            r.chunk_tokens.push_back(int64_t(seg.ids.size()));
-            distinct.insert(seg.chunk_id);
-          }
-        r.prompt_tokens = prompt.n_tokens();
-        trace.requests.push_back(std::move(r));
-        bar.add();
-      }
-      bar.finish();
-    }
+    const CacheTrace trace = read_cache_trace(retriever, format, model.config(), queries.queries);
     bool measured = false;
     const PrefillCostModel cost = load_or_profile_prefill_cost(
         o_.cache.cost_profile, model, CacheKeys(model, format).model_fingerprint(), &measured);
@@ -167,7 +145,7 @@ class BenchCommands : public CommandFamily {
     std::cout << nlohmann::json{{"bench", "cache"},
                                 {"queries", o_.queries},
                                 {"requests", trace.requests.size()},
-                                {"distinct_chunks", distinct.size()},
+                                {"distinct_chunks", trace.distinct_chunks},
                                 {"top_k", o_.top_k},
                                 {"prefix_tokens", trace.prefix_tokens},
                                 {"bytes_per_token", trace.bytes_per_token},

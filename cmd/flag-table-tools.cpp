@@ -8,11 +8,10 @@ namespace ragkv::cli {
 
 namespace {
 using G = FlagGroup;
-}  // namespace
 
-std::vector<Flag> tool_flags() {
+// Index.
+std::vector<Flag> index_flags() {
   return {
-      // Index.
       {kBuildIndex, kBuildIndex, 0, G::index, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--corpus", o.corpus, ".txt/.md files or directories of them, or .jsonl with {id, title?, text} per line");
        }},
@@ -43,8 +42,12 @@ std::vector<Flag> tool_flags() {
          return a->add_flag("--no-special", o.no_special, "Treat special-token texts as plain text");
        }},
       {kTokenize, 0, 0, G::inputs, [](CLI::App* a, CliOptions& o) { return a->add_flag("--bos", o.bos, "Prepend BOS when the model adds one"); }},
+  };
+}
 
-      // Benchmarks.
+// Benchmarks.
+std::vector<Flag> bench_flags() {
+  return {
       {kBenchPrefill, 0, 0, G::bench, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--models", o.models, "LLMs to measure, comma-separated (default: the two default LLMs)")->delimiter(',');
        }},
@@ -84,8 +87,12 @@ std::vector<Flag> tool_flags() {
          return a->add_option("--orders", o.orders, "Orders, comma-separated: input, reorder, freq, reorder+freq (default: all)")
              ->delimiter(',')->check(CLI::IsMember({"input", "reorder", "freq", "reorder+freq"}));
        }},
+  };
+}
 
-      // Store maintenance.
+// Store maintenance.
+std::vector<Flag> store_flags() {
+  return {
       {kStoreGc, kStoreGc, 0, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--max-bytes", o.max_bytes, "Byte budget for the store's cache files (kv/*.rkv)")->check(CLI::NonNegativeNumber);
        }},
@@ -95,8 +102,12 @@ std::vector<Flag> tool_flags() {
       {kStoreGc, 0, 0, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_flag("--dry-run", o.dry_run, "Report what would be removed; remove nothing");
        }},
+  };
+}
 
-      // make-test-model.
+// make-test-model.
+std::vector<Flag> test_model_flags() {
+  return {
       {kMakeTestModel, 0, 0, G::test_model, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--arch", o.spec.arch, "llama, qwen2 or gemma3")->check(CLI::IsMember({"llama", "qwen2", "gemma3"}))->capture_default_str();
        }},
@@ -136,6 +147,15 @@ std::vector<Flag> tool_flags() {
          return a->add_flag("--separate-output", o.spec.separate_output, "Write an output.weight of its own instead of tying the head to token_embd");
        }},
   };
+}
+
+}  // namespace
+
+std::vector<Flag> tool_flags() {
+  std::vector<Flag> all;
+  for (auto part : {index_flags, bench_flags, store_flags, test_model_flags})
+    for (Flag& f : part()) all.push_back(std::move(f));
+  return all;
 }
 
 }  // namespace ragkv::cli

@@ -32,11 +32,10 @@ const char* group_name(FlagGroup g) {
   return "Options";
 }
 
-}  // namespace
 
-std::vector<Flag> engine_flags() {
+// Inputs and outputs.
+std::vector<Flag> input_flags() {
   return {
-      // Inputs and outputs.
       {kAnswer | kEval | kBenchCache, kAnswer | kEval | kBenchCache, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
          return a->add_option("QUERIES", o.queries, "Queries JSONL, one {id, question, answers?, passages?} per line");
        }},
@@ -74,16 +73,24 @@ std::vector<Flag> engine_flags() {
       {kQueryRuns, 0, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--limit", o.limit, "Only the first N queries (precompute: chunks); 0: all")->check(CLI::NonNegativeNumber);
        }},
+  };
+}
 
-      // Retrieval.
+// Retrieval.
+std::vector<Flag> retrieval_flags() {
+  return {
       {kQueryRuns, 0, 0, G::retrieval, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--top-k", o.top_k, "Chunks retrieved per question")->check(CLI::Range(1, 1000))->capture_default_str();
        }},
       {kBuildIndex | kSearch | kQueryRuns | kBenchRetrieval, 0, 0, G::retrieval, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--embedder", o.embedder, "Sentence-embedder directory")->capture_default_str();
        }},
+  };
+}
 
-      // Model and device.
+// Model and device.
+std::vector<Flag> model_device_flags() {
+  return {
       {kGenerate | kTokenize | kBuildIndex | kQueryRuns | kBenchReuse | kStoreRepair, 0, 0, G::model_device,
        [](CLI::App* a, CliOptions& o) { return a->add_option("--model", o.model, "LLM in GGUF format")->capture_default_str(); }},
       {kComputing, 0, 0, G::model_device, [](CLI::App* a, CliOptions& o) {
@@ -93,8 +100,12 @@ std::vector<Flag> engine_flags() {
       {kComputing | kMakeTestModel, 0, 0, G::model_device, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--threads", o.dev.threads, "CPU threads (0: one per core)")->check(CLI::NonNegativeNumber);
        }},
+  };
+}
 
-      // Modes.
+// Modes.
+std::vector<Flag> mode_flags() {
+  return {
       {kAnswer, 0, 0, G::modes, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--mode", o.mode, "full, prefix, reuse, blend, craft or auto, as MODE[/METHOD][@R][~P][+freq] (default: auto with a store, else full)")
              ->check(mode_validator());
@@ -133,8 +144,12 @@ std::vector<Flag> engine_flags() {
          return a->add_option("--focus-window", o.defaults.focus_window, "craft: layers the focused chunks must hold before the others stop being recomputed (Cache-Craft Algorithm 1's w; 0: never)")
              ->check(CLI::Range(0, 1024))->capture_default_str();
        }},
+  };
+}
 
-      // Generation.
+// Generation.
+std::vector<Flag> generation_flags() {
+  return {
       {kGenerate, kGenerate, 0, G::generation, [](CLI::App* a, CliOptions& o) { return a->add_option("--prompt", o.prompt, "Prompt text"); }},
       {kGenerate | kRag, 0, 0, G::generation, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--max-tokens", o.defaults.max_tokens, "Maximum new tokens")->check(CLI::Range(1, 1 << 20))->capture_default_str();
@@ -158,8 +173,12 @@ std::vector<Flag> engine_flags() {
       {kGenerate, 0, 0, G::generation, [](CLI::App* a, CliOptions& o) {
          return a->add_flag("--json", o.json, "Print one JSON object instead of streaming text");
        }},
+  };
+}
 
-      // Store and tiers.
+// Store and tiers.
+std::vector<Flag> store_tier_flags() {
+  return {
       {kAnswer, 0, 0, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--host-budget", o.cache.host_bytes, "Bytes of chunk KV kept in host memory between queries (default: a quarter of the free memory, at most 8GiB)")
              ->transform(CLI::AsSizeValue(false));
@@ -211,8 +230,12 @@ std::vector<Flag> engine_flags() {
          return a->add_option("--claim-lease", o.claim_lease, "Seconds after which another process sharing the store may take over a claim this run stopped refreshing")
              ->check(CLI::Range(0.1, 86400.0))->capture_default_str();
        }},
+  };
+}
 
-      // Scheduling.
+// Scheduling.
+std::vector<Flag> scheduling_flags() {
+  return {
       {kRag, 0, 0, G::scheduling, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--batch", o.batch, "Answers decoded together (continuous batching; the answers do not change)")
              ->check(CLI::Range(size_t(1), size_t(256)))->capture_default_str();
@@ -242,8 +265,12 @@ std::vector<Flag> engine_flags() {
       {kAnswer, 0, kAnswer, G::scheduling, [](CLI::App* a, CliOptions& o) {
          return a->add_flag("--no-dedup", o.no_dedup, "Conversations: keep chunks a later turn retrieves again (default: CRAFT's deduplication drops them)");
        }},
+  };
+}
 
-      // Gate.
+// Gate.
+std::vector<Flag> gate_flags() {
+  return {
       {kEval, 0, 0, G::gate, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--min-agreement", o.gate.min_agreement, "Lower 95 % bound of first-token agreement with the baseline at least this (0: off)")
              ->check(CLI::Range(0.0, 1.0))->capture_default_str();
@@ -267,18 +294,30 @@ std::vector<Flag> engine_flags() {
   };
 }
 
+}  // namespace
+
+std::vector<Flag> engine_flags() {
+  std::vector<Flag> all;
+  for (auto part : {input_flags, retrieval_flags, model_device_flags, mode_flags, generation_flags, store_tier_flags, scheduling_flags, gate_flags})
+    for (Flag& f : part()) all.push_back(std::move(f));
+  return all;
+}
+
 void add_flags(CLI::App* sub, Cmd cmd, CliOptions& o) {
-  for (const std::vector<Flag>& part : {engine_flags(), tool_flags()})
-    for (const Flag& f : part) {
-      if (!(f.cmds & cmd)) continue;
+  std::vector<Flag> flags = engine_flags();
+  for (Flag& f : tool_flags()) flags.push_back(std::move(f));
+  bool any_advanced = false;
+  for (const bool pass_advanced : {false, true})  // the advanced group after the others in --help-all
+    for (const Flag& f : flags) {
+      if (!(f.cmds & cmd) || bool(f.advanced & cmd) != pass_advanced) continue;
       CLI::Option* opt = f.add(sub, o);
       if (f.required & cmd) opt->required();
-      if (f.advanced & cmd)
-        advanced(opt);
+      if (pass_advanced)
+        advanced(opt), any_advanced = true;
       else
         opt->group(group_name(f.group));
     }
-  sub->footer("--help-all also lists the advanced options.");
+  if (any_advanced && !showing_advanced_options()) sub->footer("--help-all also lists the advanced options.");
 }
 
 }  // namespace ragkv::cli

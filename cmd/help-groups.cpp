@@ -8,6 +8,7 @@ bool g_show_advanced = false;
 }  // namespace
 
 void show_advanced_options(bool show) { g_show_advanced = show; }
+bool showing_advanced_options() { return g_show_advanced; }
 
 CLI::Option* advanced(CLI::Option* o) {
   return o->group(g_show_advanced ? "Advanced (research and tuning)" : "");

@@ -7,6 +7,7 @@ namespace ragkv::cli {
 
 // Called once by main, before any option is added: whether the command line asks for --help-all.
 void show_advanced_options(bool show);
+bool showing_advanced_options();
 // Marks o as advanced: hidden from --help, listed under its own heading by --help-all.
 CLI::Option* advanced(CLI::Option* o);
 

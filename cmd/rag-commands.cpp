@@ -59,6 +59,7 @@ class RagCommands : public CommandFamily {
   RagEngineOptions engine_options(bool need_store) const;
   AnswerRunOptions answer_options(const RagEngine& engine) const;
   EvalRunOptions eval_options() const;
+  KvStore open_store(const CacheKeys& keys) const;
   int run_precompute();
   int run_answer();
   int run_eval();
@@ -114,6 +115,22 @@ json precompute_summary(const KvStore& store, const std::string& path, const Mod
               {"store_files", files}, {"store_bytes", bytes}};
 }
 
+// The store precompute fills: a new one in the --kv-bits encoding (default f16), an existing one in
+// its own; --max-variants and --variant-bytes recorded in its craft.json for later runs.
+KvStore RagCommands::open_store(const CacheKeys& keys) const {
+  KvStoreInfo store_info = keys.store_info();
+  if (o_.kv_bits.size() > 1) fail("precompute --kv-bits takes one encoding, not {}", o_.kv_bits.size());
+  store_info.dtype = o_.kv_bits.empty() ? "" : KvEncoding::from_bits(o_.kv_bits[0]).name();  // "": the store's, else f16
+  KvStore store = KvStore::open_for_write(o_.store, store_info);
+  if (o_.max_variants || o_.variant_bytes) {
+    CraftStoreSettings cs = read_craft_settings(store);
+    if (o_.max_variants) cs.budget.max_variants = *o_.max_variants;
+    if (o_.variant_bytes) cs.budget.max_bytes = *o_.variant_bytes;
+    write_craft_settings(store, cs);
+  }
+  return store;
+}
+
 int RagCommands::run_precompute() {
   auto backend = o_.dev.make_backend();
   std::optional<QueryFile> qf, warmup;
@@ -132,16 +149,7 @@ int RagCommands::run_precompute() {
   warn_if_other_tokenizer(index, model);
   const PromptFormat format(model);
   const CacheKeys keys(model, format);
-  KvStoreInfo store_info = keys.store_info();
-  if (o_.kv_bits.size() > 1) fail("precompute --kv-bits takes one encoding, not {}", o_.kv_bits.size());
-  store_info.dtype = o_.kv_bits.empty() ? "" : KvEncoding::from_bits(o_.kv_bits[0]).name();  // "": the store's, else f16
-  const KvStore store = KvStore::open_for_write(o_.store, store_info);
-  if (o_.max_variants || o_.variant_bytes) {
-    CraftStoreSettings cs = read_craft_settings(store);
-    if (o_.max_variants) cs.budget.max_variants = *o_.max_variants;
-    if (o_.variant_bytes) cs.budget.max_bytes = *o_.variant_bytes;
-    write_craft_settings(store, cs);
-  }
+  const KvStore store = open_store(keys);
 
   // Selection: every chunk, or those the queries use (first use order), then --limit.
   const ContextRetriever retriever(index, embedder.get(), o_.top_k);

@@ -47,6 +47,65 @@ json report_json(const std::string& store, const KvStoreInfo& info, const StoreR
               {"unknown_files", rep.unknown}};
 }
 
+// store stats: files, bytes and chunks per model and per KV encoding, from the headers.
+json stats_json(const std::string& dir, const KvStore& store, const StoreReport& rep) {
+  struct Counts {
+    size_t chunks = 0, variants = 0, prefixes = 0;
+    uint64_t bytes = 0;
+  };
+  struct Encoded {  // files of one KV encoding: their bytes per token stored
+    size_t files = 0;
+    uint64_t bytes = 0, tokens = 0;
+  };
+  std::map<std::string, Counts> per_model;
+  std::map<std::string, Encoded> per_dtype;
+  size_t unreadable = 0;
+  uint64_t bytes = 0;
+  for (const StoreFileReport& f : rep.files) {
+    bytes += f.bytes;
+    if (f.model_fingerprint.empty()) {
+      ++unreadable;
+      continue;
+    }
+    Counts& c = per_model[f.model_fingerprint];
+    c.bytes += f.bytes;
+    if (f.prefix) ++c.prefixes;
+    else if (f.variant) ++c.variants;
+    else ++c.chunks;
+    Encoded& e = per_dtype[f.dtype];
+    ++e.files;
+    e.bytes += f.bytes;
+    e.tokens += f.n_tokens;
+  }
+  json models = json::object();
+  for (const auto& [fp, c] : per_model)
+    models[fp] = {{"chunks", c.chunks}, {"variants", c.variants}, {"prefixes", c.prefixes}, {"bytes", c.bytes}};
+  json dtypes = json::object();
+  uint64_t tokens = 0, read_bytes = 0;
+  for (const auto& [dtype, e] : per_dtype) {
+    dtypes[dtype] = {{"files", e.files}, {"tokens", e.tokens}, {"bytes", e.bytes},
+                     {"bytes_per_token", e.tokens ? double(e.bytes) / double(e.tokens) : 0.0}};
+    tokens += e.tokens;
+    read_bytes += e.bytes;
+  }
+  const KvStoreInfo& info = store.info();
+  return {{"store", dir},
+          {"model", info.model_name},
+          {"model_fingerprint", info.model_fingerprint},
+          {"kv_dtype", info.dtype},
+          {"kv_bits", info.encoding().bits},
+          // the encoding's rate for a long chunk of the store's shape; bytes_per_token:
+          // what the readable files hold per token, headers and checksums included
+          {"kv_bytes_per_token", kv_bytes_per_token(info.encoding(), info.n_layer, info.n_kv_head * info.head_dim)},
+          {"bytes_per_token", tokens ? double(read_bytes) / double(tokens) : 0.0},
+          {"per_dtype", dtypes},
+          {"files", rep.files.size()},
+          {"bytes", bytes},
+          {"per_model", models},
+          {"unreadable_headers", unreadable},
+          {"stale_temporaries", rep.stale_temporaries.size()}};
+}
+
 class StoreCommands : public CommandFamily {
  public:
   explicit StoreCommands(CliOptions& o) : o_(o) {}
@@ -149,63 +208,7 @@ class StoreCommands : public CommandFamily {
   int run_stats() {
     const KvStore store = open_store_for_inspection(o_.store);
     const StoreReport rep = inspect_store(store, /*every_layer=*/false);
-    struct Counts {
-      size_t chunks = 0, variants = 0, prefixes = 0;
-      uint64_t bytes = 0;
-    };
-    struct Encoded {  // files of one KV encoding: their bytes per token stored
-      size_t files = 0;
-      uint64_t bytes = 0, tokens = 0;
-    };
-    std::map<std::string, Counts> per_model;
-    std::map<std::string, Encoded> per_dtype;
-    size_t unreadable = 0;
-    uint64_t bytes = 0;
-    for (const StoreFileReport& f : rep.files) {
-      bytes += f.bytes;
-      if (f.model_fingerprint.empty()) {
-        ++unreadable;
-        continue;
-      }
-      Counts& c = per_model[f.model_fingerprint];
-      c.bytes += f.bytes;
-      if (f.prefix) ++c.prefixes;
-      else if (f.variant) ++c.variants;
-      else ++c.chunks;
-      Encoded& e = per_dtype[f.dtype];
-      ++e.files;
-      e.bytes += f.bytes;
-      e.tokens += f.n_tokens;
-    }
-    json models = json::object();
-    for (const auto& [fp, c] : per_model)
-      models[fp] = {{"chunks", c.chunks}, {"variants", c.variants}, {"prefixes", c.prefixes}, {"bytes", c.bytes}};
-    json dtypes = json::object();
-    uint64_t tokens = 0, read_bytes = 0;
-    for (const auto& [dtype, e] : per_dtype) {
-      dtypes[dtype] = {{"files", e.files}, {"tokens", e.tokens}, {"bytes", e.bytes},
-                       {"bytes_per_token", e.tokens ? double(e.bytes) / double(e.tokens) : 0.0}};
-      tokens += e.tokens;
-      read_bytes += e.bytes;
-    }
-    const KvStoreInfo& info = store.info();
-    std::cout << json{{"store", o_.store},
-                      {"model", info.model_name},
-                      {"model_fingerprint", info.model_fingerprint},
-                      {"kv_dtype", info.dtype},
-                      {"kv_bits", info.encoding().bits},
-                      // the encoding's rate for a long chunk of the store's shape; bytes_per_token:
-                      // what the readable files hold per token, headers and checksums included
-                      {"kv_bytes_per_token", kv_bytes_per_token(info.encoding(), info.n_layer, info.n_kv_head * info.head_dim)},
-                      {"bytes_per_token", tokens ? double(read_bytes) / double(tokens) : 0.0},
-                      {"per_dtype", dtypes},
-                      {"files", rep.files.size()},
-                      {"bytes", bytes},
-                      {"per_model", models},
-                      {"unreadable_headers", unreadable},
-                      {"stale_temporaries", rep.stale_temporaries.size()}}
-                     .dump()
-              << "\n";
+    std::cout << stats_json(o_.store, store, rep).dump() << "\n";
     return 0;
   }
 

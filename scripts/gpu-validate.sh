@@ -27,7 +27,7 @@ nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 step cuda-tests 180 cuda-tests.txt "$run" ragkv_tests -tc='cuda*'
 step make-model 180 make-model.txt "$run" ragkv make-test-model --arch llama --layers 32 \
   --embd 4096 --heads 32 --kv-heads 8 --ff 14336 --context 8192 --weight-type bf16 --out "$model"
-step bench-prefill 120 bench-prefill.json "$run" ragkv bench prefill --model "$model" \
+step bench-prefill 120 bench-prefill.json "$run" ragkv bench prefill --models "$model" \
   --device cuda --tokens 4096
 step bench-reuse 200 bench-reuse.json "$run" ragkv bench reuse --model "$model" \
   --device cuda --chunks 8 --chunk-tokens 496

@@ -3,7 +3,8 @@
 # name works. The labels:
 #   real-model  runs the real default models (models/), seconds to minutes each: the Release suite
 #               of `make test` runs them, the sanitizer suite of `make check` leaves them out;
-#   check       starts servers or injects faults: only `make check` runs them.
+#   check       starts servers, several processes, or injects faults (killed processes, corrupt or
+#               unwritable files): `make check` runs them on the Release build, after `make test`.
 if(NOT EXISTS "${RAGKV_TESTS_BINARY}")
   return()
 endif()

@@ -522,7 +522,7 @@ TEST_CASE("cli rag: bad query lines and unknown passages fail naming file and li
   CHECK(r.err.find("\"skipped_queries\":1") != std::string::npos);
 }
 
-TEST_CASE("cli rag: a precompute killed mid-way resumes without redoing finished chunks" * doctest::test_suite("real-model")) {
+TEST_CASE("cli rag: a precompute killed mid-way resumes without redoing finished chunks" * doctest::test_suite("check")) {
   MiniIndex m;
   const std::string cmd = ragkv::test::ragkv_in(m.dir.path) + " precompute --threads 1 --index " + q(m.index) +
                           " --store " + q(m.store) + " >/dev/null 2>&1";
@@ -621,7 +621,7 @@ TEST_CASE("cli rag: conversations continue their turns in order, without repeati
   CHECK(r.err.find("bad.jsonl:2: query x1: turn 1 of conversation x follows turn 2") != std::string::npos);
 }
 
-TEST_CASE("cli rag: two precompute processes on one fresh store compute each chunk once, byte-identical to one" * doctest::test_suite("real-model")) {
+TEST_CASE("cli rag: two precompute processes on one fresh store compute each chunk once, byte-identical to one" * doctest::test_suite("check")) {
   MiniIndex m;
   const fs::path single = m.dir.path / "single";
   const Run one = m.run("precompute --threads 1 --index " + q(m.index) + " --store " + q(single));
@@ -703,7 +703,7 @@ TEST_CASE("cli store: gc to a byte budget, variants first, canonical caches only
   CHECK(json::parse(r.out)["computed"] == 6);
 }
 
-TEST_CASE("cli rag: precompute takes over the claims of dead processes, verify lists a stale claim, repair removes it" * doctest::test_suite("real-model")) {
+TEST_CASE("cli rag: precompute takes over the claims of dead processes, verify lists a stale claim, repair removes it" * doctest::test_suite("check")) {
   MiniIndex m;
   const fs::path single = m.dir.path / "single";
   Run r = m.run("precompute --threads 2 --neighbours 0 --index " + q(m.index) + " --store " + q(single));
@@ -868,7 +868,7 @@ TEST_CASE("cli rag: answer --load-control reports each segment's decision, and o
   CHECK_FALSE(fa[0]["metrics"].contains("load_control"));
 }
 
-TEST_CASE("cli rag: answer on a store it cannot write keeps its answers and warns that variant uses went unrecorded" * doctest::test_suite("real-model")) {
+TEST_CASE("cli rag: answer on a store it cannot write keeps its answers and warns that variant uses went unrecorded" * doctest::test_suite("check")) {
   // A tiny random model (the pipeline, not its answers, is under test): index, canonical caches
   // and a warm-up variant of the first query's last passage computed after its first passage
   // alone, so that auto reuses it (β = 1, γ = 0: CFO 0) and records the use.

@@ -3,6 +3,7 @@
 // generate with sampling and stop strings. Seconds in the Release build, so the sanitizer suite
 // runs it too (the real-model end-to-end tests run in the Release suite only).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
@@ -22,7 +23,7 @@ using ragkv::test::run_ragkv;
 
 namespace {
 
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
 
 std::vector<json> read_jsonl(const fs::path& p) {
   std::vector<json> out;

@@ -193,7 +193,7 @@ TEST_CASE("rag kvq: host and device tiers decode to the disk tier's KV, bit for 
   CHECK(dev.first_logits == disk.first_logits);
 }
 
-TEST_CASE("rag kvq: a damaged quantised cache is recomputed, never used" * doctest::test_suite("real-model")) {
+TEST_CASE("rag kvq: a damaged quantised cache is recomputed, never used" * doctest::test_suite("check")) {
   Fixture& f = fixture();
   const std::string fp = CacheKeys(*f.model, *f.format).model_fingerprint();
   const CacheKeys keys(*f.model, *f.format);

@@ -184,7 +184,7 @@ TEST_CASE("rag: KV from the host and device tiers gives the disk tier's answer, 
   }
 }
 
-TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, never used" * doctest::test_suite("real-model")) {
+TEST_CASE("rag: missing, corrupt and truncated chunk caches are recomputed, never used" * doctest::test_suite("check")) {
   Fixture& f = fixture();
   const std::string fp = CacheKeys(*f.model, *f.format).model_fingerprint();
   const auto ctx = f.pick({0, 1, 2, 3});

@@ -288,7 +288,7 @@ TEST_CASE("retrieval chunker: characters the tokenizer drops, in long runs and i
   ChunkParams p;
   p.chunk_tokens = 16;
   p.chunk_overlap = 0;
-  for (const std::string& junk : {std::string(200, '\x04'), " " + std::string(30, '\x06') + ":" + std::string(30, '\x06') + "ort."}) {
+  for (const std::string& junk : {std::string(200, '\x04'), std::string(" ") + std::string(30, '\x06') + ":" + std::string(30, '\x06') + "ort."}) {
     const Document doc{"d", "", prose(2, 3) + "town was" + junk + "\n\n" + prose(2, 3), "d.txt", 0};
     const std::vector<Chunk> chunks = ragkv::chunk_document(doc, tok, p);
     check_chunks(doc, chunks, p, tok);

@@ -248,7 +248,7 @@ TEST_CASE("store check: a directory where a file belongs is an error naming its 
   }
 }
 
-TEST_CASE("cli store: verify and repair, and precompute repairing a flipped bit byte for byte" * doctest::test_suite("real-model")) {
+TEST_CASE("cli store: verify and repair, and precompute repairing a flipped bit byte for byte" * doctest::test_suite("check")) {
   using ragkv::test::run_ragkv;
   TempDir tmp("cli-store");
   const std::string index = (tmp.path / "index").string(), store = (tmp.path / "store").string();

@@ -1,13 +1,13 @@
 // One variant of a reuse mode, as `answer --mode` and `eval --modes` name it:
 //   MODE[/METHOD][@R][~P]     e.g. blend, blend/v, blend@0.2, blend/prophet@0.2~0.8
 // METHOD (a Selection, core/rag/plan.h), R (the recompute ratio) and P (per-query adaptivity: the
-// score mass to cover, BlendParams::adaptive_mass) apply to blend only; parts left out come from
-// the flags (--select, --recompute-ratio, --adaptive). Eval reports each variant under its name,
-// so methods and ratios can be compared side by side on the same prompts.
+// score mass to cover, BlendParams::adaptive_mass) apply to blend only; parts left out are the
+// model architecture's default method, --recompute-ratio and no adaptivity. Eval reports each
+// variant under its name, so methods and ratios can be compared side by side on the same prompts.
 //   craft[/ABLATION][@A]      e.g. craft, craft@0.3, craft/no-focus@0.3
-// A is Cache-Craft's α (Eq. 12, in [0, 10]; default --alpha); ABLATION is one of Cache-Craft §5's:
-// no-beta (β′ = 0), no-focus (no early termination), random (random tokens, not CCI-ranked); or
-// prophet, a combination: craft's variants and CFO budget, the tokens chosen by blend's prophet.
+// A is Cache-Craft's α (Eq. 12, in [0, 10]; default: the store's fitted α, else kDefaultAlpha);
+// ABLATION is one of Cache-Craft §5's: no-beta (β′ = 0), no-focus (no early termination), random
+// (random tokens, not CCI-ranked); or prophet, a combination: craft's variants and CFO budget, the tokens chosen by blend's prophet.
 //   any of these + "+freq"    e.g. full+freq, blend@0.2+freq
 // the prompt's chunks in CRAFT's frequency order (most accessed in the CA-Table's window first,
 // craft-chunk-reordering.txt §4) instead of retrieval order: `eval` measures what the order costs

@@ -27,12 +27,13 @@ struct CheckLayerState {
   int64_t question_begin = 0;       // first prompt row of the question (always active, last)
 };
 
-// The selection `--select auto` means for a model: the method that recovered most of reuse's
-// damage per unit of real compute on that architecture family (bench/results, issue 12): prophet
+// The selection a blend mode without /METHOD uses on a model: the method that recovered most of
+// reuse's damage per unit of real compute on that architecture family (bench/results/README.md,
+// "Chunk-KV reuse fidelity"): prophet
 // for llama/qwen2 and gemma3 alike, ahead of kv, v, head-v, question, sink and random on SQuAD
 // and MuSiQue with SmolLM2 and Gemma 3.
 Selection default_selection(const ModelConfig& c);
-// The method a --select flag names: "auto" is default_selection(c); the choices, "auto" first.
+// The method a name says: "auto" is default_selection(c); the choices, "auto" first.
 Selection resolve_selection(const std::string& name, const ModelConfig& c);
 std::vector<std::string> selection_choices();
 // The commands' default --recompute-ratio: with prophet, 0.2 keeps the real compute fraction

@@ -46,7 +46,7 @@ struct VariantChoice {
   int64_t fix_tokens = 0;  // ⌈CFO·|C|⌉ (0 when exact)
 };
 
-// α when the store holds no fitted one (eval --fit-alpha, Eq. 13) and --alpha is not given.
+// α when the store holds no fitted one (eval --fit-alpha, Eq. 13) and the mode names none (craft@A).
 // Every CCI is ≥ 0.5 (Eq. 11's sigmoid of a ratio ≥ 0), so without prefix overlap CFO ≥ α/2.
 inline constexpr double kDefaultAlpha = 0.35;
 
