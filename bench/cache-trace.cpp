@@ -50,16 +50,11 @@ TraceResult replay_cache_trace(const CacheTrace& trace, const PrefillCostModel& 
   TraceResult out;
   while (const std::optional<size_t> next = order.next(&tree)) {
     const TraceRequest& r = trace.requests.at(*next);
-    std::vector<std::string> ids = r.chunks;
-    std::vector<int64_t> tokens = r.chunk_tokens;
-    if (config.freq_order) {  // CRAFT §4: most accessed in the window first (answer's admit())
-      const std::vector<size_t> perm = ca.frequency_order(ids);
-      ids = permuted(ids, perm);
-      tokens = permuted(tokens, perm);
-    }
-    ca.record(ids);
-    const std::vector<uint8_t> promote =
-        config.promotion_threshold > 1 ? ca.promoted(ids) : std::vector<uint8_t>{};
+    // CRAFT §4: the request admitted as answer admits it (ChunkAccessTable::admit).
+    const ChunkAccessTable::Admission admission = ca.admit(r.chunks, config.freq_order);
+    const std::vector<std::string> ids = permuted(r.chunks, admission.order);
+    const std::vector<int64_t> tokens = permuted(r.chunk_tokens, admission.order);
+    const std::vector<uint8_t>& promote = admission.promote;
 
     std::vector<std::string> path{kPrefixChunkId};
     path.insert(path.end(), ids.begin(), ids.end());

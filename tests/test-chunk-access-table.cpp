@@ -34,3 +34,21 @@ TEST_CASE("CA-Table: counts cover the last window requests only, and order chunk
   CHECK(t.frequency_order({"a", "b", "c", "d"}) == std::vector<size_t>{2, 1, 0, 3});  // c 2, b 1, then a, d (0) in order
   CHECK_THROWS_AS(ChunkAccessTable(0, 1), Error);
 }
+
+TEST_CASE("CA-Table: admit orders a request by the counts before it, then counts it, then marks promotion") {
+  ChunkAccessTable ca(10, 2);
+  ca.record({"b"});
+  // b was seen once, a and c never: b first; then every chunk counted once more.
+  const ChunkAccessTable::Admission a = ca.admit({"a", "b", "c"}, /*freq_order=*/true);
+  CHECK(a.order == std::vector<size_t>{1, 0, 2});
+  CHECK(ca.count("b") == 2);
+  CHECK(ca.count("a") == 1);
+  // Promotion over the prompt's order (b, a, c): b has reached 2, a has not, so only the first prefix.
+  CHECK(a.promote == std::vector<uint8_t>{1, 0, 0});
+  // Retrieval order kept without freq_order; a threshold of 1 promotes every prefix (empty marks).
+  ChunkAccessTable plain(10, 1);
+  const ChunkAccessTable::Admission p = plain.admit({"x", "y"}, /*freq_order=*/false);
+  CHECK(p.order == std::vector<size_t>{0, 1});
+  CHECK(p.promote.empty());
+  CHECK(plain.count("y") == 1);
+}

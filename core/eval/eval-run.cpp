@@ -194,8 +194,7 @@ void EvalRun::open_query(size_t qi) {
     oq.ctx = e_.retriever().context_for(q);
     for (const Chunk* c : oq.ctx->chunks) oq.chunk_ids.push_back(c->id);
     if (any_freq_) {  // CRAFT §4: the CA-Table counts every query's chunks, in input order, once
-      oq.freq_chunks = permuted(oq.ctx->chunks, ca_.frequency_order(oq.chunk_ids));
-      ca_.record(oq.chunk_ids);
+      oq.freq_chunks = permuted(oq.ctx->chunks, ca_.admit(oq.chunk_ids, /*freq_order=*/true).order);
     }
     if (baseline_cache_) {
       oq.key = BaselineKey{settings_.model_fingerprint, baseline_.name(), o_.defaults.max_tokens,

@@ -264,16 +264,11 @@ void AnswerRun::admit(size_t qi) {
   opt.raise_ratio = o_.raise_ratio;
   // CRAFT §4: the CA-Table counts this request's chunks; the frequency order puts the most
   // accessed first; the CP-Tree admits a computed prefix only when its chunks reach the threshold.
-  std::vector<const Chunk*> chunks = ctx.chunks;
   std::vector<std::string> ids;
-  for (const Chunk* c : chunks) ids.push_back(c->id);
-  if (o_.freq_order) {
-    const std::vector<size_t> perm = ca_.frequency_order(ids);
-    chunks = permuted(chunks, perm);
-    ids = permuted(ids, perm);
-  }
-  ca_.record(ids);
-  if (o_.promotion_threshold > 1) opt.promote = ca_.promoted(ids);
+  for (const Chunk* c : ctx.chunks) ids.push_back(c->id);
+  ChunkAccessTable::Admission admission = ca_.admit(ids, o_.freq_order);
+  std::vector<const Chunk*> chunks = permuted(ctx.chunks, admission.order);
+  opt.promote = std::move(admission.promote);
   if (!q.conversation.empty()) chunks = conversation_chunks(qi, std::move(chunks), opt);
   // The comparison answer first (it does not touch the tiers): a failure leaves nothing in flight.
   if (o_.compare) {

@@ -34,6 +34,19 @@ std::vector<uint8_t> ChunkAccessTable::promoted(const std::vector<std::string>& 
   return out;
 }
 
+ChunkAccessTable::Admission ChunkAccessTable::admit(const std::vector<std::string>& chunks, bool freq_order) {
+  Admission a;
+  if (freq_order) {
+    a.order = frequency_order(chunks);
+  } else {
+    a.order.resize(chunks.size());
+    std::iota(a.order.begin(), a.order.end(), size_t(0));
+  }
+  record(chunks);
+  if (threshold_ > 1) a.promote = promoted(permuted(chunks, a.order));
+  return a;
+}
+
 std::vector<size_t> ChunkAccessTable::frequency_order(const std::vector<std::string>& chunks) const {
   std::vector<size_t> order(chunks.size());
   std::iota(order.begin(), order.end(), size_t(0));

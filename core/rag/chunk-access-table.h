@@ -37,6 +37,15 @@ class ChunkAccessTable {
   std::vector<uint8_t> promoted(const std::vector<std::string>& chunks) const;
   // The permutation of chunks (indices) in frequency order, ties in the given order.
   std::vector<size_t> frequency_order(const std::vector<std::string>& chunks) const;
+  // One request's admission, as answer, eval and bench cache all make it (CRAFT §4): the order its
+  // chunks take in the prompt (frequency order when freq_order, else as retrieved, both before
+  // this request is counted), then the request counted, then, with a promotion threshold above 1,
+  // per chunk of that order whether the CP-Tree may take the prefix up to it (empty: every prefix).
+  struct Admission {
+    std::vector<size_t> order;
+    std::vector<uint8_t> promote;
+  };
+  Admission admit(const std::vector<std::string>& chunks, bool freq_order);
   size_t entries() const { return counts_.size(); }
 
  private:
