@@ -1,7 +1,8 @@
 // bench prefill, bench reuse, bench retrieval, bench cache (DESIGN.md §8): JSON on stdout, progress on stderr.
 #include <cstdio>
 #include <iostream>
-#include <set>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,13 +19,10 @@
 #include "core/rag/context.h"
 #include "core/rag/cost-profile.h"
 #include "core/rag/mode-spec.h"
-#include "core/rag/plan.h"
 #include "core/rag/prompt.h"
 #include "core/rag/queries.h"
-#include "core/rag/selection.h"
-#include "retrieval/index-dir.h"
 #include "core/util/paths.h"
-#include "core/util/progress.h"
+#include "retrieval/index-dir.h"
 
 namespace ragkv::cli {
 

@@ -1,18 +1,11 @@
 // precompute, answer and eval: their flags, turned into the options of core/rag's answer run and
 // core/eval's eval run, and the runs' results turned into output.
 
-#include <fmt/format.h>
-
+#include <algorithm>
 #include <cstdio>
-#include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -31,18 +24,15 @@
 #include "core/rag/precompute.h"
 #include "core/rag/queries.h"
 #include "core/rag/rag-engine.h"
-#include "core/rag/selection.h"
 #include "core/rag/variant-compute.h"
-#include "retrieval/index-dir.h"
 #include "core/util/error.h"
 #include "core/util/file-io.h"
 #include "core/util/line-writer.h"
-#include "core/util/paths.h"
 #include "core/util/progress.h"
+#include "retrieval/index-dir.h"
 
 namespace ragkv::cli {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
