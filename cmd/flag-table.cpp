@@ -317,7 +317,7 @@ void add_flags(CLI::App* sub, Cmd cmd, CliOptions& o) {
       else
         opt->group(group_name(f.group));
     }
-  if (any_advanced && !showing_advanced_options()) sub->footer("--help-all also lists the advanced options.");
+  sub->footer(any_advanced && !showing_advanced_options() ? "--help-all also lists the advanced options." : "");
 }
 
 }  // namespace ragkv::cli

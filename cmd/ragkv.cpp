@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ragkv: retrieval-augmented generation with chunk-KV reuse"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ragkv 0.1.0");
-  app.footer("--help-all on a command also lists its advanced options.");
+  if (!help_all) app.footer("--help-all on a command also lists its advanced options.");
   ragkv::cli::CliOptions options;  // every flag's value (cmd/flag-table.h)
   std::vector<std::unique_ptr<ragkv::cli::CommandFamily>> families;
   families.push_back(ragkv::cli::model_commands(options));
