@@ -104,7 +104,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
   const CacheKeys keys(model, format);
   const int L = model.config().n_layer;
   BlendParams blend = opt.blend;
-  blend.selection = resolve_selection(opt.select, model.config());
+  blend.selection = default_selection(model.config());  // a mode naming /METHOD overrides it
 
   std::vector<Chunk> chunks;
   for (int i = 0; i < opt.chunks; ++i) chunks.push_back(bench_chunk(model.tokenizer(), i, opt.chunk_tokens));

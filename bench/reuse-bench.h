@@ -35,7 +35,6 @@ struct ReuseBenchOptions {
                                  ModeSpec(ReuseMode::blend)};  // variants too: blend/prophet@0.2
   std::vector<KvStart> tiers = {KvStart::disk, KvStart::page_cache, KvStart::host, KvStart::device};
   BlendParams blend;
-  std::string select = "auto";  // blend's selection method; auto: the model architecture's default
   int repetitions = 3;     // timed prefills per (mode, tier), after one warm-up
   std::string store_dir;   // where the chunk caches are precomputed; empty: a temporary store,
                            // removed at the end

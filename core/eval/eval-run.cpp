@@ -126,11 +126,10 @@ void EvalRun::plan_modes() {
   settings_.selection = selection_name(defaults.selection);
   settings_.sink_tokens = d.sink_tokens;
   settings_.check_at = d.check_at;
-  settings_.adaptive = d.adaptive;
   auto uses_alpha = [](const ModeSpec& s) { return s.mode == ReuseMode::craft || s.mode == ReuseMode::auto_; };
   settings_.with_craft = uses_alpha(baseline_) || std::any_of(specs_.begin(), specs_.end(), uses_alpha);
   if (settings_.with_craft) {
-    settings_.alpha = e_.craft_alpha(d);
+    settings_.alpha = e_.craft_alpha();
     settings_.focus_window = d.focus_window;
   }
   spec_of_.emplace(baseline_.name(), baseline_);

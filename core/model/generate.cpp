@@ -56,15 +56,20 @@ int32_t TokenChooser::sample(const float* logits, int64_t n_vocab) {
   p.reserve(size_t(n_vocab));
   for (int64_t i = 0; i < n_vocab; ++i)
     if (std::isfinite(logits[i])) p.emplace_back(std::exp(double(logits[i] - mx) / opt_.temperature), int32_t(i));
+  double all = 0;
+  for (const auto& e : p) all += e.first;
   size_t keep = p.size();
-  double total = 0;
+  double total = all;
   if (opt_.top_p < 1) {
-    std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
-    double all = 0;
-    for (const auto& e : p) all += e.first;
-    for (keep = 0; keep < p.size() && (keep == 0 || total < double(opt_.top_p) * all); ++keep) total += p[keep].first;
-  } else {
-    for (const auto& e : p) total += e.first;
+    // The nucleus, most likely first (ties by id): only the head of the order is sorted, doubled
+    // until it holds top_p of the mass (a 262,144-token vocabulary is not sorted each step).
+    const auto before = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+    for (size_t head = std::min<size_t>(64, p.size());; head = std::min(2 * head, p.size())) {
+      std::partial_sort(p.begin(), p.begin() + std::ptrdiff_t(head), p.end(), before);
+      total = 0;
+      for (keep = 0; keep < head && (keep == 0 || total < double(opt_.top_p) * all); ++keep) total += p[keep].first;
+      if (total >= double(opt_.top_p) * all || head == p.size()) break;
+    }
   }
   const double u = double(rng_() >> 11) * 0x1.0p-53 * total;
   double acc = 0;

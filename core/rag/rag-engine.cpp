@@ -74,22 +74,19 @@ BlendParams RagEngine::blend_defaults(const ModeDefaults& d) const {
   b.recompute_ratio = d.recompute_ratio;
   b.check_layers = d.check_layers;
   b.check_at = d.check_at;
-  b.selection = resolve_selection(d.select, model_->config());
+  b.selection = default_selection(model_->config());
   b.sink_tokens = d.sink_tokens;
-  b.adaptive_mass = d.adaptive;
   return b;
 }
 
-double RagEngine::craft_alpha(const ModeDefaults& d) const {
-  return d.alpha.value_or(craft_settings_.alpha.value_or(kDefaultAlpha));
-}
+double RagEngine::craft_alpha() const { return craft_settings_.alpha.value_or(kDefaultAlpha); }
 
 AnswerOptions RagEngine::options(const ModeDefaults& d, const ModeSpec& spec) const {
   AnswerOptions o;
   o.mode = spec.mode;
   o.blend = spec.blend(blend_defaults(d));
   CraftParams craft;
-  craft.alpha = craft_alpha(d);
+  craft.alpha = craft_alpha();
   craft.focus_window = d.focus_window;
   o.craft = spec.craft(craft);
   o.gen.max_tokens = d.max_tokens;

@@ -23,16 +23,15 @@
 
 namespace ragkv {
 
-// The parameters a mode takes from the command line where its spec names none (core/rag/mode-spec.h:
-// blend's /METHOD and @R, craft's @ALPHA).
+// The parameters a mode takes from the command line where its spec names none (core/rag/mode-spec.h):
+// blend's ratio where it names no @R. A blend without /METHOD takes the model architecture's
+// default method, one without ~P no adaptivity; craft without @ALPHA the store's fitted α, else
+// kDefaultAlpha.
 struct ModeDefaults {
   double recompute_ratio = kDefaultRecomputeRatio;
   int check_layers = 3;
   std::vector<int> check_at;
-  std::string select = "auto";  // blend's method by name; "auto": the model architecture's default
   int sink_tokens = 0;
-  double adaptive = 0;
-  std::optional<double> alpha;  // craft: given, else the store's fitted α, else kDefaultAlpha
   int focus_window = CraftParams{}.focus_window;
   int max_tokens = 32;
 };
@@ -66,10 +65,11 @@ class RagEngine {
   const LoadingController* load_controller() const { return load_controller_.get(); }
   const CraftStoreSettings& craft_settings() const { return craft_settings_; }
 
-  // The blend parameters of a spec that names no method or ratio (select "auto": the default
-  // method of the model's architecture).
+  // The blend parameters of a spec that names no method or ratio (the method: the default of the
+  // model's architecture).
   BlendParams blend_defaults(const ModeDefaults& d) const;
-  double craft_alpha(const ModeDefaults& d) const;
+  // craft's α where the mode names none: the store's fitted one (eval --fit-alpha), else kDefaultAlpha.
+  double craft_alpha() const;
   AnswerOptions options(const ModeDefaults& d, const ModeSpec& spec) const;
   // Cache-Craft §3.3: each use of a non-canonical variant raises its f_r by 1/CFO.
   void record_variant_uses(const AnswerRecord& r);

@@ -10,16 +10,6 @@ namespace ragkv {
 
 Selection default_selection(const ModelConfig&) { return Selection::prophet; }
 
-Selection resolve_selection(const std::string& name, const ModelConfig& c) {
-  return name == "auto" ? default_selection(c) : parse_selection(name);
-}
-
-std::vector<std::string> selection_choices() {
-  std::vector<std::string> names = selection_names();
-  names.insert(names.begin(), "auto");
-  return names;
-}
-
 bool needs_deviation(Selection s) {
   return s == Selection::kv || s == Selection::v || s == Selection::head_v || s == Selection::sink_v ||
          s == Selection::question_v;

@@ -33,9 +33,6 @@ struct CheckLayerState {
 // for llama/qwen2 and gemma3 alike, ahead of kv, v, head-v, question, sink and random on SQuAD
 // and MuSiQue with SmolLM2 and Gemma 3.
 Selection default_selection(const ModelConfig& c);
-// The method a name says: "auto" is default_selection(c); the choices, "auto" first.
-Selection resolve_selection(const std::string& name, const ModelConfig& c);
-std::vector<std::string> selection_choices();
 // The commands' default --recompute-ratio: with prophet, 0.2 keeps the real compute fraction
 // under 0.2 (the exact prefix is reused but never recomputed) at recovery ≥ 0.8 (bench/results).
 inline constexpr double kDefaultRecomputeRatio = 0.2;
