@@ -227,8 +227,8 @@ std::vector<Flag> store_tier_flags() {
              ->check(CLI::NonNegativeNumber);
        }},
       {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--claim-lease", o.claim_lease, "Seconds after which another process sharing the store may take over a claim this run stopped refreshing")
-             ->check(CLI::Range(0.1, 86400.0))->capture_default_str();
+         return a->add_option("--claim-lease", o.claim_lease, "Seconds after which another process sharing the store may take over a claim this run stopped refreshing (at most 3600)")
+             ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
        }},
   };
 }

@@ -290,7 +290,10 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
   x.dir = dir;
   x.manifest = parse_manifest(mpath, j);
   const IndexManifest& m = x.manifest;
-  if (!embedder_fingerprint.empty() && m.embedder_fingerprint != embedder_fingerprint)
+  // Fingerprints are compared by their content hash, after the last ':' (indexes built before the
+  // fingerprint was content-only carry the embedder's folder name before it).
+  auto content = [](std::string_view fp) { return fp.substr(fp.rfind(':') + 1); };
+  if (!embedder_fingerprint.empty() && content(m.embedder_fingerprint) != content(embedder_fingerprint))
     fail("{}: index built with embedder \"{}\", this run embeds with \"{}\": rebuild the index with this embedder",
          dir.string(), m.embedder_fingerprint, embedder_fingerprint);
   if (!j.contains("files") || !j["files"].is_object())

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -345,4 +346,62 @@ TEST_CASE("create_file_exclusive: whole file or none, and never over an existing
     ts.emplace_back([&, i] { wins += ragkv::create_file_exclusive(tmp.path / "g", std::to_string(i)) ? 1 : 0; });
   for (auto& t : ts) t.join();
   CHECK(wins == 1);
+}
+
+TEST_CASE("claims: a zombie owner (killed, not yet reaped) is gone, not running") {
+  TempDir tmp("claims-zombie");
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  // Until waitpid the child is a zombie: kill(pid, 0) still succeeds.
+  ragkv::ProcessIdentity z = ragkv::this_process();
+  z.pid = long(child);
+  auto state = [&] {  // field 3 of /proc/<pid>/stat
+    std::ifstream f("/proc/" + std::to_string(child) + "/stat");
+    const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t close = s.rfind(") ");
+    return close == std::string::npos ? '?' : s[close + 2];
+  };
+  for (int i = 0; i < 400 && state() != 'Z'; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(state() == 'Z');
+  CHECK(::kill(child, 0) == 0);  // a zombie: the pid is still taken
+  CHECK(ragkv::process_state(z) == ragkv::ProcessState::gone);
+  const fs::path file = tmp.path / "a.rkv", claim = ragkv::claim_path(file);
+  std::ofstream(claim) << ragkv::claim_text(record(z, 3000, "zombie"));
+  CHECK(ragkv::inspect_claim(claim)->status == ragkv::ClaimStatus::dead_owner);
+  ClaimSet s(60);
+  CHECK(s.try_claim(file) == Result::taken_over);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+}
+
+TEST_CASE("claims: a lease is at most an hour, whatever the claim file says, and a wait says whose claim it is") {
+  TempDir tmp("claims-lease");
+  ragkv::ProcessIdentity remote;
+  remote.host = "some-other-host";
+  remote.boot_id = "x";
+  remote.pid = 4242;
+  const fs::path claim = ragkv::claim_path(tmp.path / "a.rkv");
+  std::ofstream(claim) << ragkv::claim_text(record(remote, 1e308, "huge"));
+  CHECK(ragkv::parse_claim(ragkv::read_file(claim))->lease_seconds == ragkv::kMaxClaimLeaseSeconds);
+  set_mtime_seconds_ago(claim, 2 * 3600 + 10);  // older than twice the capped lease: expired
+  CHECK(ragkv::inspect_claim(claim)->status == ragkv::ClaimStatus::expired);
+  set_mtime_seconds_ago(claim, 600);
+  const auto seen = ragkv::inspect_claim(claim);
+  CHECK_FALSE(seen->stale());
+  CHECK(seen->lease_seconds() == ragkv::kMaxClaimLeaseSeconds);
+  const std::string d = seen->describe();
+  CHECK(d.find("pid 4242 on host some-other-host (another machine)") != std::string::npos);
+  CHECK(d.find("taken over in at most 3600 s") != std::string::npos);
+  CHECK_THROWS_WITH_AS(ClaimSet(1e9), doctest::Contains("at most 3600 s"), ragkv::Error);
+}
+
+TEST_CASE("claims: a FIFO planted at a claim's name neither blocks nor stops the work") {
+  TempDir tmp("claims-fifo");
+  const fs::path file = tmp.path / "a.rkv", claim = ragkv::claim_path(file);
+  REQUIRE(::mkfifo(claim.c_str(), 0644) == 0);
+  CHECK_FALSE(ragkv::inspect_claim(claim).has_value());
+  ClaimSet s(60);
+  CHECK(s.try_claim(file) == Result::acquired);  // computed unclaimed (a warning says so)
+  s.release(file);
+  CHECK(fs::is_fifo(claim));
 }

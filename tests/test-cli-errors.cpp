@@ -70,5 +70,5 @@ TEST_CASE("cli errors: a store.json that is a directory is named") {
   fs::create_directories(t.path / "store" / "store.json");
   const auto r = run_ragkv("store stats --store " + q(t.path / "store"));
   CHECK(r.exit_code == 1);
-  CHECK(r.err == "ragkv: error: " + (t.path / "store" / "store.json").string() + ": is a directory, expected a file\n");
+  CHECK(r.err == "ragkv: error: " + (t.path / "store" / "store.json").string() + ": cannot open for reading: a directory, not a regular file\n");
 }

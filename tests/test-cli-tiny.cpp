@@ -103,3 +103,49 @@ TEST_CASE("cli tiny: generate samples reproducibly by seed and stops at a stop s
   CHECK(json::parse(stopped.out)["text"] == "");
   CHECK(run_ragkv(gen + " --temperature -1").exit_code == 2);
 }
+
+TEST_CASE("cli tiny: a 12-turn conversation computes no more tokens than each turn's prompt holds") {
+  // The earlier turns' text has no cache: prophet's first pass computes it once, and the second
+  // pass recomputes only its share of it, like any reused row (not the whole history again).
+  const ragkv::test::TempDir tmp("cli-tiny-conversation");
+  const fs::path model = tmp.path / "tiny.gguf", index = tmp.path / "index", store = tmp.path / "store";
+  Run r = run_ragkv("make-test-model --arch llama --layers 2 --embd 64 --heads 2 --kv-heads 1 --ff 128 --context 8192 --out " +
+                    q(model));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string on_model = " --model " + q(model) + " --threads 1";
+  r = run_ragkv("build-index --corpus " + q(ragkv::test::testdata("rag-mini.corpus.jsonl")) + " --chunk-tokens 256 --out " +
+                q(index) + " --model " + q(model));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_ragkv("precompute --index " + q(index) + " --store " + q(store) + " --neighbours 0" + on_model);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const fs::path conv = tmp.path / "conversation.jsonl";
+  {
+    std::vector<json> qs;
+    for (const json& j : read_jsonl(ragkv::test::testdata("rag-mini.queries.jsonl")))
+      if (j.contains("passages")) qs.push_back(j);
+    REQUIRE(!qs.empty());
+    std::ofstream out(conv);
+    for (int t = 0; t < 12; ++t) {
+      json j = qs[size_t(t) % qs.size()];
+      j["id"] = fmt::format("turn-{}", t + 1);
+      j["conversation"] = "c";
+      j["turn"] = t + 1;
+      j["passages"] = std::vector<json>(j["passages"].begin(), j["passages"].begin() + std::min<ptrdiff_t>(2, j["passages"].size()));
+      out << j.dump() << "\n";
+    }
+  }
+  for (const char* mode : {"blend", "auto"}) {
+    const fs::path out = tmp.path / fmt::format("{}.jsonl", mode);
+    r = run_ragkv("answer " + q(conv) + " --index " + q(index) + " --store " + q(store) + " --mode " + mode +
+                  " --max-tokens 4" + on_model + " --out " + q(out));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto lines = read_jsonl(out);
+    REQUIRE(lines.size() == 12);
+    for (const json& line : lines) {
+      CAPTURE(mode);
+      CAPTURE(line["id"]);
+      CHECK(line["metrics"]["computed_tokens"].get<double>() <= line["metrics"]["prefill_tokens"].get<double>());
+    }
+    CHECK(lines.back()["metrics"]["history_turns"].get<int>() == 11);
+  }
+}

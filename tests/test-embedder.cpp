@@ -169,11 +169,21 @@ TEST_CASE("embedder: batched results equal single-sentence results, in input ord
   CHECK(e.embed({}).empty());
 }
 
-TEST_CASE("embedder: fingerprint names the model and is stable") {
+TEST_CASE("embedder: the fingerprint is the files' content, the same from a copy in another folder") {
   Embedder& e = embedder();
   const std::string& f = e.fingerprint();
-  CHECK(f.rfind("all-MiniLM-L6-v2:", 0) == 0);
-  CHECK(f.size() == std::string("all-MiniLM-L6-v2:").size() + 16);
+  CHECK(f.rfind("bert:", 0) == 0);
+  CHECK(f.size() == std::string("bert:").size() + 16);
+  // The same files under another folder name (linked, not copied: 90 MB) are the same embedder.
+  const test::TempDir tmp("embedder-copy");
+  const fs::path copy = tmp.path / "my-embedder";
+  fs::create_directories(copy);
+  for (const auto& entry : fs::directory_iterator(model_dir()))
+    fs::create_symlink(fs::absolute(entry.path()), copy / entry.path().filename());
+  auto backend = make_cpu_backend(1);
+  Embedder other;
+  other.load(copy, *backend);
+  CHECK(other.fingerprint() == f);
 }
 
 TEST_CASE("embedder: a folder without its files fails naming the file") {

@@ -255,3 +255,29 @@ TEST_CASE("gguf: a weight of a type the backend cannot use is refused naming the
   const std::string msg = error_of([&] { Model m(path, *cpu); });
   CHECK(msg.find(path + ": tensor 'blk.0.attn_q.weight' has type IQ2_XS") != std::string::npos);
 }
+
+TEST_CASE("gguf: a tensor offset off the alignment, or two tensors sharing bytes, is refused") {
+  const test::TempDir tmp("gguf");
+  GgufWriter w;
+  w.add_tensor_f32("ta", {8}, std::vector<float>(8, 1.f));
+  w.add_tensor_f32("tb", {8}, std::vector<float>(8, 2.f));
+  const std::string path = temp_path(tmp, "offsets.gguf");
+  w.write(path);
+  const std::string good = read_all(path);
+  // tensor info: name, u32 n_dims, i64 dims, u32 type, u64 offset
+  const size_t b_offset_at = tensor_info_type_offset(good, "tb", 1) + 4;
+  uint64_t b_offset;
+  std::memcpy(&b_offset, good.data() + b_offset_at, 8);
+  REQUIRE(b_offset >= 32);
+  for (const auto& [offset, expect] : {std::pair<uint64_t, std::string>{b_offset - 4, "offset " + std::to_string(b_offset - 4) +
+                                                                                             " is not a multiple of general.alignment 32"},
+                                       std::pair<uint64_t, std::string>{0, "tensors 'ta' (offset 0, 32 bytes) and 'tb' (offset 0) overlap"}}) {
+    std::string bytes = good;
+    std::memcpy(bytes.data() + b_offset_at, &offset, 8);
+    write_bytes(path, std::vector<char>(bytes.begin(), bytes.end()));
+    const std::string msg = error_of([&] { GgufFile g(path); });
+    CAPTURE(msg);
+    CHECK(msg.find(path) != std::string::npos);
+    CHECK(msg.find(expect) != std::string::npos);
+  }
+}

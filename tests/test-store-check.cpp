@@ -23,6 +23,7 @@
 
 #include "core/kv/kv-store.h"
 #include "core/kv/store-check.h"
+#include "core/kv/store-lock.h"
 #include "core/kv/verified-record.h"
 #include "core/util/error.h"
 #include "core/util/file-io.h"
@@ -244,7 +245,8 @@ TEST_CASE("store check: a directory where a file belongs is an error naming its 
     (void)KvStore::open_for_read(tmp.path / "store", "model-a");
     FAIL("no error");
   } catch (const ragkv::Error& e) {
-    CHECK(std::string(e.what()) == (tmp.path / "store" / "store.json").string() + ": is a directory, expected a file");
+    CHECK(std::string(e.what()) ==
+          (tmp.path / "store" / "store.json").string() + ": cannot open for reading: a directory, not a regular file");
   }
 }
 
@@ -302,4 +304,108 @@ TEST_CASE("cli store: verify and repair, and precompute repairing a flipped bit 
   CHECK(sj["files"] == 7);
   CHECK(sj["per_model"][sj["model_fingerprint"].get<std::string>()]["chunks"] == 6);
   CHECK(sj["per_model"][sj["model_fingerprint"].get<std::string>()]["prefixes"] == 1);
+}
+
+// A store nothing planted in it can hang or redirect: a FIFO, a directory or a symbolic link at any
+// name ragkv opens is refused without blocking, never followed out of the store, and repairable.
+TEST_CASE("hostile store: a FIFO at a cache, store.json or verified.log never blocks a reader") {
+  const TempDir tmp("hostile-fifo");
+  const fs::path dir = tmp.path / "store";
+  const KvStore s = KvStore::open_for_write(dir, info());
+  const ChunkKvMeta a = meta("a"), b = meta("b");
+  put(s, a);
+  put(s, b);
+  const fs::path pa = s.chunk_path(a);
+  fs::remove(pa);
+  REQUIRE(::mkfifo(pa.c_str(), 0644) == 0);  // no writer ever opens it: a blocking open would hang
+  const KvStore r = KvStore::open_for_read(dir, "model-a");
+  CHECK_FALSE(r.has_valid(a));
+  CHECK_THROWS_WITH_AS(r.open_chunk(a), doctest::Contains("a FIFO, not a regular file"), ragkv::CacheFileError);
+  CHECK(r.has_valid(b));
+  const ragkv::StoreReport rep = ragkv::inspect_store(r, true);
+  REQUIRE(find(rep, pa) != nullptr);
+  CHECK(find(rep, pa)->problem.find("a FIFO") != std::string::npos);
+  CHECK(rep.bad() == 1);
+  CHECK(ragkv::remove_bad_files(r, rep) == 1);  // moved aside, not deleted
+  CHECK_FALSE(fs::exists(fs::symlink_status(pa)));
+  CHECK(fs::is_fifo(dir / ragkv::kSetAsideDir / pa.filename()));
+  CHECK(ragkv::inspect_store(r, true).bad() == 0);
+
+  fs::remove(dir / "verified.log");
+  REQUIRE(::mkfifo((dir / "verified.log").c_str(), 0644) == 0);
+  const KvStore r2 = KvStore::open_for_read(dir, "model-a");
+  CHECK(r2.has_valid(b));  // the log is unreadable: b is verified again, and nothing blocks
+
+  fs::remove(dir / "store.json");
+  REQUIRE(::mkfifo((dir / "store.json").c_str(), 0644) == 0);
+  CHECK_THROWS_WITH_AS(KvStore::open_for_read(dir, "model-a"),
+                       doctest::Contains(((dir / "store.json").string() + ": cannot open for reading: a FIFO").c_str()), ragkv::Error);
+}
+
+TEST_CASE("hostile store: links out of the store are never followed, for reading or writing") {
+  const TempDir tmp("hostile-link");
+  const fs::path dir = tmp.path / "store";
+  const KvStore s = KvStore::open_for_write(dir, info());
+  const ChunkKvMeta a = meta("a"), b = meta("b");
+  put(s, a);
+  // verified.log linked to a file outside: appends go nowhere, the victim is untouched.
+  { std::ofstream(tmp.path / "victim") << "victim\n"; }
+  fs::remove(dir / "verified.log");
+  fs::create_symlink(tmp.path / "victim", dir / "verified.log");
+  put(s, b);
+  const KvStore r = KvStore::open_for_read(dir, "model-a");
+  CHECK(r.has_valid(a));
+  CHECK(ragkv::read_file(tmp.path / "victim") == "victim\n");
+  // A cache linked to a valid cache elsewhere is not read through the link.
+  const fs::path pa = s.chunk_path(a);
+  fs::rename(pa, tmp.path / "outside.rkv");
+  fs::create_symlink(tmp.path / "outside.rkv", pa);
+  CHECK_FALSE(r.has_valid(a));
+  CHECK_THROWS_WITH_AS(r.open_chunk(a), doctest::Contains("a symbolic link, not a regular file"), ragkv::CacheFileError);
+  // A dangling variants.lock: an error naming it, and no file is created where it points.
+  fs::create_symlink(tmp.path / "created-outside", dir / "variants.lock");
+  CHECK_THROWS_WITH_AS(ragkv::StoreLock lock(dir), doctest::Contains("variants.lock: cannot open the lock file: a symbolic link"),
+                       ragkv::Error);
+  CHECK_FALSE(fs::exists(fs::symlink_status(tmp.path / "created-outside")));
+}
+
+TEST_CASE("hostile store: a directory at a cache's name is moved aside by repair, then the cache is written again") {
+  const TempDir tmp("hostile-dir");
+  const fs::path dir = tmp.path / "store";
+  const KvStore s = KvStore::open_for_write(dir, info());
+  const ChunkKvMeta a = meta("a");
+  const fs::path pa = s.chunk_path(a);
+  fs::create_directories(pa / "inside");
+  CHECK_THROWS_WITH_AS(put(s, a), doctest::Contains("store repair"), ragkv::Error);  // says how to fix it
+  const ragkv::StoreReport rep = ragkv::inspect_store(s, true);
+  REQUIRE(find(rep, pa) != nullptr);
+  CHECK(find(rep, pa)->problem.find("a directory, not a regular file") != std::string::npos);
+  CHECK(ragkv::remove_bad_files(s, rep) == 1);
+  CHECK(fs::is_directory(dir / ragkv::kSetAsideDir / pa.filename() / "inside"));  // kept, not deleted
+  put(s, a);
+  CHECK(s.has_valid(a));
+}
+
+TEST_CASE("open_regular_file: regular files only, without blocking or following") {
+  const TempDir tmp("regular-file");
+  const fs::path f = tmp.path / "f", fifo = tmp.path / "fifo", link = tmp.path / "link";
+  { std::ofstream(f) << "x"; }
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  fs::create_symlink(f, link);
+  std::string why;
+  const int fd = ragkv::open_regular_file(f, O_RDONLY, &why);
+  CHECK(fd >= 0);
+  CHECK((::fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
+  ::close(fd);
+  CHECK(ragkv::open_regular_file(fifo, O_RDONLY, &why) < 0);
+  CHECK(why == "a FIFO, not a regular file");
+  CHECK(ragkv::open_regular_file(fifo, O_WRONLY, &why) < 0);  // no reader: ENXIO, still named
+  CHECK(why == "a FIFO, not a regular file");
+  CHECK(ragkv::open_regular_file(link, O_RDONLY, &why) < 0);
+  CHECK(why == "a symbolic link, not a regular file");
+  CHECK(ragkv::open_regular_file(tmp.path, O_RDONLY, &why) < 0);
+  CHECK(why == "a directory, not a regular file");
+  CHECK(ragkv::read_regular_file(f) == "x");
+  CHECK_THROWS_WITH_AS(ragkv::read_regular_file(fifo), doctest::Contains((fifo.string() + ": cannot open for reading: a FIFO").c_str()),
+                       ragkv::Error);
 }

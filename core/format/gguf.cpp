@@ -2,7 +2,9 @@
 // checks that every string, array and tensor lies inside the file before anything uses it.
 #include "core/format/gguf.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/util/error.h"
 
@@ -203,8 +205,22 @@ void GgufFile::parse() {
     if (t.offset > size_ || data_start > size_ - t.offset || t.nbytes > size_ - data_start - t.offset)
       fail("{}: tensor '{}' data is not within the file bounds (offset {}, {} bytes, file {} bytes); "
            "the file is truncated or corrupt", path_, t.name, data_start + t.offset, t.nbytes, size_);
+    if (t.offset % alignment != 0)
+      fail("{}: tensor '{}' offset {} is not a multiple of general.alignment {}: the file is corrupt", path_, t.name,
+           t.offset, alignment);
     t.data = base_ + data_start + t.offset;
   }
+  // The GGUF data section holds each tensor once: two whose bytes overlap would be one memory read
+  // as two weights (a crafted or corrupt file).
+  std::vector<const GgufTensor*> by_offset;
+  for (const GgufTensor& t : tensors_)
+    if (t.nbytes > 0) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i)
+    if (by_offset[i - 1]->offset + by_offset[i - 1]->nbytes > by_offset[i]->offset)
+      fail("{}: tensors '{}' (offset {}, {} bytes) and '{}' (offset {}) overlap: the file is corrupt", path_,
+           by_offset[i - 1]->name, by_offset[i - 1]->offset, by_offset[i - 1]->nbytes, by_offset[i]->name,
+           by_offset[i]->offset);
 }
 
 const GgufValue* GgufFile::find(const std::string& key) const {

@@ -258,8 +258,9 @@ ChunkKvReader ChunkKvReader::open_any(const fs::path& path) { return ChunkKvRead
 void ChunkKvReader::open(const fs::path& path, const ChunkKvMeta* expected, bool any_context) {
   const std::string name = path.string();
   auto bad = [&](const std::string& why) { throw CacheFileError(name + ": " + why); };
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) bad(fmt::format("cannot open: {}", errno_text()));
+  std::string why;
+  fd_ = open_regular_file(path, O_RDONLY, &why);  // never a FIFO (it would block) or a link out of the store
+  if (fd_ < 0) bad(fmt::format("cannot open: {}", why));
   try {
     struct stat st;
     if (::fstat(fd_, &st) != 0) bad(fmt::format("cannot stat: {}", errno_text()));

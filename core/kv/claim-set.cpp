@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -51,7 +52,7 @@ uint64_t random_u64() {
 
 std::optional<ClaimRecord> read_claim(const fs::path& claim) {
   try {
-    return parse_claim(read_file(claim));
+    return parse_claim(read_regular_file(claim));
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -82,7 +83,7 @@ std::optional<ClaimRecord> parse_claim(std::string_view text) {
     r.owner.pid = j.at("pid").get<long>();
     r.owner.start_ticks = j.at("start_ticks").get<uint64_t>();
     r.started_unix_ms = j.at("started_unix_ms").get<int64_t>();
-    r.lease_seconds = j.at("lease_s").get<double>();
+    r.lease_seconds = std::min(j.at("lease_s").get<double>(), kMaxClaimLeaseSeconds);
     r.token = j.at("token").get<std::string>();
     if (!(r.lease_seconds > 0) || r.token.empty()) return std::nullopt;
     return r;
@@ -104,7 +105,7 @@ std::optional<ClaimView> inspect_claim(const fs::path& claim) {
   ClaimView v;
   v.stamp = *stamp;
   v.record = read_claim(claim);
-  const double lease = v.record ? v.record->lease_seconds : kDefaultClaimLeaseSeconds;
+  const double lease = v.lease_seconds();
   const double age_s = double(unix_ns_now() - stamp->mtime_ns) * 1e-9;
   const ProcessState owner = v.record ? process_state(v.record->owner) : ProcessState::unknown;
   if (owner == ProcessState::gone)
@@ -114,6 +115,24 @@ std::optional<ClaimView> inspect_claim(const fs::path& claim) {
   // (an owner running here is live even when stopped: a waiter that sees its claim unchanged for
   // a lease takes it over, ClaimSet::try_claim)
   return v;
+}
+
+double ClaimView::lease_seconds() const {
+  return record ? std::min(record->lease_seconds, kMaxClaimLeaseSeconds) : kDefaultClaimLeaseSeconds;
+}
+
+std::string ClaimView::describe() const {
+  const double age_s = std::max(0.0, double(unix_ns_now() - stamp.mtime_ns) * 1e-9);
+  // A waiter takes a claim over when it stays unchanged for a lease, or at twice the lease after
+  // its last refresh, whichever comes first.
+  const double take_over_s = std::max(0.0, std::min(lease_seconds(), 2 * lease_seconds() - age_s));
+  std::string who = "an unreadable claim";
+  if (record) {
+    const ProcessState st = process_state(record->owner);
+    who = fmt::format("pid {} on host {} ({})", record->owner.pid, record->owner.host,
+                      st == ProcessState::running ? "running" : st == ProcessState::gone ? "gone" : "another machine");
+  }
+  return fmt::format("{}, refreshed {:.0f} s ago; taken over in at most {:.0f} s unless refreshed", who, age_s, take_over_s);
 }
 
 bool remove_claim_if_unchanged(const fs::path& claim, const ClaimView& seen) {
@@ -139,7 +158,8 @@ bool remove_stale_claim_of_finished(const fs::path& file) {
 }
 
 ClaimSet::ClaimSet(double lease_seconds) : lease_(lease_seconds) {
-  if (!(lease_ > 0)) fail("claim lease of {} s: must be positive", lease_);
+  if (!(lease_ > 0) || lease_ > kMaxClaimLeaseSeconds)
+    fail("claim lease of {} s: must be positive and at most {} s", lease_, kMaxClaimLeaseSeconds);
   heartbeat_ = std::thread([this] { beat(); });
 }
 
@@ -183,7 +203,7 @@ bool ClaimSet::create(const fs::path& claim) {
 bool ClaimSet::watched_for_a_lease(const fs::path& claim, const ClaimView& seen) {
   const auto now = std::chrono::steady_clock::now();
   const std::string token = seen.record ? seen.record->token : std::string();
-  const double lease = seen.record ? seen.record->lease_seconds : kDefaultClaimLeaseSeconds;
+  const double lease = seen.lease_seconds();
   std::lock_guard lk(mu_);
   const auto it = watched_.find(claim);
   if (it == watched_.end() || it->second.stamp != seen.stamp || it->second.token != token) {
@@ -199,6 +219,14 @@ ClaimSet::Result ClaimSet::try_claim(const fs::path& file) {
     const auto seen = inspect_claim(claim);
     if (!seen) {
       if (create(claim)) return Result::acquired;
+      std::error_code ec;
+      if (const auto st = fs::symlink_status(claim, ec); fs::exists(st) && !fs::is_regular_file(st)) {
+        // Not a claim ragkv made (a directory, FIFO or link planted at its name): no claim can be
+        // made here, and none is needed for correctness — the file is computed unclaimed.
+        std::fprintf(stderr, "ragkv: warning: %s is not a regular file: %s computed without a claim\n", claim.c_str(),
+                     file.filename().c_str());
+        return Result::acquired;
+      }
       continue;  // made by another meanwhile: look at it
     }
     if (seen->record) {

@@ -35,6 +35,10 @@
 namespace ragkv {
 
 inline constexpr double kDefaultClaimLeaseSeconds = 120;
+// The longest lease a claim may hold another worker to: a claim file that says more (or a
+// --claim-lease above it) counts this much, so no claim file can stall a waiter for longer than
+// twice it.
+inline constexpr double kMaxClaimLeaseSeconds = 3600;
 
 // The content of a claim file.
 struct ClaimRecord {
@@ -61,6 +65,12 @@ struct ClaimView {
   FileStamp stamp;
   ClaimStatus status = ClaimStatus::live;
   bool stale() const { return status != ClaimStatus::live; }
+  // The lease this claim is judged by: its own, at most kMaxClaimLeaseSeconds (the default when
+  // the file does not parse).
+  double lease_seconds() const;
+  // Who holds it and until when, for the line a waiting worker prints: "pid 123 on host h
+  // (running), refreshed 5 s ago; taken over in at most 235 s unless refreshed".
+  std::string describe() const;
 };
 // The claim file as it is now; nullopt when there is none.
 std::optional<ClaimView> inspect_claim(const std::filesystem::path& claim);

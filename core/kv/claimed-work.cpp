@@ -2,12 +2,35 @@
 #include "core/kv/claimed-work.h"
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <utility>
 
 namespace ragkv {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// One line per file another worker holds (the first few), saying whose claim it is and when it
+// will be taken over: a wait is never silent.
+void announce_waits(const std::vector<std::pair<size_t, std::vector<fs::path>>>& waiting) {
+  constexpr size_t kShown = 3;
+  size_t n = 0, shown = 0;
+  for (const auto& [i, files] : waiting)
+    for (const fs::path& f : files) {
+      ++n;
+      if (shown == kShown) continue;
+      const fs::path claim = claim_path(f);
+      if (const auto seen = inspect_claim(claim)) {
+        std::fprintf(stderr, "ragkv: waiting for %s: claimed by %s\n", claim.c_str(), seen->describe().c_str());
+        ++shown;
+      }
+    }
+  if (n > shown) std::fprintf(stderr, "ragkv: waiting for %zu files other workers claimed\n", n);
+}
+
+}  // namespace
 
 ClaimedWorkStats run_claimed_work(ClaimSet& claims, const std::vector<std::vector<fs::path>>& items,
                                   const std::function<bool(const fs::path&)>& intact,
@@ -52,7 +75,13 @@ ClaimedWorkStats run_claimed_work(ClaimSet& claims, const std::vector<std::vecto
     if (auto others = work_on(i, items[i]); !others.empty()) waiting.emplace_back(i, std::move(others));
 
   const auto poll = std::chrono::duration<double>(claims.poll_seconds());
+  constexpr auto kAnnounceEvery = std::chrono::seconds(30);
+  auto announced = std::chrono::steady_clock::now() - kAnnounceEvery;
   while (!waiting.empty()) {
+    if (std::chrono::steady_clock::now() - announced >= kAnnounceEvery) {
+      announce_waits(waiting);
+      announced = std::chrono::steady_clock::now();
+    }
     std::vector<std::pair<size_t, std::vector<fs::path>>> still;
     for (auto& [i, files] : waiting) {
       std::vector<fs::path> open;

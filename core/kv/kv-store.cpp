@@ -2,6 +2,7 @@
 #include "core/kv/kv-store.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
@@ -30,7 +31,7 @@ json store_json(const KvStoreInfo& i) {
 
 KvStoreInfo read_store_json(const fs::path& path) {
   KvStoreInfo i;
-  const json j = read_json_file(path);
+  const json j = read_store_json_file(path);
   try {
     if (j.value("format", "") != "ragkv-store") fail("{}: not a ragkv store file", path.string());
     i.format_version = json_integer<int>(j.at("format_version"));
@@ -77,7 +78,8 @@ KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& wanted) 
   info.format_version = info.encoding().quantised() ? 2 : 1;
   std::error_code ec;
   fs::create_directories(dir / "kv", ec);
-  if (ec) fail("{}: cannot create the store directory: {}", dir.string(), ec.message());
+  if (ec || !fs::is_directory(dir / "kv"))
+    fail("{}: cannot create the store's kv/ directory: {}", dir.string(), ec ? ec.message() : "a file of that name exists");
   KvStore s;
   s.dir_ = dir;
   s.info_ = info;
@@ -131,6 +133,10 @@ KvStore KvStore::open_for_read(const fs::path& dir, const std::string& model_fin
   s.info_ = read_store_json(sj);
   s.verified_ = std::make_shared<VerifiedRecord>(dir / kVerifiedLog);
   s.foreign_ = s.info_.model_fingerprint != model_fingerprint;
+  std::error_code ec;
+  if (const fs::path kv = dir / "kv"; fs::exists(fs::symlink_status(kv, ec)) && !fs::is_directory(kv, ec))
+    std::fprintf(stderr, "ragkv: warning: %s is not a directory: no cache can be read from this store (every chunk is computed)\n",
+                 kv.c_str());
   return s;
 }
 
@@ -220,6 +226,9 @@ void KvStore::put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std:
   const fs::path p = chunk_path(m);
   std::error_code ec;
   fs::create_directories(p.parent_path(), ec);
+  if (const auto st = fs::symlink_status(p, ec); fs::exists(st) && !fs::is_regular_file(st))
+    fail("{}: not a regular file stands at this cache's name: `ragkv store repair --store {}` moves it aside",
+         p.string(), dir_.string());
   write_chunk_kv(p, m, k, v, stats, encoding_for(m));
   if (const auto stamp = file_stamp(p)) verified_->add(p, *stamp);  // its checksums were just computed from k and v
   if (listed_ && !m.context.empty()) {

@@ -211,8 +211,8 @@ bool KvTiers::copy(int n, std::optional<KvTier> from, KvTier to) {
         return true;
       }
     }
-  } catch (const Error&) {
-    if (to == KvTier::disk) ++write_failures_;
+  } catch (const Error& e) {
+    if (to == KvTier::disk && write_failures_++ == 0) first_write_error_ = e.what();
     return false;
   }
   return false;

@@ -82,6 +82,7 @@ class KvTiers : private KnowledgeTree::Mover {
   size_t bad_files() const { return bad_files_; }  // chain files skipped when listing the store
   uint64_t bytes_written() const { return bytes_written_; }
   size_t write_failures() const { return write_failures_; }
+  const std::string& first_write_error() const { return first_write_error_; }
 
  private:
   std::string address(const ChunkKvMeta& key) const;  // the content address in the store
@@ -101,6 +102,7 @@ class KvTiers : private KnowledgeTree::Mover {
   const std::vector<Tensor>* rows_v_ = nullptr;
   std::map<int, int64_t> row_of_;
   size_t bad_files_ = 0, write_failures_ = 0;
+  std::string first_write_error_;
   uint64_t bytes_written_ = 0;
 };
 

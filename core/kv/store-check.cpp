@@ -2,6 +2,7 @@
 #include "core/kv/store-check.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -55,6 +56,7 @@ StoreReport inspect_store(const KvStore& store, bool every_layer, const std::fun
     f.name = names[i];
     const fs::path p = kv / f.name;
     if (const auto stamp = file_stamp(p)) f.stamp = *stamp;
+    else f.regular = !fs::exists(fs::symlink_status(p, ec));  // (gone meanwhile: judged as any file)
     f.bytes = f.stamp.size;
     try {
       const ChunkKvReader r = ChunkKvReader::open_any(p);
@@ -86,6 +88,24 @@ StoreReport inspect_store(const KvStore& store, bool every_layer, const std::fun
   return rep;
 }
 
+namespace {
+
+// Moves entry (a directory, FIFO or link at a cache's name) to STORE/set-aside/, under a name not
+// taken there; Error naming both paths when it cannot.
+void move_aside(const fs::path& store_dir, const fs::path& entry) {
+  const fs::path dir = store_dir / kSetAsideDir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("{}: cannot create: {}", dir.string(), ec.message());
+  fs::path to = dir / entry.filename();
+  for (int n = 1; fs::exists(fs::symlink_status(to, ec)); ++n) to = dir / fmt::format("{}.{}", entry.filename().string(), n);
+  fs::rename(entry, to, ec);
+  if (ec) fail("{}: cannot move aside to {}: {}", entry.string(), to.string(), ec.message());
+  std::fprintf(stderr, "ragkv: store repair: %s is not a regular file: moved to %s\n", entry.c_str(), to.c_str());
+}
+
+}  // namespace
+
 size_t remove_bad_files(const KvStore& store, const StoreReport& report) {
   if (!report.every_layer) fail("{}: repair needs a full verification (every layer)", store.dir().string());
   const fs::path kv = store.dir() / "kv";
@@ -93,6 +113,11 @@ size_t remove_bad_files(const KvStore& store, const StoreReport& report) {
   std::vector<std::pair<std::string, FileStamp>> intact;
   for (const StoreFileReport& f : report.files) {
     const fs::path p = kv / f.name;
+    if (!f.regular) {
+      move_aside(store.dir(), p);
+      ++removed;
+      continue;
+    }
     if (file_stamp(p) != f.stamp) continue;  // rewritten (or removed) by another process since
     if (f.problem.empty()) {
       intact.emplace_back(f.name, f.stamp);

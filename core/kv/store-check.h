@@ -16,6 +16,9 @@
 
 namespace ragkv {
 
+// Where repair moves what it cannot judge: entries at cache names that are not regular files.
+inline constexpr const char* kSetAsideDir = "set-aside";
+
 struct StoreFileReport {
   std::string name;               // under kv/
   uint64_t bytes = 0;
@@ -26,6 +29,7 @@ struct StoreFileReport {
   std::string dtype;              // its KV encoding (core/kv/kv-quant.h: f16, q8, q4), from its header
   uint32_t n_tokens = 0;          // from its header
   std::string problem;            // "" when intact, else what is wrong (one line)
+  bool regular = true;            // false: a directory, FIFO, link... at a cache's name (repair moves it aside)
 };
 
 struct StoreReport {
@@ -47,7 +51,9 @@ StoreReport inspect_store(const KvStore& store, bool every_layer,
                           const std::function<void(size_t, size_t)>& progress = {});
 
 // Removes the report's bad files, stale temporaries and stale claims (each judged again first), and rewrites STORE/verified.log with the
-// intact files (report from a full inspection only). Returns the number of files removed.
+// intact files (report from a full inspection only). What is not a regular file at a cache's name
+// (a directory, FIFO or link planted there) is not ragkv's to delete: it is moved to
+// STORE/set-aside/ (kSetAsideDir) so that the cache can be written again. Returns the number of entries removed or moved.
 size_t remove_bad_files(const KvStore& store, const StoreReport& report);
 
 }  // namespace ragkv

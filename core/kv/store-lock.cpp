@@ -9,13 +9,15 @@
 #include <cstring>
 
 #include "core/util/error.h"
+#include "core/util/file-io.h"
 
 namespace ragkv {
 
 StoreLock::StoreLock(const std::filesystem::path& store_dir) {
   const std::filesystem::path p = store_dir / "variants.lock";
-  fd_ = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("{}: cannot open the lock file: {}", p.string(), std::strerror(errno));
+  std::string why;
+  fd_ = open_regular_file(p, O_RDWR | O_CREAT, &why);
+  if (fd_ < 0) fail("{}: cannot open the lock file: {}", p.string(), why);
   while (::flock(fd_, LOCK_EX) != 0) {
     if (errno == EINTR) continue;
     const int e = errno;

@@ -28,7 +28,7 @@ bool is_variant_name(const std::string& name) {
 std::map<std::string, double> read_usage(const fs::path& path) {
   std::map<std::string, double> out;
   if (!fs::exists(path)) return out;
-  const json j = read_json_file(path);
+  const json j = read_store_json_file(path);
   try {
     for (const auto& [name, v] : j.at("frequency_reuse").items()) out[name] = v.get<double>();
   } catch (const json::exception& e) {
@@ -67,7 +67,7 @@ CraftStoreSettings read_craft_settings(const KvStore& store) {
   CraftStoreSettings s;
   const fs::path p = store.dir() / kSettings;
   if (!fs::exists(p)) return s;
-  const json j = read_json_file(p);
+  const json j = read_store_json_file(p);
   try {
     if (j.contains("alpha") && !j["alpha"].is_null()) s.alpha = j["alpha"].get<double>();
     s.alpha_fit = j.value("alpha_fit", json());

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <ctime>
 #include <charconv>
 #include <string_view>
@@ -40,7 +41,7 @@ bool parse_number(std::string_view s, T& out) {
 
 std::optional<FileStamp> file_stamp(const fs::path& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;  // (a link is not followed)
   return FileStamp{uint64_t(st.st_size), int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
                    uint64_t(st.st_ino)};
 }
@@ -50,7 +51,7 @@ void VerifiedRecord::load() const {
   loaded_ = true;
   std::string text;
   try {
-    text = read_file(log_);
+    text = read_regular_file(log_);
   } catch (const std::exception&) {
     return;  // no log yet (or unreadable): everything is verified again
   }
@@ -90,8 +91,15 @@ void VerifiedRecord::add(const fs::path& file, const FileStamp& stamp) const {
   std::lock_guard lock(mu_);
   load();
   entries_.emplace(name, Entry{stamp, now});
-  const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return;
+  std::string why;
+  const int fd = open_regular_file(log_, O_WRONLY | O_CREAT | O_APPEND, &why);
+  if (fd < 0) {  // the record only saves verifying again: the work goes on, with one warning
+    if (!warned_)
+      std::fprintf(stderr, "ragkv: warning: %s: not recorded (%s); files are verified again on each use\n",
+                   log_.c_str(), why.c_str());
+    warned_ = true;
+    return;
+  }
   ssize_t w;
   do w = ::write(fd, line.data(), line.size());
   while (w < 0 && errno == EINTR);

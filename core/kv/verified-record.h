@@ -49,6 +49,7 @@ class VerifiedRecord {
   std::filesystem::path log_;
   mutable std::mutex mu_;
   mutable bool loaded_ = false;
+  mutable bool warned_ = false;  // the one warning when the log cannot be appended to
   struct Entry {
     FileStamp stamp;
     int64_t recorded_ns = 0;

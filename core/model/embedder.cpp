@@ -137,14 +137,11 @@ void Embedder::load(const std::filesystem::path& dir, Backend& backend) {
   }
   for (const char* f : {"config.json", "vocab.txt", "tokenizer_config.json", "sentence_bert_config.json"})
     hash_file(h, dir / f);
-  const std::filesystem::path abs = std::filesystem::absolute(dir).lexically_normal();
-  std::string name = abs.filename().string();
-  if (name.empty()) name = abs.parent_path().filename().string();
-
   config_ = cfg;
   weights_ = std::move(w);
   tokenizer_ = std::move(tok);
-  fingerprint_ = name + ":" + checksum_hex(h.digest());
+  // Content only: the same files in another folder are the same embedder.
+  fingerprint_ = "bert:" + checksum_hex(h.digest());
   backend_ = &backend;
 }
 

@@ -52,8 +52,14 @@ struct Conversation {
   std::vector<PastTurn> turns;   // answered so far
   std::set<std::string> chunks;  // every chunk already in the conversation's prompt
   std::optional<int> last_turn;  // the last turn number seen in the file
+  size_t turns_left = 0;         // in the file, not yet finished
+  std::shared_ptr<const CarriedKv> carried;  // the last turn's prompt KV, for the next turn
   bool in_flight = false;
 };
+
+// The most the conversations' carried KV holds at once (host or device memory): a turn whose KV
+// would pass it is not carried, and the next turn computes its history as a first turn would.
+constexpr uint64_t kCarriedKvBudget = uint64_t(1) << 30;
 
 class AnswerRun {
  public:
@@ -99,6 +105,7 @@ class AnswerRun {
   std::vector<uint8_t> fetched_;
   std::vector<double> wait_of_;  // the answering loop waiting for its retrieval
   std::map<std::string, Conversation> conversations_;
+  uint64_t carried_bytes_ = 0;  // of the conversations' carried KV
   bool reorder_ = true;
   size_t block_ = 0;
   std::optional<QueryOrder> order_;
@@ -174,6 +181,7 @@ void AnswerRun::read_conversations() {
       fail("{}:{}: query {}: turn {} of conversation {} follows turn {}: a conversation's turns must come in increasing order",
            q.source, q.line, q.id, q.turn, q.conversation, *c.last_turn);
     c.last_turn = q.turn;
+    ++c.turns_left;
   }
   reorder_ = o_.reorder && conversations_.empty();
   if (o_.reorder && !conversations_.empty())
@@ -216,7 +224,14 @@ void AnswerRun::flush() {  // the answered queries at the head of the input orde
 
 void AnswerRun::finish_query(size_t qi) {
   done_[qi] = 1;
-  if (!queries_[qi].conversation.empty()) conversations_.at(queries_[qi].conversation).in_flight = false;
+  if (!queries_[qi].conversation.empty()) {
+    Conversation& c = conversations_.at(queries_[qi].conversation);
+    c.in_flight = false;
+    if (--c.turns_left == 0 && c.carried) {  // its last turn: the KV is no longer needed
+      carried_bytes_ -= c.carried->bytes();
+      c.carried.reset();
+    }
+  }
   contexts_[qi].reset();
   bar_->add();
   flush();
@@ -247,6 +262,8 @@ std::vector<const Chunk*> AnswerRun::conversation_chunks(size_t qi, std::vector<
   while (!opt.history.empty() && e_.format().build(chunks, q.question, opt.history).n_tokens() > room)
     opt.history.erase(opt.history.begin());
   history_of_[qi] = opt.history.size();
+  opt.carried = c.carried;
+  opt.carry = c.turns_left > 1;
   deduplicated_of_[qi] = dropped;
   chunks_of_[qi] = chunks;
   return chunks;
@@ -293,6 +310,10 @@ void AnswerRun::complete(size_t qi, AnswerRecord&& r) {
   r.mode = o_.mode.name();
   e_.record_variant_uses(r);
   tot_.written_back += r.written_back;
+  if (r.write_back_failed > 0 && tot_.write_back_failed == 0)
+    std::fprintf(stderr, "ragkv: warning: --write-back: a variant could not be stored (%s); answers are unaffected, "
+                 "the failures are counted in the summary's variant_write_failures\n", r.write_back_error.c_str());
+  tot_.write_back_failed += r.write_back_failed;
   tot_.output_tokens += double(r.output_ids.size());
   json m = r.metrics();
   m["retrieval_wait_ms"] = wait_of_[qi];  // the answering loop blocked on this query's retrieval
@@ -301,6 +322,12 @@ void AnswerRun::complete(size_t qi, AnswerRecord&& r) {
     Conversation& c = conversations_.at(q.conversation);
     c.turns.push_back({chunks_of_.at(qi), q.question, r.answer});
     c.in_flight = false;
+    if (c.carried) carried_bytes_ -= c.carried->bytes();
+    c.carried.reset();
+    if (r.carried && carried_bytes_ + r.carried->bytes() <= kCarriedKvBudget) {
+      c.carried = std::move(r.carried);
+      carried_bytes_ += c.carried->bytes();
+    }
     line["conversation"] = q.conversation;
     line["turn"] = q.turn;
     m["history_turns"] = history_of_.at(qi);
@@ -397,6 +424,10 @@ AnswerRunResult AnswerRun::run() {
       std::fprintf(stderr, "ragkv: warning: variant uses (f_r) not recorded in the store: %s\n", err.what());
     }
   }
+  if (e_.tiers() && e_.tiers()->write_failures() > 0)
+    std::fprintf(stderr, "ragkv: warning: %zu knowledge-tree nodes could not be written to the store (first: %s); "
+                 "answers are unaffected, those nodes stay in memory\n", e_.tiers()->write_failures(),
+                 e_.tiers()->first_write_error().c_str());
   return {summary(answer_s), tot_.n, skipped_, tot_.bad};
 }
 

@@ -39,6 +39,7 @@ json AnswerTotals::to_json() const {
           {"chunk_memory_hit_rate", chunks > 0 ? json(chunk_memory_hits / chunks) : json(nullptr)},  // from device or host
           {"exact_path_chunks", exact_path_chunks}, {"prompt_tokens", prompt_tokens},
           {"computed_tokens", computed_tokens}, {"cache_misses", misses}, {"cache_bad", bad}, {"variants_written", written_back},
+          {"variant_write_failures", write_back_failed},
           {"load_control", load_control.empty() ? json(nullptr) : load_control.to_json()}};
 }
 

@@ -37,6 +37,7 @@ nlohmann::json AnswerRecord::metrics() const {
           {"cache_misses", cache.misses},
           {"cache_bad", cache.bad}};
   if (written_back > 0) j["variants_written"] = written_back;
+  if (carried_tokens > 0) j["history_reused_tokens"] = carried_tokens;
   if (cache_update_ms > 0) j["cache_update_ms"] = cache_update_ms;
   if (!craft.empty()) j["craft"] = craft_metrics();
   if (load_control) j["load_control"] = load_control->to_json();
@@ -117,6 +118,57 @@ std::vector<PromptNode> RagAnswerer::tree_nodes(const RagPrompt& prompt, const P
   return out;
 }
 
+uint64_t CarriedKv::bytes() const {
+  uint64_t b = 0;
+  for (const auto& k : kv) b += k->bytes();
+  return b;
+}
+
+// The previous turn's segments this prompt repeats from its start: the same kind, chunk, tokens
+// and position (the earliest turns leave a prompt that would overflow: then nothing matches).
+std::vector<std::shared_ptr<const SegmentKv>> RagAnswerer::carried_segments(const RagPrompt& prompt,
+                                                                           const AnswerOptions& opt) const {
+  std::vector<std::shared_ptr<const SegmentKv>> out;
+  if (!opt.carried || opt.mode == ReuseMode::full || opt.mode == ReuseMode::prefix || !tiers_) return out;
+  const CarriedKv& c = *opt.carried;
+  for (size_t s = 0; s < c.segments.size() && s + 1 < prompt.segments.size(); ++s) {
+    const PromptSegment &was = c.segments[s], &is = prompt.segments[s];
+    if (was.kind != is.kind || was.begin != is.begin || was.chunk_id != is.chunk_id || was.ids != is.ids) break;
+    out.push_back(c.kv[s]);
+  }
+  return out;
+}
+
+// Every segment of the prompt but the question, for the conversation's next turn: those it reused
+// from the previous turn as they were (never recomputed), the others copied from kv's rows.
+std::shared_ptr<const CarriedKv> RagAnswerer::carry(const RagPrompt& prompt, const PrefillPlan& plan,
+                                                    const std::vector<std::shared_ptr<const SegmentKv>>& carried,
+                                                    const KvCache& kv) const {
+  auto out = std::make_shared<CarriedKv>();
+  Backend& backend = model_.backend();
+  for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) {
+    const PromptSegment& seg = prompt.segments[s];
+    out->segments.push_back(seg);
+    if (s < carried.size()) {
+      out->kv.push_back(carried[s]);
+      continue;
+    }
+    ChunkKvMeta m = seg.kind == PromptSegment::Kind::chunk ? keys_.chunk(seg.chunk_id, seg.ids) : keys_.prefix();
+    if (seg.kind == PromptSegment::Kind::turn) {  // a turn's text has no store key: named for what it is
+      m.chunk_id = "@turn";
+      m.n_tokens = uint32_t(seg.ids.size());
+      m.token_hash = token_ids_hash(seg.ids);
+    }
+    m.context = plan.segments[s].context;
+    m.first_pos = int32_t(seg.begin);
+    if (backend.kind() == DeviceKind::cpu)
+      out->kv.push_back(HostSegmentKv::from_rows(backend, std::move(m), kv.k, kv.v, seg.begin));
+    else
+      out->kv.push_back(DeviceSegmentKv::from_rows(backend, std::move(m), kv.k, kv.v, seg.begin));
+  }
+  return out;
+}
+
 AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<const Chunk*>& chunks,
                                  const AnswerOptions& opt) {
   PrefilledAnswer p = prefill(question, chunks, opt);
@@ -145,8 +197,10 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
   for (const Chunk* c : chunks) rec.chunk_ids.push_back(c->id);
 
   const VariantSource variants = tier_variants(keys_, tiers_);
+  const std::vector<std::shared_ptr<const SegmentKv>> carried = carried_segments(prompt, opt);
+  for (const auto& c : carried) rec.carried_tokens += c->meta().n_tokens;
   PrefillPlan plan = plan_prefill(prompt, opt.mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_),
-                                  &variants, opt.craft, tier_chain_lookup(keys_, tiers_));
+                                  &variants, opt.craft, tier_chain_lookup(keys_, tiers_), carried);
   if (opt.load_control) {  // load or recompute each cached segment, the preload depth, the hidden ratio
     const PlanLoad pl = plan_load(*opt.load_control, prompt, plan);
     LoadControl lc = opt.load_control->decide(pl.cached, pl.base_compute_ms, plan.blend.recompute_ratio,
@@ -197,7 +251,13 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
       if (tiers_->store().has_valid(m)) continue;
       // Another process computing this very file (precompute's claim, core/kv/claim-set.h) writes it.
       if (const auto c = inspect_claim(claim_path(tiers_->store().chunk_path(m))); c && !c->stale()) continue;
-      rec.written_back += store_variant_rows(model_, tiers_->store(), m, acc->stats(i), kv, seg.begin, ledger_) > 0;
+      // A side effect: a store that cannot take the variant (disk full, read-only) costs the
+      // variant, never the answer (counted; the run warns once).
+      try {
+        rec.written_back += store_variant_rows(model_, tiers_->store(), m, acc->stats(i), kv, seg.begin, ledger_) > 0;
+      } catch (const Error& e) {
+        if (rec.write_back_failed++ == 0) rec.write_back_error = e.what();
+      }
     }
   for (const SegmentPlan& sp : plan.segments)
     if (sp.choice && sp.kv) {
@@ -233,6 +293,7 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
     tiers_->record_prompt(tree_nodes(prompt, plan, rec.prefill, opt), kv.k, kv.v);
     rec.cache_update_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
+  if (opt.carry && plan.sparse()) rec.carried = carry(prompt, plan, carried, kv);
   GenerateOptions gen = opt.gen;
   gen.stop_at_newline = true;
   return {std::move(rec), std::move(kv), std::move(pre.logits), gen};

@@ -4,6 +4,7 @@
 // the fusor (core/rag/fusor.h) and answered by greedy decoding.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,16 @@ namespace ragkv {
 
 struct Chunk;
 
+// A conversation turn's prompt KV, kept for the conversation's next turn so that no token of the
+// history is computed again (CRAFT §4.3 keeps a conversation's prefix in its CP-Tree; here the
+// answer run holds it): every segment of the prompt but the question, as this turn prefilled it,
+// at its position. The next prompt repeats those segments at the same positions, then its own.
+struct CarriedKv {
+  std::vector<PromptSegment> segments;
+  std::vector<std::shared_ptr<const SegmentKv>> kv;  // one per segment
+  uint64_t bytes() const;
+};
+
 struct AnswerOptions {
   ReuseMode mode = ReuseMode::blend;
   BlendParams blend;
@@ -39,6 +50,11 @@ struct AnswerOptions {
   // A conversation's earlier turns this prompt continues (core/rag/prompt.h), each with the chunks it
   // added; the chunks passed with the question are those this turn adds.
   std::vector<PastTurn> history;
+  // Sparse modes: the previous turn's KV (null: none). This prompt's leading segments that are
+  // that turn's — same kind, tokens and position — reuse it as an exact prefix, never recomputed.
+  std::shared_ptr<const CarriedKv> carried;
+  // Sparse modes: keep this prompt's KV for the conversation's next turn (AnswerRecord::carried).
+  bool carry = false;
   // The loading controller (core/rag/loading-controller.h; CacheBlend §5, Cache-Craft Eq. 16): null:
   // every cache found is loaded and the loader reads blend.preload_depth layers ahead. Else its
   // decisions are made and reported (AnswerRecord::load_control) and, with apply_load_control,
@@ -71,6 +87,10 @@ struct AnswerRecord {
   std::vector<CraftChunkRecord> craft;  // craft: per cached chunk, in prompt order
   std::optional<LoadControl> load_control;  // the loading controller's decisions, when it ran
   int written_back = 0;                 // variants this answer stored (write-back)
+  int write_back_failed = 0;            // variants it could not store (disk full, read-only store)
+  std::shared_ptr<const CarriedKv> carried;  // AnswerOptions::carry: this prompt's KV for the next turn
+  int64_t carried_tokens = 0;           // rows reused from the previous turn's KV (AnswerOptions::carried)
+  std::string write_back_error;         // the first such failure, for the run's one warning
   size_t exact_path_chunks = 0;         // chunks reused on the knowledge tree's exact path
   size_t chunk_hits = 0;                // chunks whose KV came from a tier (exact or not; not the prefix)
   size_t chunk_memory_hits = 0;         // of those, from device or host memory
@@ -117,6 +137,10 @@ class RagAnswerer {
   // The knowledge-tree segments of a prefilled prompt, for KvTiers::record_prompt.
   std::vector<PromptNode> tree_nodes(const RagPrompt& prompt, const PrefillPlan& plan, const PrefillStats& st,
                                      const AnswerOptions& opt) const;
+  std::vector<std::shared_ptr<const SegmentKv>> carried_segments(const RagPrompt& prompt, const AnswerOptions& opt) const;
+  std::shared_ptr<const CarriedKv> carry(const RagPrompt& prompt, const PrefillPlan& plan,
+                                         const std::vector<std::shared_ptr<const SegmentKv>>& carried,
+                                         const KvCache& kv) const;
 
   const Model& model_;
   const PromptFormat& format_;

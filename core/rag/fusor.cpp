@@ -279,11 +279,37 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
       if (!plan.reused[size_t(row)]) base.push_back(row);
     std::vector<double> relevance(static_cast<size_t>(n), 0.0);
     pass(base, true, false, &relevance, false);
-    std::vector<float> score(plan.active.size());
-    for (size_t i = 0; i < plan.active.size(); ++i) score[i] = float(relevance[size_t(plan.active[i])]);
+    // The first pass computed every uncached row once; the second computes none of them again in
+    // full. Rows before the first segment reused at another position or context saw no stale KV:
+    // they are exact and stay as they are. The uncached rows after it (a conversation's new turn,
+    // a chunk that missed) attended stale KV like any reused row: they join the candidates, with
+    // the plan's share of them recomputed. Only the question's rows are computed again, for the
+    // logits.
+    int64_t first_stale = n;
+    for (const SegmentPlan& sp : plan.segments)
+      if (sp.kv && !sp.exact()) {
+        first_stale = sp.begin;
+        break;
+      }
+    std::vector<int32_t> rows;
+    std::vector<uint8_t> candidate = plan.candidate;
+    size_t joined = 0;
+    for (int32_t row : plan.active) {
+      if (plan.reused[size_t(row)] || row >= question_begin) {
+        rows.push_back(row);
+      } else if (row > first_stale) {
+        rows.push_back(row);
+        candidate[size_t(row)] = 1;
+        ++joined;
+      }
+    }
+    const double share = plan.n_candidates > 0 ? double(plan.pre_keep) / double(plan.n_candidates) : 0.0;
+    const size_t keep = plan.pre_keep + size_t(std::llround(share * double(joined)));
+    std::vector<float> score(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) score[i] = float(relevance[size_t(rows[i])]);
     std::vector<int32_t> second;
-    const size_t k = adaptive_keep(plan.active, plan.candidate, score, plan.pre_keep, plan.blend.adaptive_mass);
-    for (int32_t i : select_hkvd_rows(plan.active, plan.candidate, score, k)) second.push_back(plan.active[size_t(i)]);
+    const size_t k = adaptive_keep(rows, candidate, score, keep, plan.blend.adaptive_mass);
+    for (int32_t i : select_hkvd_rows(rows, candidate, score, k)) second.push_back(rows[size_t(i)]);
     r.stats.kept_after_check.push_back(second);
     active = pass(second, false, false, nullptr, true);
   } else {

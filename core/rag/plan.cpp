@@ -310,7 +310,8 @@ VariantSource tier_variants(const CacheKeys& keys, const KvTiers* tiers) {
 }
 
 PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
-                         const SegmentLookup& lookup, const VariantSource* variants, const CraftParams& craft, const ChainLookup& chain) {
+                         const SegmentLookup& lookup, const VariantSource* variants, const CraftParams& craft, const ChainLookup& chain,
+                         const std::vector<std::shared_ptr<const SegmentKv>>& carried) {
   if (prompt.segments.empty() || prompt.segments.back().kind != PromptSegment::Kind::suffix ||
       prompt.segments.back().ids.empty())
     fail("internal: a RAG prompt must end with a non-empty question segment");
@@ -338,7 +339,22 @@ PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendPar
   // the root (the prefix); the traversal stops at the first segment without an exact node.
   bool path_missed = false;
   size_t rest = 0;  // the first segment the sparse modes look up after the path
-  for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) {
+  if (p.sparse())  // a conversation's previous turn: its segments reused as they are
+    for (; rest < carried.size() && rest + 1 < prompt.segments.size(); ++rest) {
+      SegmentPlan& sp = p.segments[rest];
+      sp.kv = carried[rest];
+      if (!sp.exact() || sp.kv->meta().n_tokens != uint32_t(sp.n_tokens))
+        fail("internal: the previous turn's KV of segment {} is not this prompt's", rest);
+      p.counts.add_hit(sp.kv->tier());
+      ++p.counts.exact_hits;
+      if (mode == ReuseMode::craft || mode == ReuseMode::auto_) {
+        VariantChoice exact;
+        exact.exact = true;
+        sp.choice = exact;
+      }
+    }
+  const bool from_previous_turn = rest > 0;
+  for (size_t s = 0; !from_previous_turn && s + 1 < prompt.segments.size(); ++s) {
     const PromptSegment& seg = prompt.segments[s];
     SegmentPlan& sp = p.segments[s];
     if (s > 0 && seg.kind != PromptSegment::Kind::chunk) break;

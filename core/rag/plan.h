@@ -167,9 +167,15 @@ VariantSource tier_variants(const CacheKeys& keys, const KvTiers* tiers);
 // craft chooses each remaining chunk's variant from `variants` (Cache-Craft §3.2: lowest CFO)
 // and recomputes its fix tokens; auto does so for the chunks with variant metadata (or an exact
 // chain) and leaves the others to blend's selection.
+//
+// carried (sparse modes): KV for the prompt's leading segments computed at exactly their positions
+// after exactly the segments before them (a conversation's previous turn, core/rag/answer.h
+// CarriedKv), one per segment from the first, null-free; they are reused as an exact prefix in
+// place of the knowledge tree's path, and the lookups start after them.
 PrefillPlan plan_prefill(const RagPrompt& prompt, ReuseMode mode, const BlendParams& blend, int n_layer,
                          const SegmentLookup& lookup, const VariantSource* variants = nullptr,
-                         const CraftParams& craft = {}, const ChainLookup& chain = {});
+                         const CraftParams& craft = {}, const ChainLookup& chain = {},
+                         const std::vector<std::shared_ptr<const SegmentKv>>& carried = {});
 
 // Gradual filtering schedule (CacheBlend §4.3): the fraction of the candidate tokens kept after
 // each of `checks` check layers, from a little above r down to r.

@@ -67,7 +67,69 @@ std::string read_file(const fs::path& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("{}: cannot open for reading: {}", path.string(), errno_text());
   std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) fail("{}: read error", path.string());
+  if (f.bad()) fail("{}: read error: {}", path.string(), errno_text());
+  return s;
+}
+
+namespace {
+
+const char* file_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "an unknown kind of file";
+}
+
+}  // namespace
+
+int open_regular_file(const fs::path& path, int flags, std::string* why, unsigned mode) {
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode_t(mode));
+  if (fd < 0) {
+    const int e = errno;
+    struct stat st {};
+    // ELOOP: the last component is a symbolic link; ENXIO: a socket (or a FIFO opened for writing
+    // with no reader); EISDIR: a directory opened for writing.
+    if ((e == ELOOP || e == ENXIO || e == EISDIR) && ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      *why = fmt::format("{}, not a regular file", file_kind(st.st_mode));
+    else
+      *why = std::strerror(e);
+    errno = e;
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int e = errno;
+    *why = fmt::format("{}, not a regular file", file_kind(st.st_mode));
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+std::string read_regular_file(const fs::path& path) {
+  std::string why;
+  const int fd = open_regular_file(path, O_RDONLY, &why);
+  if (fd < 0) fail("{}: cannot open for reading: {}", path.string(), why);
+  std::string s;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string err = errno_text();
+      ::close(fd);
+      fail("{}: read error: {}", path.string(), err);
+    }
+    if (n == 0) break;
+    s.append(buf, size_t(n));
+  }
+  ::close(fd);
   return s;
 }
 

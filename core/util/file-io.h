@@ -14,6 +14,16 @@ namespace ragkv {
 // Whole file into memory; Error naming the file when it cannot be read.
 std::string read_file(const std::filesystem::path& path);
 
+// Files inside a store (or any directory several users or processes share) are opened only as
+// regular files: the last component is never followed when it is a symbolic link (O_NOFOLLOW, so
+// nothing planted in the store redirects a read or write outside it) and a FIFO, socket or device
+// never blocks the open (O_NONBLOCK) and is refused. Returns the descriptor (O_CLOEXEC, blocking
+// again), or -1 with *why saying what is wrong ("a FIFO, not a regular file", "a symbolic link,
+// not a regular file", or strerror); errno is kept from the failing call where there was one.
+int open_regular_file(const std::filesystem::path& path, int flags, std::string* why, unsigned mode = 0644);
+// read_file through open_regular_file: Error "PATH: a FIFO, not a regular file" and the like.
+std::string read_regular_file(const std::filesystem::path& path);
+
 // Writes the concatenation of parts to path atomically: a temporary file beside it, named
 // "<path>.ragkv-tmp.<host>.<pid>.<hex>" (host: 8 hex digits of the host name) and unique to this call (no two threads or processes ever share one),
 // is written, fsynced and renamed over path, then the directory is fsynced. Readers see the old

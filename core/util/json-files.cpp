@@ -18,13 +18,20 @@ std::string json_error_text(const nlohmann::json::exception& e) {
 }
 }  // namespace
 
-nlohmann::json read_json_file(const std::filesystem::path& path) {
-  const std::string text = read_file(path);
+namespace {
+nlohmann::json parse_json_text(const std::filesystem::path& path, const std::string& text) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", path.string(), json_error_text(e));
   }
+}
+}  // namespace
+
+nlohmann::json read_json_file(const std::filesystem::path& path) { return parse_json_text(path, read_file(path)); }
+
+nlohmann::json read_store_json_file(const std::filesystem::path& path) {
+  return parse_json_text(path, read_regular_file(path));
 }
 
 void for_each_jsonl_line(std::string_view content, const std::function<void(size_t, std::string_view)>& f) {

@@ -18,6 +18,8 @@ namespace ragkv {
 
 // The JSON value of a whole file; Error "FILE: cannot open …" or "FILE: not valid JSON: …".
 nlohmann::json read_json_file(const std::filesystem::path& path);
+// The same for a file of a store: read with read_regular_file (core/util/file-io.h).
+nlohmann::json read_store_json_file(const std::filesystem::path& path);
 
 // Calls f(line_number, line) for every non-blank line of JSONL text, with 1-based line numbers;
 // a leading UTF-8 BOM and CR line ends are removed.

@@ -1,8 +1,13 @@
 // LineWriter: FILE.partial written line by line, renamed to FILE at the end.
 #include "core/util/line-writer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <iostream>
 #include <system_error>
 
 #include "core/util/error.h"
@@ -10,26 +15,59 @@
 
 namespace ragkv {
 
+namespace {
+
+// All of s to fd; false with errno set on a failure.
+bool write_all(int fd, std::string_view s) {
+  for (size_t done = 0; done < s.size();) {
+    const ssize_t w = ::write(fd, s.data() + done, s.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return false;
+    done += size_t(w);
+  }
+  return true;
+}
+
+}  // namespace
+
 LineWriter::LineWriter(std::string path, const std::vector<std::string>& initial) : path_(std::move(path)) {
   if (path_.empty()) return;
   const std::string partial = path_ + ".partial";
   std::string text;
   for (const auto& l : initial) text += l + "\n";
   write_file_atomic(partial, {text});
-  file_.open(partial, std::ios::binary | std::ios::app);
-  if (!file_) fail("{}: cannot write", partial);
+  lines_ = initial.size();
+  fd_ = ::open(partial.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd_ < 0) fail("{}: cannot open for writing: {}", partial, std::strerror(errno));
+}
+
+LineWriter::~LineWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  if (lines_ == 0) ::unlink((path_ + ".partial").c_str());  // nothing to resume from
 }
 
 void LineWriter::line(const std::string& s) {
-  std::ostream& o = path_.empty() ? std::cout : file_;
-  o << s << "\n";
-  o.flush();
-  if (!o) fail("{}: write failed", path_.empty() ? "stdout" : path_);
+  const std::string text = s + "\n";
+  if (path_.empty()) {
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
+      fail("stdout: write failed: {}", std::strerror(errno));
+    return;
+  }
+  if (!write_all(fd_, text)) fail("{}.partial: write failed: {}", path_, std::strerror(errno));
+  ++lines_;
 }
 
 void LineWriter::close() {
-  if (path_.empty()) return;
-  file_.close();
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::fsync(fd) != 0 && errno != EINVAL) {
+    const int e = errno;
+    ::close(fd);
+    fail("{}.partial: fsync failed: {}", path_, std::strerror(e));
+  }
+  if (::close(fd) != 0) fail("{}.partial: close failed: {}", path_, std::strerror(errno));
   std::error_code ec;
   std::filesystem::rename(path_ + ".partial", path_, ec);
   if (ec) fail("{}: cannot rename {}.partial into place: {}", path_, path_, ec.message());

@@ -20,7 +20,7 @@ ProcessIdentity this_process();
 
 enum class ProcessState {
   running,  // on this machine and boot, the pid alive with the same start time
-  gone,     // on this machine and boot, and no longer running (the pid free, or reused)
+  gone,     // on this machine and boot, and no longer running (the pid free or reused, or a zombie)
   unknown,  // another machine or boot: nothing here can tell
 };
 ProcessState process_state(const ProcessIdentity& p);
