@@ -284,7 +284,8 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
     // they are exact and stay as they are. The uncached rows after it (a conversation's new turn,
     // a chunk that missed) attended stale KV like any reused row: they join the candidates, with
     // the plan's share of them recomputed. Only the question's rows are computed again, for the
-    // logits.
+    // logits. (Write-back, whose variant statistics read every computed row's attention in the
+    // final pass, computes them again as before.)
     int64_t first_stale = n;
     for (const SegmentPlan& sp : plan.segments)
       if (sp.kv && !sp.exact()) {
@@ -295,7 +296,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
     std::vector<uint8_t> candidate = plan.candidate;
     size_t joined = 0;
     for (int32_t row : plan.active) {
-      if (plan.reused[size_t(row)] || row >= question_begin) {
+      if (plan.reused[size_t(row)] || row >= question_begin || collect) {
         rows.push_back(row);
       } else if (row > first_stale) {
         rows.push_back(row);
