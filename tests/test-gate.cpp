@@ -3,6 +3,7 @@
 // lines, JUnit XML, and the trade-off data a sweep writes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -67,6 +68,28 @@ TEST_CASE("gate: recovery is 1 - mean(damage) / mean(reference damage), with a p
   // Nothing to recover: undefined, not a division by zero.
   CHECK_FALSE(bootstrap_recovery(std::vector<double>(3, 0.0), std::vector<double>(3, 0.1)).defined);
   CHECK_THROWS_AS(bootstrap_recovery(ref, std::vector<double>{0.1}), Error);
+}
+
+TEST_CASE("gate: recovery resamples the reference and the mode together, query by query") {
+  // Damage that varies widely over the queries, and a mode that repairs exactly half of each
+  // query's: paired, every resample recovers 0.5, so the interval is [0.5, 0.5]. A bootstrap that
+  // drew the two sides' queries independently would spread it (checked below with the two sides
+  // shuffled apart, which keeps both means and so the point estimate).
+  std::vector<double> ref, mode;
+  for (int i = 0; i < 60; ++i) {
+    ref.push_back(i % 3 == 0 ? 0.05 : i % 3 == 1 ? 0.5 : 2.0);
+    mode.push_back(ref.back() / 2);
+  }
+  const RecoveryInterval paired = bootstrap_recovery(ref, mode);
+  REQUIRE(paired.defined);
+  CHECK(paired.mean == doctest::Approx(0.5));
+  CHECK(paired.lo == doctest::Approx(0.5));
+  CHECK(paired.hi == doctest::Approx(0.5));
+  std::vector<double> apart = mode;
+  std::rotate(apart.begin(), apart.begin() + 1, apart.end());  // query i's repair beside query i+1's damage
+  const RecoveryInterval unpaired = bootstrap_recovery(ref, apart);
+  CHECK(unpaired.mean == doctest::Approx(0.5));
+  CHECK(unpaired.hi - unpaired.lo > 0.1);
 }
 
 TEST_CASE("gate: on a recorded eval, reuse fails, prefix and a good blend pass, one line per mode") {
