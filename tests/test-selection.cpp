@@ -274,3 +274,50 @@ TEST_CASE("selection: prophet recomputes its pre-selected candidates over the fi
   CHECK(chosen == part.pre_keep);
   CHECK(pr.stats.recomputed_reused_token_layers == int64_t(part.pre_keep) * w.model->config().n_layer);
 }
+
+TEST_CASE("selection: prophet keeps the candidates the question attends to most over the reuse pass's KV, all layers") {
+  // The reference, computed here independently of the fusor's passes and ranking: the reuse
+  // prefill's KV (the cached rows installed, the rows without a cache computed over them: what
+  // prophet's first pass leaves), then the uncached rows stepped through every layer by hand over
+  // that KV, the question's queries' attention probabilities summed over its rows, heads and
+  // layers for each key.
+  const World& w = world();
+  const ModelConfig& c = w.model->config();
+  Backend& b = *w.backend;
+  const int64_t n = w.prompt.n_tokens(), qb = w.prompt.segments.back().begin;
+  const CacheKeys keys(*w.model, *w.format);
+  const PrefillPlan reuse = plan_prefill(w.prompt, ReuseMode::reuse, BlendParams{}, c.n_layer, tier_lookup(keys, w.tiers.get()));
+  KvCache kv = w.model->new_kv_cache(n);
+  Workspace ws;
+  prefill_prompt(*w.model, w.prompt, reuse, kv, ws);
+  std::vector<int32_t> base, ids;
+  for (int32_t row = 0; row < int32_t(n); ++row)
+    if (!reuse.reused[size_t(row)]) {
+      base.push_back(row);
+      ids.push_back(w.prompt.ids[size_t(row)]);
+    }
+  const int64_t nb = int64_t(base.size());
+  const int64_t first_q = std::find(base.begin(), base.end(), int32_t(qb)) - base.begin(), nq = nb - first_q;
+  REQUIRE(nq == n - qb);
+  std::vector<double> score(size_t(n), 0.0);
+  w.model->embed(ids, ws);
+  Tensor out = b.alloc(DType::f32, nq, c.q_dim());
+  for (int l = 0; l < c.n_layer; ++l) {
+    w.model->layer_qkv(l, nb, base, ws);
+    SegmentMass mass;
+    std::vector<float> per;
+    mass.seg_begin.resize(size_t(n) + 1);
+    std::iota(mass.seg_begin.begin(), mass.seg_begin.end(), int64_t(0));
+    mass.out = &per;
+    b.attention(ws.q.slice_rows(first_q, nq), std::span(base).subspan(size_t(first_q)), kv.k[l], kv.v[l], kv.pos, n,
+                c.attention(l), out, &mass);
+    for (int64_t qh = 0; qh < nq * c.n_head; ++qh)
+      for (int64_t j = 0; j < n; ++j) score[size_t(j)] += per[size_t(qh * n + j)];
+    w.model->layer_attend_ffn(l, nb, base, kv, n, ws);
+  }
+  const PrefillPlan p = w.plan(Selection::prophet, 0.3);
+  REQUIRE(p.pre_select);
+  check_top(p, kept(w, p), score, p.pre_keep);
+  // and not what the question method keeps on its one check layer (else the test could not tell)
+  CHECK(kept(w, p) != kept(w, w.plan(Selection::question, 0.3)));
+}
