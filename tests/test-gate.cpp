@@ -150,6 +150,27 @@ TEST_CASE("gate: the recorded default eval of 30 SQuAD questions fails reuse and
   CHECK(s["modes"]["blend"]["recovery"]["kl"]["mean"].get<double>() > 0.8);
 }
 
+TEST_CASE("gate: the agreement bound it reads is the binomial one worked by hand") {
+  // 40 queries, the first token right on every other one: a bootstrap mean is k/40 with
+  // k ~ Binomial(40, 1/2), whose 2.5th and 97.5th percentiles are k = 14 and 26 (P(k <= 13) =
+  // 0.019, P(k <= 14) = 0.040; symmetric). The percentile interval of 2000 resamples lies within
+  // a step of them; the gate reads its lower end.
+  std::vector<EvalItem> items = recorded(40);
+  for (size_t i = 0; i < items.size(); ++i) items[i].by_mode["blend"] = answer(i % 2 ? 2 : 1, 0.0);
+  const nlohmann::json s = eval_summary(items, "full", {"blend"});
+  GateThresholds t;
+  t.max_kl = -1;
+  t.min_agreement = 0.30;
+  const std::vector<GateCheck> checks = gate_checks(s, t, {"blend"});
+  REQUIRE(checks.size() == 1);
+  CHECK(checks[0].value == doctest::Approx(0.5));
+  CHECK(checks[0].bound >= 13.0 / 40);
+  CHECK(checks[0].bound <= 15.0 / 40);
+  CHECK(gate_passed(checks));  // 0.30 is below every bound the binomial allows
+  t.min_agreement = 0.40;
+  CHECK_FALSE(gate_passed(gate_checks(s, t, {"blend"})));  // and 0.40 above
+}
+
 TEST_CASE("gate: a threshold exactly at the interval's end passes, just past it fails") {
   std::vector<EvalItem> items = recorded(10);
   // Always the first token, KL exactly 0.125 (a binary fraction: every mean of the bootstrap is
