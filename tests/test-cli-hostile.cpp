@@ -4,7 +4,6 @@
 // answers a clean run gives — `prefix` answers are full's whatever the store holds — or stops with
 // one line naming the path. Fault injection: labelled check (make check).
 #include <doctest/doctest.h>
-#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -27,7 +26,7 @@ using ragkv::test::run_ragkv;
 
 namespace {
 
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
+constexpr auto q = &ragkv::test::shell_quote;
 
 std::string answers_of(const fs::path& p) {
   std::string out;
@@ -67,20 +66,11 @@ std::string last_line(const std::string& err) {
 
 struct Fixture {
   ragkv::test::TempDir tmp{"cli-hostile"};
-  fs::path model = tmp.path / "tiny.gguf", index = tmp.path / "index", store = tmp.path / "store";
-  std::string on_model = " --model " + q(model) + " --threads 1";
+  ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 1);
+  const fs::path &index = tiny.index, &store = tiny.store;
+  const std::string& on_model = tiny.on_model;
   std::string queries = q(ragkv::test::testdata("rag-mini.queries.jsonl"));
 
-  Fixture() {
-    Run r = run_ragkv("make-test-model --arch llama --layers 2 --embd 64 --heads 2 --kv-heads 1 --ff 128 --context 4096 --out " +
-                      q(model));
-    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    r = run_ragkv("build-index --corpus " + q(ragkv::test::testdata("rag-mini.corpus.jsonl")) +
-                  " --chunk-tokens 256 --out " + q(index) + " --model " + q(model));
-    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    r = run_ragkv("precompute --index " + q(index) + " --store " + q(store) + " --neighbours 1" + on_model);
-    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  }
   // A copy of the clean store, to damage.
   fs::path copy(const std::string& name) const {
     const fs::path d = tmp.path / name;

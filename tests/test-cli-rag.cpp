@@ -30,13 +30,7 @@ using ragkv::test::TempDir;
 using ragkv::test::Run;
 using ragkv::test::run_ragkv;
 
-std::vector<json> read_jsonl(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream f(p);
-  for (std::string line; std::getline(f, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
+using ragkv::test::read_jsonl;
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);

@@ -23,30 +23,18 @@ using ragkv::test::run_ragkv;
 
 namespace {
 
-std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
-
-std::vector<json> read_jsonl(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream f(p);
-  for (std::string line; std::getline(f, line);) out.push_back(json::parse(line));
-  return out;
-}
+constexpr auto q = &ragkv::test::shell_quote;
+using ragkv::test::read_jsonl;
 
 }  // namespace
 
 TEST_CASE("cli tiny: index, precompute, answer and eval every mode on a random model") {
   const ragkv::test::TempDir tmp("cli-tiny");
-  const fs::path model = tmp.path / "tiny.gguf", index = tmp.path / "index", store = tmp.path / "store";
-  Run r = run_ragkv("make-test-model --arch llama --layers 2 --embd 64 --heads 2 --kv-heads 1 --ff 128 --context 4096 --out " +
-                    q(model));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  const std::string on_model = " --model " + q(model) + " --threads 1";
-  r = run_ragkv("build-index --corpus " + q(ragkv::test::testdata("rag-mini.corpus.jsonl")) + " --chunk-tokens 256 --out " +
-                q(index) + " --model " + q(model));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  r = run_ragkv("precompute --index " + q(index) + " --store " + q(store) + " --neighbours 1" + on_model);
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  const json pc = json::parse(r.out);
+  const ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 1);
+  const fs::path &index = tiny.index, &store = tiny.store;
+  const std::string& on_model = tiny.on_model;
+  Run r;
+  const json pc = json::parse(tiny.precompute);
   CHECK(pc["computed"].get<int>() > 0);
   CHECK(pc["variants"]["computed"].get<int>() > 0);
 
@@ -105,19 +93,14 @@ TEST_CASE("cli tiny: generate samples reproducibly by seed and stops at a stop s
 }
 
 TEST_CASE("cli tiny: a 12-turn conversation computes no more tokens than each turn's prompt holds") {
-  // The earlier turns' text has no cache: prophet's first pass computes it once, and the second
-  // pass recomputes only its share of it, like any reused row (not the whole history again).
+  // Each turn reuses the previous turn's prompt KV as an exact prefix, and prophet's second pass
+  // recomputes only its share of the rows the first pass computed: no turn computes its history
+  // again, let alone twice.
   const ragkv::test::TempDir tmp("cli-tiny-conversation");
-  const fs::path model = tmp.path / "tiny.gguf", index = tmp.path / "index", store = tmp.path / "store";
-  Run r = run_ragkv("make-test-model --arch llama --layers 2 --embd 64 --heads 2 --kv-heads 1 --ff 128 --context 8192 --out " +
-                    q(model));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  const std::string on_model = " --model " + q(model) + " --threads 1";
-  r = run_ragkv("build-index --corpus " + q(ragkv::test::testdata("rag-mini.corpus.jsonl")) + " --chunk-tokens 256 --out " +
-                q(index) + " --model " + q(model));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  r = run_ragkv("precompute --index " + q(index) + " --store " + q(store) + " --neighbours 0" + on_model);
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 0, 8192);
+  const fs::path &index = tiny.index, &store = tiny.store;
+  const std::string& on_model = tiny.on_model;
+  Run r;
   const fs::path conv = tmp.path / "conversation.jsonl";
   {
     std::vector<json> qs;

@@ -1,5 +1,6 @@
 // Small helpers the tests share: the message of the Error a call throws, the default model's
-// tokenizer, and running the ragkv binary with its stdout, stderr and exit code captured.
+// tokenizer, running the ragkv binary with its stdout, stderr and exit code captured, JSONL
+// records, and the rag-mini pipeline on a tiny random model.
 #pragma once
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -14,6 +15,9 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/util/error.h"
 #include "core/format/gguf.h"
@@ -85,6 +89,38 @@ inline std::string shell_quote(const std::filesystem::path& p) {
   s += p.string();
   s += '\'';
   return s;
+}
+
+// The records of a JSONL file (blank lines skipped).
+inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(p);
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// The rag-mini pipeline on a tiny random model, through the binary, in dir: make-test-model
+// (context n_ctx), build-index of testdata/rag-mini, precompute with `neighbours` variants.
+struct TinyPipeline {
+  std::filesystem::path model, index, store;
+  std::string on_model;    // " --model 'MODEL' --threads 1"
+  std::string precompute;  // precompute's stdout: its JSON summary
+};
+inline TinyPipeline make_tiny_pipeline(const std::filesystem::path& dir, int neighbours, int n_ctx = 4096) {
+  TinyPipeline t{dir / "tiny.gguf", dir / "index", dir / "store", "", ""};
+  Run r = run_ragkv(fmt::format("make-test-model --arch llama --layers 2 --embd 64 --heads 2 --kv-heads 1 --ff 128 "
+                                "--context {} --out {}", n_ctx, shell_quote(t.model)));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  t.on_model = " --model " + shell_quote(t.model) + " --threads 1";
+  r = run_ragkv("build-index --corpus " + shell_quote(testdata("rag-mini.corpus.jsonl")) + " --chunk-tokens 256 --out " +
+                shell_quote(t.index) + " --model " + shell_quote(t.model));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_ragkv(fmt::format("precompute --index {} --store {} --neighbours {}{}", shell_quote(t.index),
+                            shell_quote(t.store), neighbours, t.on_model));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  t.precompute = r.out;
+  return t;
 }
 
 }  // namespace ragkv::test

@@ -133,6 +133,16 @@ std::string read_regular_file(const fs::path& path) {
   return s;
 }
 
+bool write_all(int fd, std::string_view content) {
+  for (size_t done = 0; done < content.size();) {
+    const ssize_t w = ::write(fd, content.data() + done, content.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return false;
+    done += size_t(w);
+  }
+  return true;
+}
+
 void write_file_atomic(const fs::path& path, std::span<const std::string_view> parts) {
   const fs::path tmp = temporary_name(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -143,14 +153,8 @@ void write_file_atomic(const fs::path& path, std::span<const std::string_view> p
     ::unlink(tmp.c_str());
     fail("{}: {} failed: {}", path.string(), what, err);
   };
-  for (std::string_view part : parts) {
-    for (size_t done = 0; done < part.size();) {
-      const ssize_t w = ::write(fd, part.data() + done, part.size() - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) give_up("write", true);
-      done += size_t(w);
-    }
-  }
+  for (std::string_view part : parts)
+    if (!write_all(fd, part)) give_up("write", true);
   if (::fsync(fd) != 0) give_up("fsync", true);
   if (::close(fd) != 0) give_up("close", false);
   if (::rename(tmp.c_str(), path.c_str()) != 0) give_up("rename", false);
@@ -164,17 +168,6 @@ void write_file_atomic(const fs::path& path, std::span<const std::string_view> p
 }
 
 namespace {
-
-// Writes all of content to fd; false on an error (errno set).
-bool write_all(int fd, std::string_view content) {
-  for (size_t done = 0; done < content.size();) {
-    const ssize_t w = ::write(fd, content.data() + done, content.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return false;
-    done += size_t(w);
-  }
-  return true;
-}
 
 bool no_hard_links(int e) { return e == EPERM || e == ENOTSUP || e == EOPNOTSUPP || e == ENOSYS || e == EXDEV; }
 

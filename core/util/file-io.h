@@ -24,6 +24,10 @@ int open_regular_file(const std::filesystem::path& path, int flags, std::string*
 // read_file through open_regular_file: Error "PATH: a FIFO, not a regular file" and the like.
 std::string read_regular_file(const std::filesystem::path& path);
 
+// Writes all of content to fd (a write interrupted by a signal is retried); false with errno set
+// on a failure.
+bool write_all(int fd, std::string_view content);
+
 // Writes the concatenation of parts to path atomically: a temporary file beside it, named
 // "<path>.ragkv-tmp.<host>.<pid>.<hex>" (host: 8 hex digits of the host name) and unique to this call (no two threads or processes ever share one),
 // is written, fsynced and renamed over path, then the directory is fsynced. Readers see the old

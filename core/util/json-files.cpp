@@ -16,9 +16,7 @@ std::string json_error_text(const nlohmann::json::exception& e) {
   if (const size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
   return what;
 }
-}  // namespace
 
-namespace {
 nlohmann::json parse_json_text(const std::filesystem::path& path, const std::string& text) {
   try {
     return nlohmann::json::parse(text);

@@ -15,21 +15,6 @@
 
 namespace ragkv {
 
-namespace {
-
-// All of s to fd; false with errno set on a failure.
-bool write_all(int fd, std::string_view s) {
-  for (size_t done = 0; done < s.size();) {
-    const ssize_t w = ::write(fd, s.data() + done, s.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return false;
-    done += size_t(w);
-  }
-  return true;
-}
-
-}  // namespace
-
 LineWriter::LineWriter(std::string path, const std::vector<std::string>& initial) : path_(std::move(path)) {
   if (path_.empty()) return;
   const std::string partial = path_ + ".partial";
