@@ -102,11 +102,11 @@ def main():
             cur["variant"] += craft.get("variant_chunks", 0)
             cur["exact"] += craft.get("exact_chunks", 0)
             cur["written"] += m.get("variants_written", 0)
-            cur["real"] += m["real_compute_fraction"] or 0.0
+            cur["real"] += m.get("compute_fraction", m.get("real_compute_fraction")) or 0.0
     series = [{"queries": f"{r['first_query']}-{r['first_query'] + r['queries'] - 1}",
                "variant_hit_rate": r["variant"] / r["chunks"] if r["chunks"] else None,
                "exact_rate": r["exact"] / r["chunks"] if r["chunks"] else None,
-               "variants_written": r["written"], "real_compute": r["real"] / r["queries"]} for r in rows]
+               "variants_written": r["written"], "compute_fraction": r["real"] / r["queries"]} for r in rows]
     within = ((not budget.get("max_variants") or peak["count"] <= budget["max_variants"]) and
               (not budget.get("max_bytes") or peak["bytes"] <= budget["max_bytes"]))
     print(json.dumps({"exit_code": rc, "seconds": time.time() - t0, "budget": budget,

@@ -42,6 +42,9 @@ struct CliOptions {
   std::string mode, compare, baseline = "full";
   std::vector<std::string> modes;         // empty: eval's blend, or every mode for bench reuse
   std::vector<double> sweep;
+  std::string require;                    // answer --require exact
+  double fallback_margin = 0;             // answer: the margin fallback
+  std::vector<double> fallback_margins;   // eval: the margin fallbacks derived from the records
   ModeDefaults defaults;                  // ratio, check layers, sinks, focus window, max tokens
   // Generation.
   GenerateOptions sampling;               // temperature, top-p, stop (max_tokens: defaults.max_tokens)

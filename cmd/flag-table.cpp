@@ -110,6 +110,18 @@ std::vector<Flag> mode_flags() {
          return a->add_option("--mode", o.mode, "full, prefix, reuse, blend, craft or auto, as MODE[/METHOD][@R][~P][+freq] (default: auto with a store, else full)")
              ->check(mode_validator());
        }},
+      {kAnswer, 0, kAnswer, G::modes, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--require", o.require, "exact: never compose, reuse only exact prefixes and compute the rest, for output identical to full's")
+             ->check(CLI::IsMember({"exact"}));
+       }},
+      {kAnswer, 0, kAnswer, G::modes, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--fallback-margin", o.fallback_margin, "Recompute a composed prompt in full when its first step's top-2 probability gap is below this (0: never)")
+             ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+       }},
+      {kEval, 0, kEval, G::modes, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--fallback-margins", o.fallback_margins, "Also report each mode as answer --fallback-margin M would run it, for each M, derived from the records")
+             ->delimiter(',')->check(CLI::Range(0.0, 1.0));
+       }},
       {kAnswer, 0, 0, G::modes, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--compare", o.compare, "Also answer in this mode (e.g. full) and score each answer against it")->check(mode_validator());
        }},

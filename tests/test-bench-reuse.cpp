@@ -104,7 +104,7 @@ TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and pre
     seen.insert(mode + "/" + tier);
     CHECK(r["ttft_ms_best"].get<double>() > 0);
     CHECK(r["ttft_ms_best"].get<double>() <= r["ttft_ms_median"].get<double>());
-    const double f = r["recompute_fraction"];
+    const double f = r["compute_fraction"];
     if (mode == "full") {
       CHECK(tier == "none");
       CHECK(f == 1.0);
@@ -131,7 +131,7 @@ TEST_CASE("bench reuse: one full row, a row per mode and tier, fractions and pre
       if (r["mode"] == o["mode"]) CHECK(r["kl_first_token_vs_full"].get<double>() == o["kl_first_token_vs_full"].get<double>());
   auto fraction = [&](const std::string& mode) {
     for (const auto& r : rows)
-      if (r["mode"] == mode) return r["recompute_fraction"].get<double>();
+      if (r["mode"] == mode) return r["compute_fraction"].get<double>();
     return -1.0;
   };
   CHECK(fraction("reuse") < fraction("blend"));

@@ -86,10 +86,10 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index" * doctest::test
     CHECK(lines[i]["mode"] == "auto");  // the default with a store
     const json& mt = lines[i]["metrics"];
     for (const char* k : {"ttft_ms", "retrieval_ms", "prefill_tokens", "computed_tokens", "reused_tokens",
-                          "recompute_ratio", "decode_ms", "output_tokens", "cache_hits", "f1", "em", "f1_vs_full",
+                          "compute_fraction", "decode_ms", "output_tokens", "cache_hits", "f1", "em", "f1_vs_full",
                           "rougeL_vs_full", "first_token_match"})
       CHECK_MESSAGE(mt.contains(k), k);
-    CHECK(mt["recompute_ratio"].get<double>() < 0.6);
+    CHECK(mt["compute_fraction"].get<double>() < 0.6);
     CHECK(mt["cache_misses"] == 0);
     CHECK(lines[i].contains("full_answer"));
   }
@@ -111,21 +111,21 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index" * doctest::test
   for (const char* mode : {"full", "prefix", "reuse", "blend"}) {
     const json& e = rep["modes"][mode];
     for (const char* k : {"f1", "em", "f1_vs_baseline", "rougeL_vs_baseline", "first_token_match", "kl_first_token",
-                          "recompute_fraction", "ttft_ms", "ttft_ratio", "quality_ratio"})
+                          "compute_fraction", "ttft_ms", "ttft_ratio", "quality_ratio"})
       CHECK_MESSAGE(e.contains(k), mode << "." << k);
   }
   CHECK(rep["modes"]["prefix"]["identical_output"] == 1.0);
   CHECK(rep["modes"]["prefix"]["kl_first_token"] == 0.0);
-  CHECK(rep["modes"]["full"]["recompute_fraction"] == 1.0);
-  CHECK(rep["modes"]["reuse"]["recompute_fraction"].get<double>() < rep["modes"]["blend"]["recompute_fraction"].get<double>());
+  CHECK(rep["modes"]["full"]["compute_fraction"] == 1.0);
+  CHECK(rep["modes"]["reuse"]["compute_fraction"].get<double>() < rep["modes"]["blend"]["compute_fraction"].get<double>());
   CHECK(json::parse(r.out)["modes"].size() == 4);
   CHECK(rep["reference"] == "reuse");
   CHECK(rep["modes"]["prefix"]["recovery"]["kl"]["mean"] == 1.0);  // reuse's damage all repaired
   CHECK(rep["modes"]["reuse"]["recovery"]["kl"]["mean"] == 0.0);
-  CHECK(rep["modes"]["full"]["real_compute_fraction"].is_null());  // nothing reused
-  CHECK(rep["modes"]["prefix"]["real_compute_fraction"] == 0.0);   // reused exactly, never recomputed
-  const double real = rep["modes"]["blend"]["real_compute_fraction"];
-  CHECK(real > rep["modes"]["reuse"]["real_compute_fraction"].get<double>());
+  CHECK(rep["modes"]["full"]["reused_recompute_fraction"].is_null());  // nothing reused
+  CHECK(rep["modes"]["prefix"]["reused_recompute_fraction"] == 0.0);   // reused exactly, never recomputed
+  const double real = rep["modes"]["blend"]["reused_recompute_fraction"];
+  CHECK(real > rep["modes"]["reuse"]["reused_recompute_fraction"].get<double>());
   CHECK(real < 0.5);
   CHECK(rep["gate"]["passed"] == true);
   CHECK(rep["gate"]["checks"].empty());
@@ -173,7 +173,7 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index" * doctest::test
     CHECK(resumed[i]["modes"]["blend"]["output_ids"] == full_records[i]["modes"]["blend"]["output_ids"]);
   }
   for (const char* mode : {"prefix", "reuse", "blend"})
-    for (const char* k : {"f1", "f1_vs_baseline", "first_token_match", "identical_output", "kl_first_token", "recompute_fraction"})
+    for (const char* k : {"f1", "f1_vs_baseline", "first_token_match", "identical_output", "kl_first_token", "compute_fraction"})
       CHECK_MESSAGE(rep2["modes"][mode][k] == rep["modes"][mode][k], mode << "." << k);
   // A finished file resumes with nothing left to answer; other settings are refused, naming the line.
   r = m.run(resume_args + " --max-tokens 6");
@@ -213,8 +213,8 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index" * doctest::test
   for (const char* mode : {"full", "reuse", "blend/v@0.1", "blend/v@0.3", "blend/prophet@0.1", "blend/prophet@0.3"})
     CHECK_MESSAGE(sw["modes"].contains(mode), mode);
   CHECK(sw["modes"]["blend/v@0.3"]["nominal_ratio"] == 0.3);
-  CHECK(sw["modes"]["blend/v@0.1"]["real_compute_fraction"].get<double>() <
-        sw["modes"]["blend/v@0.3"]["real_compute_fraction"].get<double>());
+  CHECK(sw["modes"]["blend/v@0.1"]["reused_recompute_fraction"].get<double>() <
+        sw["modes"]["blend/v@0.3"]["reused_recompute_fraction"].get<double>());
   CHECK(fs::exists(m.dir.path / "sweep.dat"));
   CHECK(fs::exists(m.dir.path / "sweep.gp"));
   std::ifstream swf(sweep_md);
@@ -328,8 +328,8 @@ TEST_CASE("cli rag: Cache-Craft variants, craft and auto, write-back under a bud
   }
   CHECK(rep["modes"]["craft/no-focus"]["craft"]["cutoff_share"] == 0.0);
   // The fix tokens of no-focus are recomputed on every layer: more compute than with focus.
-  CHECK(rep["modes"]["craft/no-focus"]["real_compute_fraction"].get<double>() >=
-        rep["modes"]["craft"]["real_compute_fraction"].get<double>());
+  CHECK(rep["modes"]["craft/no-focus"]["reused_recompute_fraction"].get<double>() >=
+        rep["modes"]["craft"]["reused_recompute_fraction"].get<double>());
   r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
             " --modes craft --limit 2 --max-tokens 2 --top-k 3 --report " + q(md) + gate_off);
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -449,7 +449,7 @@ TEST_CASE("cli rag: eval's MODE+freq answers over CRAFT's frequency order, exact
     CHECK(x["modes"]["prefix+freq"]["output_ids"] == x["modes"]["full+freq"]["output_ids"]);
   const json rep = json::parse(std::ifstream(js));
   CHECK(rep["modes"].contains("full+freq"));
-  CHECK(rep["modes"]["prefix+freq"]["recompute_fraction"].get<double>() < 1.0);
+  CHECK(rep["modes"]["prefix+freq"]["compute_fraction"].get<double>() < 1.0);
 }
 
 TEST_CASE("cli rag: bench cache replays exactly the hits and computed tokens of answer --mode prefix" * doctest::test_suite("real-model")) {

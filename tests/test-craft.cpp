@@ -450,9 +450,9 @@ TEST_CASE("craft: variants are evicted lowest f_r first and the budget is never 
 
 TEST_CASE("craft: alpha is the smallest that passes the gate (Eq. 13)") {
   nlohmann::json summary = {{"modes",
-                             {{"craft@0.2", {{"real_compute_fraction", 0.1}, {"craft", {{"mean_cfo", 0.1}}}}},
-                              {"craft@0.5", {{"real_compute_fraction", 0.2}, {"craft", {{"mean_cfo", 0.25}}}}},
-                              {"craft@1", {{"real_compute_fraction", 0.4}, {"craft", {{"mean_cfo", 0.5}}}}}}}};
+                             {{"craft@0.2", {{"compute_fraction", 0.1}, {"craft", {{"mean_cfo", 0.1}}}}},
+                              {"craft@0.5", {{"compute_fraction", 0.2}, {"craft", {{"mean_cfo", 0.25}}}}},
+                              {"craft@1", {{"compute_fraction", 0.4}, {"craft", {{"mean_cfo", 0.5}}}}}}}};
   auto check = [](const std::string& mode, bool pass) {
     GateCheck g;
     g.mode = mode;

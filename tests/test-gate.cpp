@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "core/eval/gate.h"
+#include "core/eval/margin-fallback.h"
 #include "core/eval/metrics.h"
 #include "core/eval/records.h"
 #include "core/eval/report.h"
 #include "core/eval/tradeoff-plot.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
+#include "core/model/generate.h"
+#include "core/util/error.h"
 #include "core/util/file-io.h"
 #include "core/util/json-files.h"
 
@@ -23,14 +26,16 @@ namespace {
 
 using namespace ragkv;
 
-// An answer whose first token is `first` and whose first-token KL to the baseline is kl.
-EvalAnswer answer(int32_t first, double kl, const std::string& text = "x", double real = -1) {
+// An answer whose first token is `first` and whose first-token KL to the baseline is kl; `compute`
+// is both its compute fraction and its reused tokens' share (−1: nothing reused, full's compute).
+EvalAnswer answer(int32_t first, double kl, const std::string& text = "x", double compute = -1) {
   EvalAnswer a;
   a.answer = text;
   a.output_ids = {first, 7};
   a.kl_first_token = kl;
   a.ttft_ms = 10;
-  a.real_compute = real;
+  a.reused_recompute = compute;
+  a.compute_fraction = compute >= 0 ? compute : 1.0;
   return a;
 }
 
@@ -100,9 +105,9 @@ TEST_CASE("gate: on a recorded eval, reuse fails, prefix and a good blend pass, 
   CHECK(blend["first_token_match"] == doctest::Approx(0.9));
   CHECK(blend["recovery"]["kl"]["mean"] == doctest::Approx(1.0 - 0.05 / 0.4));
   CHECK(blend["recovery"]["first_token"]["mean"] == doctest::Approx(1.0 - 0.1 / 0.5));
-  CHECK(blend["real_compute_fraction"] == doctest::Approx(0.2));
+  CHECK(blend["reused_recompute_fraction"] == doctest::Approx(0.2));
   CHECK(blend["nominal_ratio"] == 0.15);
-  CHECK(s["modes"]["full"]["real_compute_fraction"].is_null());
+  CHECK(s["modes"]["full"]["reused_recompute_fraction"].is_null());
 
   GateThresholds t;  // defaults: agreement ≥ 0.9 (lower bound), KL ≤ 0.1 (upper bound)
   t.min_agreement = 0.7;
@@ -231,7 +236,7 @@ TEST_CASE("gate: a sweep whose reference did no damage of a kind has no recovery
   CHECK(read_file(p.data).find("# blend\n") != std::string::npos);
 }
 
-TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft variant, points by real compute, auto as one point") {
+TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft variant, points by compute, auto as one point") {
   std::vector<EvalItem> items = recorded(10);
   for (auto& it : items) {
     it.by_mode["blend@0.1"] = answer(1, 0.2, "x", 0.1);
@@ -249,7 +254,7 @@ TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft v
   test::TempDir dir("gate-plot");
   const TradeoffPlot p = write_tradeoff_plot(s, dir.path / "report");
   const std::string dat = read_file(p.data);
-  // Blocks in name order: blend, blend/v, craft, reuse; blend's two points by real compute.
+  // Blocks in name order: blend, blend/v, craft, reuse; blend's two points by compute.
   const size_t b = dat.find("# blend\n"), v = dat.find("# blend/v\n"), r = dat.find("# reuse\n");
   REQUIRE(b != std::string::npos);
   REQUIRE(v != std::string::npos);
@@ -257,7 +262,7 @@ TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft v
   CHECK(b < v);
   CHECK(v < r);
   CHECK(dat.find("0.1 0.1 1 0.5 1 1\n0.3 0.3 1 0.75 1 1\n") != std::string::npos);
-  // craft's block: α in the first column, its points by real compute too, after blend/v.
+  // craft's block: α in the first column, its points by compute too, after blend/v.
   const size_t c = dat.find("# craft\n");
   REQUIRE(c != std::string::npos);
   CHECK(v < c);
@@ -272,4 +277,49 @@ TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft v
   // The SVG exists when gnuplot ran; otherwise the note says why.
   if (p.svg.empty()) MESSAGE("no SVG: " << p.note);
   else CHECK(read_file(p.svg).find("<svg") != std::string::npos);
+}
+
+TEST_CASE("gate: the first step's top-2 probability gap, worked by hand") {
+  CHECK(top2_probability_gap({0.0f, std::log(3.0f)}) == doctest::Approx(0.75 - 0.25));
+  CHECK(top2_probability_gap({0.0f, 0.0f, std::log(2.0f)}) == doctest::Approx(0.5 - 0.25));
+  CHECK(top2_probability_gap({1.0f, 1.0f, -5.0f}) == 0.0);  // a tie
+  CHECK(top2_probability_gap({2.0f}) == 1.0);
+}
+
+TEST_CASE("gate: margin fallbacks derived from records: full's answer below M, both prefills counted") {
+  std::vector<EvalItem> items = recorded(4);
+  const double margins[] = {0.01, 0.2, 0.04, -1};  // -1: a record made before the margin was kept
+  for (size_t i = 0; i < items.size(); ++i) {
+    EvalAnswer& b = items[i].by_mode["blend"];
+    b.first_margin = margins[i];
+    b.composed = true;
+    b.compute_fraction = 0.2;
+    items[i].by_mode["full"].compute_fraction = 1.0;
+  }
+  items[2].by_mode["blend"].composed = false;  // nothing composed: never falls back
+  items[0].by_mode["blend"].answer = "z";
+  items[0].by_mode["blend"].output_ids = {3, 7};
+  const std::vector<std::string> added = add_margin_fallbacks(items, "full", {"blend"}, {0.05});
+  REQUIRE(added == std::vector<std::string>{"blend fallback<0.05"});
+  std::string mode;
+  double m = 0;
+  REQUIRE(parse_fallback_mode_name(added[0], mode, m));
+  CHECK(mode == "blend");
+  CHECK(m == 0.05);
+  CHECK_FALSE(parse_fallback_mode_name("blend@0.05", mode, m));
+  const EvalAnswer &fell = items[0].by_mode.at(added[0]), &kept = items[1].by_mode.at(added[0]);
+  CHECK(fell.fell_back);
+  CHECK(fell.answer == items[0].by_mode["full"].answer);
+  CHECK(fell.output_ids == items[0].by_mode["full"].output_ids);
+  CHECK(fell.kl_first_token == 0.0);
+  CHECK(fell.compute_fraction == doctest::Approx(1.2));
+  CHECK(fell.ttft_ms == doctest::Approx(20));
+  CHECK_FALSE(kept.fell_back);
+  CHECK(kept.compute_fraction == doctest::Approx(0.2));
+  CHECK_FALSE(items[2].by_mode.at(added[0]).fell_back);
+  CHECK_FALSE(items[3].by_mode.at(added[0]).fell_back);
+  const nlohmann::json s = eval_summary(items, "full", {"blend", added[0]}, "", {});
+  CHECK(s["modes"][added[0]]["fallbacks"] == 1.0);
+  CHECK_THROWS_WITH_AS(add_margin_fallbacks(items, "prefix", {"blend"}, {0.05}),
+                       doctest::Contains("a fallback answers as full does"), Error);
 }

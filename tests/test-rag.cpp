@@ -113,7 +113,7 @@ TEST_CASE("rag: prefix mode is bit-identical to full" * doctest::test_suite("rea
     CHECK(pre.cache.exact_hits == 2);
     CHECK(pre.first_logits == full.first_logits);  // exact, not approximate
     CHECK(pre.output_ids == full.output_ids);
-    CHECK(pre.prefill.recompute_fraction() < 1.0);
+    CHECK(pre.prefill.compute_fraction() < 1.0);
   }
 }
 
@@ -145,9 +145,9 @@ TEST_CASE("rag: reuse without recompute deviates from full more than blend" * do
     kl_reuse += kl_divergence_logits(full.first_logits, reuse.first_logits);
     kl_blend += kl_divergence_logits(full.first_logits, blend.first_logits);
     // Compute scales with the active tokens: the question, plus ~15 % of the repositioned chunks.
-    CHECK(reuse.prefill.recompute_fraction() < 0.2);
-    CHECK(blend.prefill.recompute_fraction() > reuse.prefill.recompute_fraction());
-    CHECK(blend.prefill.recompute_fraction() < 0.45);
+    CHECK(reuse.prefill.compute_fraction() < 0.2);
+    CHECK(blend.prefill.compute_fraction() > reuse.prefill.compute_fraction());
+    CHECK(blend.prefill.compute_fraction() < 0.45);
     CHECK(blend.cache.hits() == 5);  // prefix + 4 chunks
     CHECK(blend.cache.exact_hits == 2);
   }

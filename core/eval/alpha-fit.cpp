@@ -17,7 +17,7 @@ AlphaFit fit_alpha(const nlohmann::json& summary, const std::vector<GateCheck>& 
       if (g.mode == c.mode) passed = passed && g.pass;
     const nlohmann::json& m = summary.at("modes").at(c.mode);
     nlohmann::json row = {{"mode", c.mode}, {"alpha", c.alpha}, {"passed", passed},
-                          {"real_compute_fraction", m.value("real_compute_fraction", nlohmann::json())}};
+                          {"compute_fraction", m.value("compute_fraction", nlohmann::json())}};
     if (m.contains("craft")) row["mean_cfo"] = m["craft"]["mean_cfo"];
     fit.table.push_back(row);
     if (passed && !fit.alpha) fit.alpha = c.alpha;

@@ -20,7 +20,7 @@ struct AlphaCandidate {
 
 struct AlphaFit {
   std::optional<double> alpha;  // none passed
-  nlohmann::json table;         // per candidate: alpha, passed, mean CFO, real compute
+  nlohmann::json table;         // per candidate: alpha, passed, mean CFO, compute (every pass)
 };
 
 // candidates in any order; a candidate passes when every check of its mode passes (vacuously when

@@ -11,6 +11,7 @@
 
 #include "core/eval/alpha-fit.h"
 #include "core/eval/baseline-cache.h"
+#include "core/eval/margin-fallback.h"
 #include "core/eval/records.h"
 #include "core/eval/report.h"
 #include "core/eval/tradeoff-plot.h"
@@ -319,7 +320,9 @@ EvalRunResult EvalRun::run() {
   if (items_.empty())
     fail("{}: no query could be answered ({} skipped, {} bad lines, {} answered before --resume)", o_.queries_path,
          skipped_, qf_.skipped.size(), done_.size());
-  const std::vector<std::string> order(settings_.modes.begin() + 1, settings_.modes.end());
+  std::vector<std::string> order(settings_.modes.begin() + 1, settings_.modes.end());
+  const std::vector<std::string> derived = add_margin_fallbacks(items_, baseline_.name(), order, o_.fallback_margins);
+  order.insert(order.end(), derived.begin(), derived.end());
   json summary = eval_summary(items_, baseline_.name(), order, kReference, nominal_);
   summary["skipped_lines"] = qf_.skipped.size();
   summary["skipped_queries"] = skipped_;

@@ -56,13 +56,18 @@ EvalItem eval_item_of(const json& record, const EvalSettings& settings) {
     a.answer = j.at("answer").get<std::string>();
     a.output_ids = j.at("output_ids").get<std::vector<int32_t>>();
     a.kl_first_token = j.at("kl_first_token_vs_baseline").get<double>();
-    a.recompute_fraction = mt.at("recompute_ratio").get<double>();
+    // Older records name the compute fraction recompute_ratio, and the reused tokens' share real_compute_fraction.
+    a.compute_fraction = mt.contains("compute_fraction") ? mt.at("compute_fraction").get<double>()
+                                                           : mt.at("recompute_ratio").get<double>();
     a.ttft_ms = mt.at("ttft_ms").get<double>();
     a.prefill_ms = mt.at("prefill_ms").get<double>();
     a.load_ms = mt.at("load_ms").get<double>();
     a.load_hidden_ms = mt.at("load_hidden_ms").get<double>();
-    const json real = mt.value("real_compute_fraction", json());
-    a.real_compute = real.is_number() ? real.get<double>() : -1.0;
+    const json real = mt.value("reused_recompute_fraction", mt.value("real_compute_fraction", json()));
+    a.reused_recompute = real.is_number() ? real.get<double>() : -1.0;
+    a.composed = mt.value("composed", false);
+    a.first_margin = mt.value("first_step_margin", -1.0);
+    a.fell_back = mt.value("fallback", false);
     a.cache_bad = mt.at("cache_bad").get<int>();
     a.cache_misses = mt.at("cache_misses").get<int>();
     if (mt.contains("craft")) {

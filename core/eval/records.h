@@ -39,9 +39,13 @@ struct EvalAnswer {
   std::string answer;
   std::vector<int32_t> output_ids;
   double kl_first_token = 0;  // KL(baseline ‖ this mode) of the first decoding step
-  double recompute_fraction = 0, ttft_ms = 0, prefill_ms = 0, load_ms = 0, load_hidden_ms = 0;
-  double real_compute = -1;  // recomputed over reused token-layers; -1 in records made before it
+  double compute_fraction = 0;  // PrefillStats::compute_fraction: every pass over full's token-layers
+  double ttft_ms = 0, prefill_ms = 0, load_ms = 0, load_hidden_ms = 0;
+  double reused_recompute = -1;  // recomputed over reused token-layers; -1 where nothing was reused
   int cache_bad = 0, cache_misses = 0;
+  bool composed = false;    // some KV approximated full's (AnswerRecord::composed)
+  double first_margin = -1;  // the first step's top-2 probability gap (−1: not recorded)
+  bool fell_back = false;   // the margin fallback recomputed it in full
   // craft (metrics "craft"): chunks reused, of them from a non-canonical variant and as an exact
   // chain, Σ CFO, tokens fixed, and Algorithm 1's cut-off layer (−1: none). cached_chunks 0: no craft.
   int craft_chunks = 0, craft_variant_chunks = 0, craft_exact_chunks = 0;

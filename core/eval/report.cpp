@@ -24,10 +24,11 @@ double mean(const std::vector<double>& v) {
 nlohmann::json interval_json(const MeanInterval& m) { return {{"mean", m.mean}, {"lo", m.lo}, {"hi", m.hi}}; }
 
 struct ModeScores {
-  std::vector<double> f1, em, f1_vs_base, rouge_vs_base, first_tok, identical, kl, recompute, real, ttft, prefill, load,
+  std::vector<double> f1, em, f1_vs_base, rouge_vs_base, first_tok, identical, kl, compute, reused, ttft, prefill, load,
       hidden;
-  bool real_known = true;  // every record has the real compute fraction
+  bool reused_known = true;  // every record has the reused tokens' recompute share
   double cache_bad = 0, cache_misses = 0;
+  double composed = 0, fallbacks = 0;
   // craft: sums over the queries
   double craft_chunks = 0, craft_variant = 0, craft_exact = 0, craft_cfo = 0, craft_fix = 0, craft_cut = 0,
          craft_cut_layers = 0;
@@ -83,13 +84,15 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
       s.first_tok.push_back(a.first_token ? 1.0 : 0.0);
       s.identical.push_back(a.identical ? 1.0 : 0.0);
       s.kl.push_back(r.kl_first_token);
-      s.recompute.push_back(r.recompute_fraction);
-      s.real.push_back(r.real_compute);
-      s.real_known = s.real_known && r.real_compute >= 0;
+      s.compute.push_back(r.compute_fraction);
+      s.reused.push_back(r.reused_recompute);
+      s.reused_known = s.reused_known && r.reused_recompute >= 0;
       s.ttft.push_back(r.ttft_ms);
       s.prefill.push_back(r.prefill_ms);
       s.load.push_back(r.load_ms);
       s.hidden.push_back(r.load_hidden_ms);
+      s.composed += r.composed;
+      s.fallbacks += r.fell_back;
       s.cache_bad += r.cache_bad;
       s.cache_misses += r.cache_misses;
       s.craft_chunks += r.craft_chunks;
@@ -120,16 +123,18 @@ nlohmann::json eval_summary(const std::vector<EvalItem>& items, const std::strin
                         {"first_token_match", mean(s.first_tok)},
                         {"identical_output", mean(s.identical)},
                         {"kl_first_token", mean(s.kl)},
-                        {"recompute_fraction", mean(s.recompute)},
-                        {"real_compute_fraction", s.real_known ? nlohmann::json(mean(s.real)) : nlohmann::json(nullptr)},
+                        {"compute_fraction", mean(s.compute)},
+                        {"reused_recompute_fraction", s.reused_known ? nlohmann::json(mean(s.reused)) : nlohmann::json(nullptr)},
                         {"nominal_ratio", nominal.count(m) ? nlohmann::json(nominal.at(m)) : nlohmann::json(nullptr)},
-                        {"real_compute_distribution", s.real_known ? quantiles_json(s.real) : nlohmann::json(nullptr)},
+                        {"compute_distribution", quantiles_json(s.compute)},
                         {"ttft_ms", mean(s.ttft)},
                         {"prefill_ms", mean(s.prefill)},
                         {"load_ms", mean(s.load)},
                         {"load_hidden_ms", mean(s.hidden)},
                         {"ttft_ratio", base_ttft > 0 ? mean(s.ttft) / base_ttft : 1.0},
                         {"quality_ratio", gold ? (base_f1 > 0 ? f1 / base_f1 : 1.0) : agree},
+                        {"composed_share", s.f1_vs_base.empty() ? 0.0 : s.composed / double(s.f1_vs_base.size())},
+                        {"fallbacks", s.fallbacks},
                         {"cache_bad", s.cache_bad},
                         {"cache_misses", s.cache_misses}};
     if (gold) j["ci"]["f1_minus_baseline"] = interval_json(bootstrap_mean_difference(s.f1, b.f1));
@@ -213,7 +218,7 @@ std::string eval_markdown(const nlohmann::json& s, const std::string& picture) {
     return fmt::format("{:.2f} [{:.2f}, {:.2f}]", r["mean"].get<double>(), r["lo"].get<double>(), r["hi"].get<double>());
   };
   md += "| mode | F1 | EM | F1 vs baseline | first token | identical | KL first token | recovery KL | recovery first token "
-        "| recovery answer F1 | real compute | recompute (prompt) | TTFT ms | TTFT ratio | quality ratio |\n";
+        "| recovery answer F1 | compute | TTFT ms | TTFT ratio | quality ratio | recomputed of reused |\n";
   md += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<std::string> order = s.value("mode_order", std::vector<std::string>{});
   if (order.empty())
@@ -223,26 +228,26 @@ std::string eval_markdown(const nlohmann::json& s, const std::string& picture) {
     md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", m, num(j["f1"], 3),
                       num(j["em"], 3), num(j["f1_vs_baseline"], 3), num(j["first_token_match"], 3),
                       num(j["identical_output"], 3), num(j["kl_first_token"], 4), rec(j, "kl"), rec(j, "first_token"),
-                      rec(j, "answer_f1"), num(j.value("real_compute_fraction", nlohmann::json()), 3),
-                      num(j["recompute_fraction"], 3), num(j["ttft_ms"], 1), num(j["ttft_ratio"], 3),
-                      num(j["quality_ratio"], 3));
+                      rec(j, "answer_f1"), num(j["compute_fraction"], 3), num(j["ttft_ms"], 1), num(j["ttft_ratio"], 3),
+                      num(j["quality_ratio"], 3), num(j.value("reused_recompute_fraction", nlohmann::json()), 3));
   }
-  md += "\nReal compute: recomputed token-layers of the reused tokens over all their token-layers (layer 0 and "
-        "the check layers included); recompute (prompt): computed token-layers over the whole prompt's.\n";
+  md += "\nCompute: the token-layers computed by every pass of the prefill (a question pass, check layers, fixes, "
+        "the recompute, a fallback's full prefill) over full's. Recomputed of reused: the share of the reused tokens' "
+        "token-layers recomputed (layer 0 and the check layers included), the selection's own ratio.\n";
   if (s.contains("baseline_cache"))
     md += fmt::format("\nWith `--baseline-cache` ({}; {} taken in this run), `{}`'s answers and TTFTs may come from an "
-                      "earlier run of this binary: TTFT ratios then pair timings made at different times (load), while "
-                      "real compute does not depend on them.\n",
+                      "earlier run of this engine (same binary, device and threads): TTFT ratios then pair timings made "
+                      "at different times (load), while compute does not depend on them.\n",
                       s["baseline_cache"].value("file", std::string()), s["baseline_cache"].value("taken", size_t(0)),
                       s.at("baseline").get<std::string>());
   std::string spread;
   for (const auto& m : order) {
-    const nlohmann::json& d = s.at("modes").at(m).value("real_compute_distribution", nlohmann::json());
+    const nlohmann::json& d = s.at("modes").at(m).value("compute_distribution", nlohmann::json());
     if (m.find('~') == std::string::npos || d.is_null()) continue;
     spread += fmt::format("- `{}`: p10 {:.3f}, median {:.3f}, p90 {:.3f}\n", m, d["p10"].get<double>(),
                           d["p50"].get<double>(), d["p90"].get<double>());
   }
-  if (!spread.empty()) md += "\nPer-query real compute of the adaptive modes:\n\n" + spread;
+  if (!spread.empty()) md += "\nPer-query compute of the adaptive modes:\n\n" + spread;
   std::string craft;
   for (const auto& m : order) {
     const nlohmann::json& j = s.at("modes").at(m);
@@ -259,7 +264,7 @@ std::string eval_markdown(const nlohmann::json& s, const std::string& picture) {
           "| mode | variant | exact | CFO | fix tokens | cut-off | L* |\n|---|---|---|---|---|---|---|\n" +
           craft;
   if (!picture.empty())
-    md += fmt::format("\n![Recovery and first-token agreement against real compute and TTFT]({})\n", picture);
+    md += fmt::format("\n![Recovery and first-token agreement against compute and TTFT]({})\n", picture);
   md += "\nPaired differences, mean [95 % bootstrap interval]:\n\n";
   for (const auto& m : order) {
     const nlohmann::json& j = s.at("modes").at(m);

@@ -1,5 +1,5 @@
 // `ragkv eval` aggregation (DESIGN.md §1, §6): per mode, quality against the gold answers and
-// against the baseline's answers on the same prompts, the recompute fraction and TTFT; bootstrap
+// against the baseline's answers on the same prompts, the compute (every pass) and TTFT; bootstrap
 // 95 % intervals of the paired differences; the JSON report and its Markdown rendering.
 #pragma once
 #include <map>
@@ -14,7 +14,7 @@ namespace ragkv {
 
 // {"baseline","reference","queries","gold_answers","mode_order","modes":{mode:{f1,em,
 //  f1_vs_baseline,rougeL_vs_baseline,first_token_match,identical_output,kl_first_token,
-//  recompute_fraction,real_compute_fraction,nominal_ratio,ttft_ms,prefill_ms,load_ms,
+//  compute_fraction,reused_recompute_fraction,compute_distribution,nominal_ratio,ttft_ms,prefill_ms,load_ms,
 //  load_hidden_ms,ttft_ratio,quality_ratio,cache_bad,cache_misses,
 //  "recovery":{"kl","first_token","answer_f1"},"ci":{...}}},"comparisons":[...]}.
 // quality_ratio is the mode's gold F1 over the baseline's (without gold answers: the mode's mean

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/eval/margin-fallback.h"
 #include "core/rag/mode-spec.h"
 #include "core/util/error.h"
 #include "core/util/file-io.h"
@@ -26,7 +27,7 @@ using nlohmann::json;
 namespace {
 
 struct Point {
-  double nominal, real, ttft_ratio, rec_kl, rec_ft, first_token;
+  double nominal, compute, ttft_ratio, rec_kl, rec_ft, first_token;
 };
 
 double or_nan(const json& v) { return v.is_null() ? std::nan("") : v.get<double>(); }
@@ -38,10 +39,19 @@ double recovery_of(const json& m, const char* key) {
 }
 
 // Series name → points, from the summary's modes: blend variants by method, craft variants by
-// ablation, reuse and auto alone (auto chooses per chunk, so it has no ratio to sweep: one point).
+// ablation, reuse and auto alone (auto chooses per chunk, so it has no ratio to sweep: one point),
+// and each mode's margin fallbacks (`eval --fallback-margins`) through their margins.
 std::map<std::string, std::vector<Point>> series_of(const json& s) {
   std::map<std::string, std::vector<Point>> series;
   for (const auto& [name, m] : s.at("modes").items()) {
+    std::string base;
+    double margin = 0;
+    if (parse_fallback_mode_name(name, base, margin)) {  // a margin fallback: one series per mode, by M
+      series[base + " + fallback"].push_back({margin, or_nan(m.value("compute_fraction", json())),
+                                              m.at("ttft_ratio").get<double>(), recovery_of(m, "kl"),
+                                              recovery_of(m, "first_token"), m.at("first_token_match").get<double>()});
+      continue;
+    }
     ModeSpec spec;
     try {
       spec = parse_mode_spec(name);
@@ -61,13 +71,13 @@ std::map<std::string, std::vector<Point>> series_of(const json& s) {
       continue;
     const double nominal = spec.mode == ReuseMode::craft ? spec.ratio.value_or(std::nan(""))
                                                          : or_nan(m.value("nominal_ratio", json()));
-    Point p{nominal, or_nan(m.value("real_compute_fraction", json())),
+    Point p{nominal, or_nan(m.value("compute_fraction", json())),
             m.at("ttft_ratio").get<double>(), spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "kl"),
             spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "first_token"), m.at("first_token_match").get<double>()};
     series[key].push_back(p);
   }
   for (auto& [k, pts] : series)
-    std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.real < b.real; });
+    std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.compute < b.compute; });
   return series;
 }
 
@@ -107,9 +117,9 @@ TradeoffPlot write_tradeoff_plot(const json& summary, const fs::path& stem) {
   std::string dat = "# ragkv eval sweep: one block per method\n";
   std::vector<std::string> names;
   for (const auto& [name, pts] : series) {
-    dat += fmt::format("# {}\n# nominal_ratio(craft: alpha) real_compute ttft_ratio recovery_kl recovery_first_token first_token_match\n", name);
+    dat += fmt::format("# {}\n# nominal_ratio(craft: alpha; fallback: margin) compute ttft_ratio recovery_kl recovery_first_token first_token_match\n", name);
     for (const Point& p : pts)
-      dat += fmt::format("{:g} {:g} {:g} {:g} {:g} {:g}\n", p.nominal, p.real, p.ttft_ratio, p.rec_kl, p.rec_ft,
+      dat += fmt::format("{:g} {:g} {:g} {:g} {:g} {:g}\n", p.nominal, p.compute, p.ttft_ratio, p.rec_kl, p.rec_ft,
                          p.first_token);
     dat += "\n\n";
     names.push_back(name);
@@ -133,7 +143,7 @@ TradeoffPlot write_tradeoff_plot(const json& summary, const fs::path& stem) {
       "set offsets graph 0.03, graph 0.03, 0, 0\n"  // no point half hidden on the x range's edge
       "set key below font 'sans,10'\n"
       "set multiplot layout 1,3 title '{} queries, baseline {}: recovery of the damage reuse does, and agreement with {}'\n"
-      "set xlabel 'real compute fraction (recomputed / reused token-layers)'\n"
+      "set xlabel 'compute (token-layers of every pass / full prefill)'\n"
       "set ylabel 'recovery of first-token KL'\n"
       "set yrange [-0.2:1.05]\n"
       "plot {}\n"

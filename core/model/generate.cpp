@@ -36,6 +36,23 @@ int32_t argmax_first(const float* logits, int64_t n) {
 
 int32_t argmax(const std::vector<float>& v) { return argmax_first(v.data(), int64_t(v.size())); }
 
+double top2_probability_gap(const std::vector<float>& logits) {
+  if (logits.size() < 2) return 1.0;
+  float a = -INFINITY, b = -INFINITY;  // the two largest logits
+  for (float l : logits) {
+    if (l > a) {
+      b = a;
+      a = l;
+    } else if (l > b) {
+      b = l;
+    }
+  }
+  if (!std::isfinite(a)) return 0.0;
+  double z = 0;  // softmax's normaliser relative to the largest logit
+  for (float l : logits) z += std::exp(double(l) - double(a));
+  return (1.0 - std::exp(double(b) - double(a))) / z;
+}
+
 std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text) {
   std::vector<int32_t> ids;
   if (tok.add_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());

@@ -47,6 +47,9 @@ struct DecodeResult {
 
 // Returns the index of the largest value (the first one on ties).
 int32_t argmax(const std::vector<float>& v);
+// p1 − p2 of softmax(logits): how far the most likely next token is ahead of the second (a
+// near-tie when small). 1 with fewer than two logits.
+double top2_probability_gap(const std::vector<float>& logits);
 
 // Prompt tokens: BOS when the model wants one, then text tokenized with special-token parsing.
 std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text);

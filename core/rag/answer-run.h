@@ -36,6 +36,8 @@ struct AnswerRunOptions {
   size_t search_slice = 32;   // with pipeline: staged search with speculative loads (0: none)
   bool apply_load_control = false;  // the engine's loading controller carried out, not only reported
   bool raise_ratio = false;
+  bool require_exact = false;  // AnswerOptions::require_exact: never compose
+  double fallback_margin = 0;  // AnswerOptions::fallback_margin: full prefill for near-ties
 };
 
 // One answer as it completes (answering order), for a scorer to add to before it is written.

@@ -11,7 +11,7 @@ void AnswerTotals::add(const AnswerRecord& r) {
   ++n;
   ttft += r.ttft_ms();
   prefill += r.prefill.prefill_ms;
-  recompute += r.prefill.recompute_fraction();
+  recompute += r.prefill.compute_fraction();
   load += r.prefill.load_ms;
   hidden += std::max(0.0, r.prefill.load_ms - r.prefill.load_wait_ms);
   hits += r.cache.hits();
@@ -24,6 +24,8 @@ void AnswerTotals::add(const AnswerRecord& r) {
   exact_path_chunks += double(r.exact_path_chunks);
   prompt_tokens += double(r.prefill.prompt_tokens);
   if (r.prefill.n_layer > 0) computed_tokens += double(r.prefill.computed_token_layers) / r.prefill.n_layer;
+  composed += r.composed;
+  fallbacks += r.fell_back;
   misses += r.cache.misses;
   bad += r.cache.bad;
   if (r.load_control) load_control.add(*r.load_control, r.prefill.load_ms, r.prefill.prefill_ms);
@@ -31,7 +33,7 @@ void AnswerTotals::add(const AnswerRecord& r) {
 
 json AnswerTotals::to_json() const {
   auto m = [&](double s, size_t k) { return k ? json(s / double(k)) : json(nullptr); };
-  return {{"queries", n}, {"ttft_ms", m(ttft, n)}, {"prefill_ms", m(prefill, n)}, {"recompute_ratio", m(recompute, n)},
+  return {{"queries", n}, {"ttft_ms", m(ttft, n)}, {"prefill_ms", m(prefill, n)}, {"compute_fraction", m(recompute, n)},
           {"load_ms", m(load, n)}, {"load_hidden_ms", m(hidden, n)},
           {"cache_hits", hits}, {"cache_hits_per_tier", {{"device", device_hits}, {"host", host_hits}, {"disk", disk_hits}}},
           {"chunks_retrieved", chunks}, {"chunk_hits", chunk_hits},
@@ -39,7 +41,7 @@ json AnswerTotals::to_json() const {
           {"chunk_memory_hit_rate", chunks > 0 ? json(chunk_memory_hits / chunks) : json(nullptr)},  // from device or host
           {"exact_path_chunks", exact_path_chunks}, {"prompt_tokens", prompt_tokens},
           {"computed_tokens", computed_tokens}, {"cache_misses", misses}, {"cache_bad", bad}, {"variants_written", written_back},
-          {"variant_write_failures", write_back_failed},
+          {"variant_write_failures", write_back_failed}, {"composed_answers", composed}, {"fallbacks", fallbacks},
           {"load_control", load_control.empty() ? json(nullptr) : load_control.to_json()}};
 }
 

@@ -14,6 +14,7 @@ struct AnswerTotals {
   double ttft = 0, prefill = 0, recompute = 0, load = 0, hidden = 0;
   double hits = 0, misses = 0, bad = 0, written_back = 0, output_tokens = 0, deduplicated = 0;
   double write_back_failed = 0;
+  double composed = 0, fallbacks = 0;  // answers that approximate full's; prompts the margin fallback recomputed
   double device_hits = 0, host_hits = 0, disk_hits = 0, chunk_hits = 0, chunk_memory_hits = 0, chunks = 0;
   double exact_path_chunks = 0;
   double prompt_tokens = 0, computed_tokens = 0;

@@ -1,6 +1,7 @@
 // RagAnswerer: plan, prefill with retry on a cache that fails mid-load, greedy decode, metrics.
 #include "core/rag/answer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -25,8 +26,8 @@ nlohmann::json AnswerRecord::metrics() const {
           {"prefill_tokens", p.prompt_tokens},
           {"computed_tokens", computed},
           {"reused_tokens", p.reused_tokens},
-          {"recompute_ratio", p.recompute_fraction()},
-          {"real_compute_fraction", p.reused_tokens > 0 ? nlohmann::json(p.reused_recompute_fraction()) : nlohmann::json(nullptr)},
+          {"compute_fraction", p.compute_fraction()},
+          {"reused_recompute_fraction", p.reused_tokens > 0 ? nlohmann::json(p.reused_recompute_fraction()) : nlohmann::json(nullptr)},
           {"decode_ms", decode_ms},
           {"output_tokens", output_ids.size()},
           {"cache_hits", {{"device", cache.device_hits}, {"host", cache.host_hits}, {"disk", cache.disk_hits}}},
@@ -36,6 +37,12 @@ nlohmann::json AnswerRecord::metrics() const {
           {"chunk_memory_hits", chunk_memory_hits},
           {"cache_misses", cache.misses},
           {"cache_bad", cache.bad}};
+  j["composed"] = composed;
+  if (first_margin >= 0) j["first_step_margin"] = first_margin;
+  if (fell_back) j["fallback"] = true;
+  nlohmann::json chunks = nlohmann::json::array();
+  for (const ChunkProvenance& c : provenance) chunks.push_back(c.to_json());
+  j["provenance"] = std::move(chunks);
   if (written_back > 0) j["variants_written"] = written_back;
   if (carried_tokens > 0) j["history_reused_tokens"] = carried_tokens;
   if (cache_update_ms > 0) j["cache_update_ms"] = cache_update_ms;
@@ -129,7 +136,8 @@ uint64_t CarriedKv::bytes() const {
 std::vector<std::shared_ptr<const SegmentKv>> RagAnswerer::carried_segments(const RagPrompt& prompt,
                                                                            const AnswerOptions& opt) const {
   std::vector<std::shared_ptr<const SegmentKv>> out;
-  if (!opt.carried || opt.mode == ReuseMode::full || opt.mode == ReuseMode::prefix || !tiers_) return out;
+  if (!opt.carried || opt.mode == ReuseMode::full || opt.mode == ReuseMode::prefix || opt.require_exact || !tiers_)
+    return out;
   const CarriedKv& c = *opt.carried;
   for (size_t s = 0; s < c.segments.size() && s + 1 < prompt.segments.size(); ++s) {
     const PromptSegment &was = c.segments[s], &is = prompt.segments[s];
@@ -143,8 +151,9 @@ std::vector<std::shared_ptr<const SegmentKv>> RagAnswerer::carried_segments(cons
 // from the previous turn as they were (never recomputed), the others copied from kv's rows.
 std::shared_ptr<const CarriedKv> RagAnswerer::carry(const RagPrompt& prompt, const PrefillPlan& plan,
                                                     const std::vector<std::shared_ptr<const SegmentKv>>& carried,
-                                                    const KvCache& kv) const {
+                                                    const KvCache& kv, bool composed) const {
   auto out = std::make_shared<CarriedKv>();
+  out->composed = composed;
   Backend& backend = model_.backend();
   for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) {
     const PromptSegment& seg = prompt.segments[s];
@@ -167,6 +176,73 @@ std::shared_ptr<const CarriedKv> RagAnswerer::carry(const RagPrompt& prompt, con
       out->kv.push_back(DeviceSegmentKv::from_rows(backend, std::move(m), kv.k, kv.v, seg.begin));
   }
   return out;
+}
+
+// The margin fallback: the prompt prefilled again in full over kv; `pre` becomes full's result
+// with both prefills' time and compute (the reused pass's reused tokens all recomputed).
+void RagAnswerer::fall_back_to_full(const RagPrompt& prompt, KvCache& kv, PrefillResult& pre) {
+  const int n_layer = model_.config().n_layer;
+  const PrefillPlan full = plan_prefill(prompt, ReuseMode::full, BlendParams{}, n_layer, SegmentLookup{});
+  PrefillResult again = prefill_prompt(model_, prompt, full, kv, ws_);
+  PrefillStats& s = again.stats;
+  const PrefillStats& first = pre.stats;
+  s.prefill_ms += first.prefill_ms;
+  s.load_ms += first.load_ms;
+  s.load_wait_ms += first.load_wait_ms;
+  s.computed_token_layers += first.computed_token_layers;
+  s.reused_tokens = first.reused_tokens;
+  s.recomputed_reused_token_layers = first.recomputed_reused_token_layers + first.reused_tokens * n_layer;
+  for (size_t i = 0; i < s.row_layers.size() && i < first.row_layers.size(); ++i) s.row_layers[i] += first.row_layers[i];
+  s.kept_after_check = first.kept_after_check;
+  s.focus_cutoff_layer = first.focus_cutoff_layer;
+  s.focused_chunks = first.focused_chunks;
+  pre = std::move(again);
+}
+
+// Per chunk of the prompt, in order: where its KV came from and how much of it was computed.
+std::vector<ChunkProvenance> RagAnswerer::provenance(const RagPrompt& prompt, const PrefillPlan& plan,
+                                                     size_t n_carried, const AnswerRecord& rec) const {
+  std::vector<ChunkProvenance> out;
+  const PrefillStats& st = rec.prefill;
+  for (size_t s = 0; s < prompt.segments.size(); ++s) {
+    const PromptSegment& seg = prompt.segments[s];
+    if (seg.kind != PromptSegment::Kind::chunk) continue;
+    const SegmentPlan& sp = plan.segments[s];
+    ChunkProvenance p;
+    p.chunk = seg.chunk_id;
+    p.tokens = int64_t(seg.ids.size());
+    using S = ChunkProvenance::Source;
+    if (sp.kv && !rec.fell_back) {
+      p.source = s < n_carried ? S::history : sp.exact() ? S::exact_prefix : sp.kv->meta().context.empty() ? S::canonical : S::variant;
+      p.tier = sp.kv->tier();
+      if (p.source == S::variant) p.context = sp.kv->meta().context;
+    }
+    for (int64_t i = seg.begin; i < seg.end() && size_t(i) < st.row_layers.size(); ++i)
+      p.recomputed_token_layers += st.row_layers[size_t(i)];
+    p.recomputed_tokens = std::count_if(st.final_rows.begin(), st.final_rows.end(),
+                                        [&](int32_t r) { return r >= seg.begin && r < seg.end(); });
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+const char* provenance_source_name(ChunkProvenance::Source s) {
+  switch (s) {
+    case ChunkProvenance::Source::computed: return "computed";
+    case ChunkProvenance::Source::exact_prefix: return "exact_prefix";
+    case ChunkProvenance::Source::canonical: return "canonical";
+    case ChunkProvenance::Source::variant: return "variant";
+    case ChunkProvenance::Source::history: return "history";
+  }
+  return "computed";
+}
+
+nlohmann::json ChunkProvenance::to_json() const {
+  nlohmann::json j = {{"chunk", chunk}, {"source", provenance_source_name(source)}, {"tokens", tokens},
+                      {"recomputed_tokens", recomputed_tokens}, {"recomputed_token_layers", recomputed_token_layers}};
+  if (tier) j["tier"] = kv_tier_name(*tier);
+  if (source == Source::variant) j["context"] = context;
+  return j;
 }
 
 AnswerRecord RagAnswerer::answer(const std::string& question, const std::vector<const Chunk*>& chunks,
@@ -199,7 +275,9 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
   const VariantSource variants = tier_variants(keys_, tiers_);
   const std::vector<std::shared_ptr<const SegmentKv>> carried = carried_segments(prompt, opt);
   for (const auto& c : carried) rec.carried_tokens += c->meta().n_tokens;
-  PrefillPlan plan = plan_prefill(prompt, opt.mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_),
+  // --require exact: prefix's plan (exact prefixes reused, the rest computed), whatever the mode.
+  const ReuseMode mode = opt.require_exact && opt.mode != ReuseMode::full ? ReuseMode::prefix : opt.mode;
+  PrefillPlan plan = plan_prefill(prompt, mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_),
                                   &variants, opt.craft, tier_chain_lookup(keys_, tiers_), carried);
   if (opt.load_control) {  // load or recompute each cached segment, the preload depth, the hidden ratio
     const PlanLoad pl = plan_load(*opt.load_control, prompt, plan);
@@ -242,6 +320,15 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
     }
   }
   rec.cache = plan.counts;
+  rec.composed = std::any_of(plan.segments.begin(), plan.segments.end(),
+                             [](const SegmentPlan& sp) { return sp.kv && !sp.exact(); }) ||
+                 (!carried.empty() && opt.carried->composed);
+  rec.first_margin = top2_probability_gap(pre.logits);
+  if (rec.composed && rec.first_margin < opt.fallback_margin) {
+    fall_back_to_full(prompt, kv, pre);
+    rec.fell_back = true;
+    rec.composed = false;
+  }
   if (acc)
     for (size_t i : to_write()) {
       const PromptSegment& seg = prompt.segments[chunk_segs[i]];
@@ -271,6 +358,7 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
     }
   rec.prefill = pre.stats;
   rec.first_logits = pre.logits;
+  rec.provenance = provenance(prompt, plan, carried.size(), rec);
   rec.exact_path_chunks = plan.exact_path > 1 ? plan.exact_path - 1 : 0;
   for (size_t s = 0; s < plan.segments.size(); ++s)  // RAGCache's hit rate counts chunks, not the prefix
     if (prompt.segments[s].kind == PromptSegment::Kind::chunk && plan.segments[s].kv) {
@@ -293,7 +381,7 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
     tiers_->record_prompt(tree_nodes(prompt, plan, rec.prefill, opt), kv.k, kv.v);
     rec.cache_update_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  if (opt.carry && plan.sparse()) rec.carried = carry(prompt, plan, carried, kv);
+  if (opt.carry && plan.sparse()) rec.carried = carry(prompt, plan, carried, kv, rec.composed);
   GenerateOptions gen = opt.gen;
   gen.stop_at_newline = true;
   return {std::move(rec), std::move(kv), std::move(pre.logits), gen};

@@ -30,6 +30,7 @@ struct Chunk;
 struct CarriedKv {
   std::vector<PromptSegment> segments;
   std::vector<std::shared_ptr<const SegmentKv>> kv;  // one per segment
+  bool composed = false;  // some of it approximates full's KV (AnswerRecord::composed)
   uint64_t bytes() const;
 };
 
@@ -63,8 +64,29 @@ struct AnswerOptions {
   const LoadingController* load_control = nullptr;
   bool apply_load_control = true;
   bool raise_ratio = false;
+  // Never compose (`--require exact`): only exact prefixes are reused, everything after them is
+  // computed, whatever the mode (the plan is prefix's): the output is full's.
+  bool require_exact = false;
+  // The margin fallback (`--fallback-margin M`): a composed prefill whose first step has a top-2
+  // probability gap below M is done again in full; the answer is full's and both prefills count
+  // in the compute and the TTFT. 0: never.
+  double fallback_margin = 0;
   GenerateOptions gen;  // max_tokens; stop_at_newline is set by the answerer
 };
+
+// How one chunk's KV was obtained in a prompt (an answer record's provenance).
+struct ChunkProvenance {
+  enum class Source { computed, exact_prefix, canonical, variant, history };
+  std::string chunk;
+  Source source = Source::computed;
+  std::optional<KvTier> tier;         // where a reused cache came from
+  std::vector<std::string> context;   // variant: the chunks it was computed after
+  int64_t tokens = 0;
+  int64_t recomputed_tokens = 0;      // its rows computed on the final pass's last layer
+  int64_t recomputed_token_layers = 0;  // its rows' computed layers, every pass
+  nlohmann::json to_json() const;
+};
+const char* provenance_source_name(ChunkProvenance::Source s);
 
 // craft: what was chosen for one chunk of the prompt (Cache-Craft §3.2).
 struct CraftChunkRecord {
@@ -91,6 +113,12 @@ struct AnswerRecord {
   std::shared_ptr<const CarriedKv> carried;  // AnswerOptions::carry: this prompt's KV for the next turn
   int64_t carried_tokens = 0;           // rows reused from the previous turn's KV (AnswerOptions::carried)
   std::string write_back_error;         // the first such failure, for the run's one warning
+  // Provenance: composed when some KV was reused at another position or after other chunks than
+  // full's (or came from a composed turn), so the output approximates full's; exact otherwise.
+  bool composed = false;
+  std::vector<ChunkProvenance> provenance;  // per chunk, in prompt order
+  double first_margin = -1;  // the reused prefill's first-step top-2 probability gap (−1: not measured)
+  bool fell_back = false;    // the margin fallback recomputed the prompt in full
   size_t exact_path_chunks = 0;         // chunks reused on the knowledge tree's exact path
   size_t chunk_hits = 0;                // chunks whose KV came from a tier (exact or not; not the prefix)
   size_t chunk_memory_hits = 0;         // of those, from device or host memory
@@ -138,9 +166,12 @@ class RagAnswerer {
   std::vector<PromptNode> tree_nodes(const RagPrompt& prompt, const PrefillPlan& plan, const PrefillStats& st,
                                      const AnswerOptions& opt) const;
   std::vector<std::shared_ptr<const SegmentKv>> carried_segments(const RagPrompt& prompt, const AnswerOptions& opt) const;
+  void fall_back_to_full(const RagPrompt& prompt, KvCache& kv, PrefillResult& pre);
+  std::vector<ChunkProvenance> provenance(const RagPrompt& prompt, const PrefillPlan& plan, size_t n_carried,
+                                          const AnswerRecord& rec) const;
   std::shared_ptr<const CarriedKv> carry(const RagPrompt& prompt, const PrefillPlan& plan,
                                          const std::vector<std::shared_ptr<const SegmentKv>>& carried,
-                                         const KvCache& kv) const;
+                                         const KvCache& kv, bool composed) const;
 
   const Model& model_;
   const PromptFormat& format_;

@@ -17,7 +17,7 @@ namespace ragkv {
 
 using Clock = std::chrono::steady_clock;
 
-double PrefillStats::recompute_fraction() const {
+double PrefillStats::compute_fraction() const {
   const double total = double(prompt_tokens) * n_layer;
   return total > 0 ? double(computed_token_layers) / total : 0.0;
 }
@@ -107,6 +107,7 @@ PrefillResult prefill_dense(const Model& model, const RagPrompt& prompt, const P
                             Workspace& ws) {
   const ModelConfig& c = model.config();
   PrefillResult r;
+  r.stats.row_layers.assign(size_t(plan.n_tokens), 0);
   kv.n_used = 0;
   const auto& groups = plan.dense_groups;
   if (plan.loaded_groups > 0) {
@@ -126,6 +127,10 @@ PrefillResult prefill_dense(const Model& model, const RagPrompt& prompt, const P
     const int64_t last = prompt.segments[groups[g].second - 1].end();
     r.logits = model.forward(std::span(prompt.ids).subspan(first, last - first), kv, ws);
     r.stats.computed_token_layers += (last - first) * c.n_layer;
+    for (int64_t i = first; i < last; ++i) {
+      r.stats.row_layers[size_t(i)] += c.n_layer;
+      r.stats.final_rows.push_back(int32_t(i));
+    }
   }
   return r;
 }
@@ -152,6 +157,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
   Backend& b = model.backend();
   const int64_t n = plan.n_tokens;
   PrefillResult r;
+  r.stats.row_layers.assign(size_t(n), 0);
   r.stats.reused_tokens = plan.reused_tokens();
   for (int64_t i = 0; i < n; ++i) kv.pos[i] = int32_t(i);
   CachedKvInstaller installer(model, plan, plan.cached_segments());
@@ -195,7 +201,10 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
       const int64_t na = int64_t(active.size());
       model.layer_qkv(l, na, active, ws);
       r.stats.computed_token_layers += na;
-      for (int32_t row : active) r.stats.recomputed_reused_token_layers += plan.reused[size_t(row)];
+      for (int32_t row : active) {
+        r.stats.recomputed_reused_token_layers += plan.reused[size_t(row)];
+        ++r.stats.row_layers[size_t(row)];
+      }
 
       // On a check layer, score the active rows (deviation against the cache must be read before
       // the scatter, the question's attention after it) and keep the best candidates
@@ -317,6 +326,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
     active = pass(plan.active, true, true, nullptr, true);
   }
   kv.n_used = n;
+  r.stats.final_rows = active;
   r.logits = model.logits(int64_t(active.size()) - 1, 1, ws);  // the last prompt token is always active
   r.stats.load_ms = installer.load_ms();
   r.stats.load_wait_ms = installer.wait_ms();

@@ -28,10 +28,14 @@ struct PrefillStats {
   int64_t computed_token_layers = 0;  // Σ over layers of the tokens whose K/V were computed
   int64_t reused_tokens = 0;          // tokens whose K/V came from a cache on at least one layer
   int64_t recomputed_reused_token_layers = 0;  // Σ over layers of the reused tokens recomputed there
-  double recompute_fraction() const;  // computed token-layers / (prompt tokens × layers)
-  // The real compute fraction of the reuse: recomputed reused token-layers over reused
-  // token-layers, layer 0 and the check layers included — what r is nominally.
+  double compute_fraction() const;  // computed token-layers, every pass, / full's (prompt tokens × layers)
+  // The compute of a prefill is compute_fraction: every token-layer computed by every pass
+  // (prophet's question pass, blend's check layers, craft's fix, the recompute, a fallback's full
+  // prefill) over full's. This one is a diagnostic of the selection alone: recomputed reused
+  // token-layers over reused token-layers — what blend's r is nominally.
   double reused_recompute_fraction() const;
+  std::vector<int32_t> row_layers;  // per prompt row: the layers it was computed on, every pass
+  std::vector<int32_t> final_rows;  // the rows computed on the last layer of the final pass, ascending
   std::vector<std::vector<int32_t>> kept_after_check;  // blend: the active rows after each check layer
   int focus_cutoff_layer = -1;         // craft: L* of Algorithm 1 (−1: recompute ran every layer)
   std::vector<int32_t> focused_chunks;  // craft: F*, chunk indices in prompt order

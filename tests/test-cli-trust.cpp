@@ -1,0 +1,118 @@
+// What a user can trust in an answer record, end to end on a tiny random model: each chunk's
+// provenance, `--require exact` (never composed, full's output), and the margin fallback live
+// (`answer --fallback-margin`) and derived from eval's records (`eval --fallback-margins`).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/test-paths.h"
+#include "tests/test-tempdir.h"
+#include "tests/test-util.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ragkv::test::Run;
+using ragkv::test::run_ragkv;
+
+namespace {
+constexpr auto q = &ragkv::test::shell_quote;
+using ragkv::test::read_jsonl;
+}  // namespace
+
+TEST_CASE("cli trust: provenance per chunk, --require exact and the margin fallback") {
+  const ragkv::test::TempDir tmp("cli-trust");
+  const ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 1);
+  const std::string queries = q(ragkv::test::testdata("rag-mini.queries.jsonl"));
+  const std::string common = " --index " + q(tiny.index) + " --store " + q(tiny.store) +
+                             " --limit 4 --top-k 3 --max-tokens 3 --no-reorder --compare full" + tiny.on_model;
+  auto answer = [&](const std::string& flags, const char* name) {
+    const fs::path out = tmp.path / name;
+    const Run r = run_ragkv("answer " + queries + common + flags + " --out " + q(out));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    return read_jsonl(out);
+  };
+
+  SUBCASE("reuse composes: the first chunk is an exact prefix, the others canonical caches moved") {
+    for (const json& line : answer(" --mode reuse", "reuse.jsonl")) {
+      const json& m = line["metrics"];
+      CHECK(m["composed"] == true);
+      CHECK_FALSE(m.contains("fallback"));
+      const json& p = m["provenance"];
+      REQUIRE(p.size() == line["chunks"].size());
+      CHECK(p[0]["source"] == "exact_prefix");
+      for (size_t i = 0; i < p.size(); ++i) {
+        CHECK(p[i]["chunk"] == line["chunks"][i]);
+        if (i > 0) CHECK(p[i]["source"] == "canonical");
+        CHECK(p[i]["recomputed_tokens"] == 0);  // reuse recomputes nothing of a cached chunk
+        CHECK(p[i]["tier"].is_string());
+      }
+      CHECK(m["first_step_margin"].get<double>() >= 0.0);
+    }
+  }
+  SUBCASE("craft takes variants: their context chain is named") {
+    size_t variants = 0;
+    for (const json& line : answer(" --mode craft", "craft.jsonl"))
+      for (const json& c : line["metrics"]["provenance"])
+        if (c["source"] == "variant") {
+          ++variants;
+          CHECK(!c["context"].empty());
+        }
+    CHECK(variants > 0);  // precompute made one neighbour variant per chunk
+  }
+  SUBCASE("--require exact never composes: full's answers, exact prefixes and computed chunks only") {
+    for (const json& line : answer(" --mode auto --require exact", "exact.jsonl")) {
+      CHECK(line["metrics"]["composed"] == false);
+      CHECK(line["answer"] == line["full_answer"]);
+      CHECK(line["metrics"]["kl_first_token_vs_full"].get<double>() == 0.0);
+      for (const json& c : line["metrics"]["provenance"])
+        CHECK((c["source"] == "exact_prefix" || c["source"] == "computed"));
+    }
+  }
+  SUBCASE("the margin fallback recomputes composed near-ties in full, and counts both prefills") {
+    for (const json& line : answer(" --mode reuse --fallback-margin 1", "all.jsonl")) {
+      const json& m = line["metrics"];
+      CHECK(m["fallback"] == true);  // every composed prompt's gap is below 1
+      CHECK(m["composed"] == false);
+      CHECK(line["answer"] == line["full_answer"]);
+      CHECK(m["compute_fraction"].get<double>() > 1.0);
+      for (const json& c : m["provenance"]) CHECK(c["source"] == "computed");
+    }
+    // A margin between the recorded ones: exactly the composed prompts below it fall back.
+    const auto reuse = answer(" --mode reuse", "reuse.jsonl");
+    std::set<double> margins;
+    for (const json& line : reuse) margins.insert(line["metrics"]["first_step_margin"].get<double>());
+    REQUIRE(margins.size() >= 2);
+    const double mid = (*margins.begin() + *std::next(margins.begin())) / 2;
+    const auto some = answer(" --mode reuse --fallback-margin " + std::to_string(mid), "some.jsonl");
+    REQUIRE(some.size() == reuse.size());
+    size_t fell = 0;
+    for (size_t i = 0; i < some.size(); ++i) {
+      const bool below = reuse[i]["metrics"]["first_step_margin"].get<double>() < mid;
+      CHECK(some[i]["metrics"].value("fallback", false) == below);
+      if (below) CHECK(some[i]["answer"] == some[i]["full_answer"]);
+      fell += below;
+    }
+    CHECK(fell >= 1);
+    CHECK(fell < some.size());
+  }
+  SUBCASE("eval derives each margin's fallback from its records") {
+    const Run r = run_ragkv("eval " + queries + " --index " + q(tiny.index) + " --store " + q(tiny.store) +
+                            " --limit 4 --top-k 3 --max-tokens 3 --modes reuse --fallback-margins 0,1" + tiny.on_model);
+    REQUIRE((r.exit_code == 0 || r.exit_code == 1));
+    const json s = json::parse(r.out);
+    const json &reuse = s["modes"]["reuse"], &none = s["modes"]["reuse fallback<0"], &all = s["modes"]["reuse fallback<1"];
+    CHECK(none["fallbacks"] == 0.0);
+    CHECK(none["first_token_match"] == reuse["first_token_match"]);
+    CHECK(none["compute_fraction"] == reuse["compute_fraction"]);
+    CHECK(all["fallbacks"].get<double>() == doctest::Approx(4 * reuse["composed_share"].get<double>()));
+    CHECK(all["first_token_match"] == 1.0);
+    CHECK(all["kl_first_token"] == 0.0);
+    CHECK(all["compute_fraction"].get<double>() ==
+          doctest::Approx(reuse["compute_fraction"].get<double>() + reuse["composed_share"].get<double>()));
+    CHECK(s["gate"]["verdicts"].size() == 1);  // the derived modes are reported, not gated
+  }
+}
