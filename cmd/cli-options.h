@@ -59,6 +59,7 @@ struct CliOptions {
   std::optional<size_t> max_variants;
   std::optional<uint64_t> variant_bytes;
   double claim_lease = kDefaultClaimLeaseSeconds;
+  std::string store_key;                  // signed caches (core/kv/store-key.h); "": none
   std::vector<int> kv_bits;               // precompute: one value (default: the store's); bench reuse: 16
   uint64_t max_bytes = 0;
   bool include_canonical = false, dry_run = false;

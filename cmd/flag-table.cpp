@@ -238,6 +238,10 @@ std::vector<Flag> store_tier_flags() {
          return a->add_option("--variant-bytes", o.variant_bytes, "Cache-Craft budget: at most this many bytes of variant files, kept in STORE/craft.json (0: no limit)")
              ->check(CLI::NonNegativeNumber);
        }},
+      {kPrecompute | kRag | kStoreVerify | kStoreRepair, 0, kPrecompute | kRag | kStoreVerify | kStoreRepair, G::store_tiers,
+       [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--store-key", o.store_key, "Key file: sign every cache written with HMAC-SHA256 and reject every cache read that this key did not sign");
+       }},
       {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--claim-lease", o.claim_lease, "Seconds after which another process sharing the store may take over a claim this run stopped refreshing (at most 3600)")
              ->check(CLI::Range(0.1, 3600.0))->capture_default_str();

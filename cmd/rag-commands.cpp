@@ -14,6 +14,7 @@
 #include "core/eval/answer-scoring.h"
 #include "core/eval/eval-run.h"
 #include "core/kv/claim-set.h"
+#include "core/kv/store-key.h"
 #include "core/kv/variant-ledger.h"
 #include "core/model/embedder.h"
 #include "core/model/model.h"
@@ -82,7 +83,15 @@ QueryFile RagCommands::load_query_file() const {
 }
 
 RagEngineOptions RagCommands::engine_options(bool need_store) const {
-  return {o_.index, o_.store, o_.model, o_.embedder, o_.top_k, need_store, std::nullopt, "off", ""};
+  RagEngineOptions eo;
+  eo.index = o_.index;
+  eo.store = o_.store;
+  eo.model = o_.model;
+  eo.embedder = o_.embedder;
+  eo.top_k = o_.top_k;
+  eo.need_store = need_store;
+  eo.store_key = o_.store_key;
+  return eo;
 }
 
 // precompute's one-line JSON report: what was computed, skipped and claimed, and the store after.
@@ -112,6 +121,7 @@ KvStore RagCommands::open_store(const CacheKeys& keys) const {
   if (o_.kv_bits.size() > 1) fail("precompute --kv-bits takes one encoding, not {}", o_.kv_bits.size());
   store_info.dtype = o_.kv_bits.empty() ? "" : KvEncoding::from_bits(o_.kv_bits[0]).name();  // "": the store's, else f16
   KvStore store = KvStore::open_for_write(o_.store, store_info);
+  store.set_key(StoreKey::load_if_given(o_.store_key));
   if (o_.max_variants || o_.variant_bytes) {
     CraftStoreSettings cs = read_craft_settings(store);
     if (o_.max_variants) cs.budget.max_variants = *o_.max_variants;

@@ -15,6 +15,7 @@
 #include "cmd/flag-table.h"
 #include "core/kv/store-check.h"
 #include "core/kv/store-gc.h"
+#include "core/kv/store-key.h"
 #include "core/model/model.h"
 #include "core/model/tokenizer.h"
 #include "core/rag/cache-keys.h"
@@ -147,8 +148,15 @@ class StoreCommands : public CommandFamily {
         std::fprintf(stderr, "ragkv: store: %s: %s\n", (store.dir() / "kv" / f.name).c_str(), f.problem.c_str());
   }
 
+  // The store as store.json names its model, with --store-key's key when given.
+  KvStore inspected() const {
+    KvStore store = open_store_for_inspection(o_.store);
+    store.set_key(StoreKey::load_if_given(o_.store_key));
+    return store;
+  }
+
   int run_verify() {
-    const KvStore store = open_store_for_inspection(o_.store);
+    const KvStore store = inspected();
     const StoreReport rep = verify_all(store, "store verify");
     print_problems(rep, store);
     std::cout << report_json(o_.store, store.info(), rep).dump() << "\n";
@@ -159,7 +167,7 @@ class StoreCommands : public CommandFamily {
   }
 
   int run_repair() {
-    const KvStore inspect = open_store_for_inspection(o_.store);
+    const KvStore inspect = inspected();
     const StoreReport rep = verify_all(inspect, "store repair: verify");
     print_problems(rep, inspect);
     const size_t removed = remove_bad_files(inspect, rep);
@@ -180,7 +188,8 @@ class StoreCommands : public CommandFamily {
              inspect.info().model_name, inspect.info().model_fingerprint, o_.model);
       KvStoreInfo info = keys.store_info();
       info.dtype = "";  // the store's own encoding
-      const KvStore store = KvStore::open_for_write(o_.store, info);
+      KvStore store = KvStore::open_for_write(o_.store, info);
+      store.set_key(inspect.key() ? StoreKey::load_if_given(o_.store_key) : nullptr);
       std::vector<const Chunk*> chunks;
       for (const Chunk& c : index.chunks())
         if (removed_names.count(store.chunk_path(keys.chunk(c.id, format.chunk_ids(c))).filename().string()))

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 DEB_PACKAGES=(
   build-essential cmake pkg-config python3 unzip
   libsentencepiece-dev libhnswlib-dev libcli11-dev libfmt-dev doctest-dev
-  libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev
+  libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libssl-dev
   gnuplot-nox
   clang libclang-rt-dev libomp-dev
 )

@@ -1,14 +1,17 @@
 // What a user can trust in an answer record, end to end on a tiny random model: each chunk's
-// provenance, `--require exact` (never composed, full's output), and the margin fallback live
-// (`answer --fallback-margin`) and derived from eval's records (`eval --fallback-margins`).
+// provenance, `--require exact` (never composed, full's output), the margin fallback live
+// (`answer --fallback-margin`) and derived from eval's records (`eval --fallback-margins`), and a
+// signed store (`--store-key`) against a planted cache.
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "core/kv/chunk-kv-file.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"
@@ -115,4 +118,69 @@ TEST_CASE("cli trust: provenance per chunk, --require exact and the margin fallb
           doctest::Approx(reuse["compute_fraction"].get<double>() + reuse["composed_share"].get<double>()));
     CHECK(s["gate"]["verdicts"].size() == 1);  // the derived modes are reported, not gated
   }
+}
+
+// KV-cache hijacking end to end: a store precomputed with --store-key; someone who can write the
+// store but has no key replaces a chunk's canonical cache by the KV of one of its variants
+// (computed after other chunks, at other positions) under the canonical header, checksums valid.
+TEST_CASE("cli trust: a planted cache is used without a key and rejected with one") {
+  const ragkv::test::TempDir tmp("cli-trust-hijack");
+  const ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 1);
+  const fs::path key = tmp.path / "store.key", store = tmp.path / "signed";
+  std::ofstream(key) << "0123456789abcdef0123456789abcdef";
+  fs::permissions(key, fs::perms::owner_read | fs::perms::owner_write);
+  const std::string keyed = " --store-key " + q(key);
+  Run r = run_ragkv("precompute --index " + q(tiny.index) + " --store " + q(store) + " --neighbours 1" + keyed + tiny.on_model);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string queries = q(ragkv::test::testdata("rag-mini.queries.jsonl"));
+  const std::string common = " --index " + q(tiny.index) + " --store " + q(store) +
+                             " --limit 1 --top-k 3 --max-tokens 3 --mode reuse --no-reorder" + tiny.on_model;
+  auto answer = [&](const std::string& flags, const char* name) {
+    const fs::path out = tmp.path / name;
+    const Run a = run_ragkv("answer " + queries + common + flags + " --out " + q(out));
+    REQUIRE_MESSAGE(a.exit_code == 0, a.err);
+    return read_jsonl(out).at(0);
+  };
+  const json before = answer(keyed, "before.jsonl");
+  CHECK(before["metrics"]["cache_bad"] == 0);
+  REQUIRE(before["metrics"]["provenance"][0]["source"] == "exact_prefix");
+
+  // The plant: the first chunk's canonical file rewritten with a variant's KV, no key.
+  const std::string first = before["chunks"][0];
+  fs::path canonical, variant;
+  for (const auto& e : fs::directory_iterator(store / "kv")) {
+    if (e.path().extension() != ".rkv") continue;
+    const ragkv::ChunkKvReader f = ragkv::ChunkKvReader::open_any(e.path());
+    if (f.meta().chunk_id != first) continue;
+    (f.meta().context.empty() ? canonical : variant) = e.path();
+  }
+  REQUIRE(!canonical.empty());
+  REQUIRE(!variant.empty());
+  {
+    const ragkv::ChunkKvReader c = ragkv::ChunkKvReader::open_any(canonical), v = ragkv::ChunkKvReader::open_any(variant);
+    std::vector<std::vector<uint16_t>> k(v.meta().n_layer), vv(v.meta().n_layer);
+    std::vector<const uint16_t*> kp, vp;
+    for (uint32_t l = 0; l < v.meta().n_layer; ++l) {
+      k[l].resize(v.layer_bytes() / 4);
+      vv[l].resize(v.layer_bytes() / 4);
+      v.read_layer(int(l), k[l].data(), vv[l].data());
+      kp.push_back(k[l].data());
+      vp.push_back(vv[l].data());
+    }
+    ragkv::write_chunk_kv(canonical, c.meta(), kp, vp, nullptr, v.encoding());
+  }
+  // Without the key the plant is used as the chunk's exact prefix: undetectable.
+  const json blind = answer("", "blind.jsonl");
+  CHECK(blind["metrics"]["cache_bad"] == 0);
+  CHECK(blind["metrics"]["provenance"][0]["source"] == "exact_prefix");
+  // With it: rejected, counted, computed — the answer is the one made before the plant.
+  const json keyed_after = answer(keyed, "after.jsonl");
+  CHECK(keyed_after["metrics"]["cache_bad"].get<int>() >= 1);
+  CHECK(keyed_after["metrics"]["provenance"][0]["source"] == "computed");
+  CHECK(keyed_after["answer"] == before["answer"]);
+  // store verify with the key names it; without the key it passes.
+  CHECK(run_ragkv("store verify --store " + q(store)).exit_code == 0);
+  r = run_ragkv("store verify --store " + q(store) + keyed);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("not signed") != std::string::npos);
 }

@@ -468,9 +468,13 @@ TEST_CASE("KvStore: reopening, another model's store, foreign reads") {
     FAIL("a store of another model was opened for writing");
   } catch (const ragkv::Error& e) {
     const std::string what = e.what();
-    CHECK(what.find("built for model model-a.gguf (model-a), not for this model (model-b); use another --store") !=
-          std::string::npos);
+    CHECK(what.find("built for model model-a.gguf (model-a), not for this model (model-b): its 1 cache files are not "
+                    "used; pass another --store") != std::string::npos);
   }
+  KvStoreInfo reweighted = store_info("model-a2");  // the same file, other weights (or an older fingerprint)
+  reweighted.model_name = "model-a.gguf";
+  CHECK_THROWS_WITH_AS(KvStore::open_for_write(dir, reweighted), doctest::Contains("a file of the same name with other weights"),
+                       ragkv::Error);
   KvStoreInfo other_shape = store_info();
   other_shape.head_dim = 8;
   CHECK_THROWS_AS(KvStore::open_for_write(dir, other_shape), ragkv::Error);

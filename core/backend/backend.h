@@ -167,6 +167,7 @@ class Backend {
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;
   virtual void set_threads(int n) = 0;
+  virtual int threads() const { return 0; }  // host threads computing (0: not a CPU backend's setting)
 
   // Whether this backend runs `op` with `dtype` as its storage dtype: the tensor's dtype for
   // rope, the destination's for scatter_rows, b's for row_sq_dist, the K/V dtype for attention,

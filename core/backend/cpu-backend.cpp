@@ -120,6 +120,7 @@ class CpuBackend : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override { return "cpu"; }
+  int threads() const override { return threads_; }
   void set_threads(int n) override {
     threads_ = n > 0 ? n : std::max(1, omp_get_num_procs());
     gemm_set_threads(threads_);

@@ -4,8 +4,9 @@
 // output ids, metrics and the first step's logits (for KL), bit for bit what this binary computed
 // before — and computes only the modes. An entry is used only when everything its output depends
 // on is equal: this executable (a hash of its file, so a rebuilt engine never trusts an old
-// baseline), the model fingerprint, the baseline mode, the answer length limit and the prompt's
-// token ids; otherwise the baseline is computed and added.
+// baseline), the model fingerprint, the device, the threads (its TTFT), the store's KV encoding,
+// the baseline mode, the answer length limit and the prompt's token ids; otherwise the baseline is
+// computed and added.
 //
 // File: JSONL, one entry per line, appended under an exclusive flock so runs may share a file:
 //   {"key":"<hex>","id":QUERY_ID,"record":{answer, output_ids, stats...},"first_logits":BASE64_F32_LE}
@@ -24,6 +25,9 @@ namespace ragkv {
 // What a baseline answer depends on besides the engine (hashed into the key).
 struct BaselineKey {
   std::string model_fingerprint, baseline;
+  std::string device;  // the backend's name, and its threads and the store's KV encoding
+  int threads = 0;
+  std::string kv;
   int max_tokens = 0;
   uint64_t prompt_hash = 0;  // RagAnswerer::prompt_hash
 };

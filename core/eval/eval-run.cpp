@@ -118,6 +118,10 @@ void EvalRun::plan_modes() {
   const ModeDefaults& d = o_.defaults;
   const BlendParams defaults = e_.blend_defaults(d);
   settings_.model_fingerprint = CacheKeys(e_.model(), e_.format()).model_fingerprint();
+  const KvStore* store = e_.store();
+  settings_.engine = engine_identity(settings_.model_fingerprint, e_.model().backend().name(),
+                                     e_.model().backend().threads(),
+                                     store && !store->foreign() ? store->info().dtype : "none");
   settings_.baseline = baseline_.name();
   settings_.modes = {baseline_.name()};
   settings_.recompute_ratio = d.recompute_ratio;
@@ -197,8 +201,15 @@ void EvalRun::open_query(size_t qi) {
       oq.freq_chunks = permuted(oq.ctx->chunks, ca_.admit(oq.chunk_ids, /*freq_order=*/true).order);
     }
     if (baseline_cache_) {
-      oq.key = BaselineKey{settings_.model_fingerprint, baseline_.name(), o_.defaults.max_tokens,
-                           e_.answerer().prompt_hash(q.question, baseline_.freq_order ? oq.freq_chunks : oq.ctx->chunks)};
+      BaselineKey key;
+      key.model_fingerprint = settings_.model_fingerprint;
+      key.baseline = baseline_.name();
+      key.device = settings_.engine.value("device", std::string());
+      key.threads = settings_.engine.value("threads", 0);
+      key.kv = settings_.engine.value("kv", std::string());
+      key.max_tokens = o_.defaults.max_tokens;
+      key.prompt_hash = e_.answerer().prompt_hash(q.question, baseline_.freq_order ? oq.freq_chunks : oq.ctx->chunks);
+      oq.key = std::move(key);
       if (std::optional<AnswerRecord> b = baseline_cache_->find(*oq.key)) {
         oq.by_mode.emplace(baseline_.name(), std::move(*b));
         ++baselines_cached_;

@@ -5,6 +5,7 @@
 
 #include "core/util/file-io.h"
 #include "core/util/error.h"
+#include "core/eval/baseline-cache.h"
 #include "core/eval/metrics.h"
 #include "core/util/json-files.h"
 
@@ -27,11 +28,16 @@ json EvalSettings::to_json() const {
   return j;
 }
 
+json engine_identity(const std::string& model_fingerprint, const std::string& device, int threads, const std::string& kv) {
+  return {{"binary", engine_fingerprint()}, {"model", model_fingerprint}, {"device", device}, {"threads", threads}, {"kv", kv}};
+}
+
 json eval_record(const std::string& id, const std::vector<std::string>& golds,
                  const std::vector<std::string>& chunk_ids, const std::map<std::string, AnswerRecord>& by_mode,
                  const EvalSettings& settings) {
   const AnswerRecord& base = by_mode.at(settings.baseline);
   json rec = {{"id", id}, {"answers", golds}, {"chunks", chunk_ids}, {"settings", settings.to_json()}};
+  if (!settings.engine.is_null()) rec["engine"] = settings.engine;
   for (const auto& m : settings.modes) {
     const AnswerRecord& r = by_mode.at(m);
     rec["modes"][m] = {{"answer", r.answer},
@@ -111,6 +117,10 @@ ResumedEval read_eval_records(const std::string& path, const EvalSettings& setti
       if (rec.at("settings") != want)
         fail("made with other settings ({}) than this run ({}); answer into another file or rerun without --resume",
              rec.at("settings").dump(), want.dump());
+      if (!settings.engine.is_null() && rec.value("engine", json()) != settings.engine)
+        fail("made by another engine ({}) than this run ({}): answers and timings of two engines would mix; answer "
+             "into another file, or resume with the same binary, device, threads and store",
+             rec.value("engine", json("unrecorded")).dump(), settings.engine.dump());
       EvalItem item = eval_item_of(rec, settings);
       if (!query_ids.count(item.id)) fail("query {} is not in the queries file", item.id);
       if (!out.ids.insert(item.id).second) fail("query {} appears twice", item.id);

@@ -31,8 +31,16 @@ struct EvalSettings {
   bool with_craft = false;
   double alpha = 0;
   int focus_window = 0;
+  // The engine that answers (binary hash, model, device, threads, store KV encoding): written in
+  // every record beside the settings; --resume refuses records of another engine. Null: not checked.
+  nlohmann::json engine;
   nlohmann::json to_json() const;
 };
+
+// {"binary": XXH64 of the executable, "model", "device", "threads", "kv": the store's KV encoding
+// or "none"}: what makes two runs' answers and timings comparable.
+nlohmann::json engine_identity(const std::string& model_fingerprint, const std::string& device, int threads,
+                               const std::string& kv);
 
 // One mode's result as eval_summary needs it.
 struct EvalAnswer {

@@ -26,6 +26,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kMagic{"RKVCHKV\0", 8};
+constexpr std::string_view kSignatureMagic{"RKVSIG1\0", 8};
+constexpr uint64_t kSignatureBytes = 8 + 32;  // magic | HMAC-SHA256
 constexpr uint32_t kVersionCanonical = 1;  // no context, no stats
 constexpr uint32_t kVersionVariant = 2;
 constexpr uint32_t kVersionChain = 3;      // a variant with flags: an exact knowledge-tree node
@@ -198,8 +200,26 @@ uint64_t token_ids_hash(std::span<const int32_t> ids) { return checksum64(ids.da
 
 // ---- chunk files ----
 
+namespace {
+
+// Writes parts, followed by the signature trailer when key is given.
+void write_signed(const fs::path& path, std::vector<std::string_view> parts, const StoreKey* key) {
+  std::string trailer;
+  if (key) {
+    HmacSha256 mac = key->mac();
+    for (std::string_view p : parts) mac.update(p);
+    const Sha256Digest d = mac.final();
+    trailer = std::string(kSignatureMagic) + std::string(reinterpret_cast<const char*>(d.data()), d.size());
+    parts.push_back(trailer);
+  }
+  write_file_atomic(path, parts);
+}
+
+}  // namespace
+
 void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<const uint16_t* const> k,
-                    std::span<const uint16_t* const> v, const VariantStats* stats, const KvEncoding& encoding) {
+                    std::span<const uint16_t* const> v, const VariantStats* stats, const KvEncoding& encoding,
+                    const StoreKey* key) {
   if (k.size() != meta.n_layer || v.size() != meta.n_layer)
     fail("{}: {} K and {} V layers given, the chunk has {}", path.string(), k.size(), v.size(), meta.n_layer);
   if (!encoding.valid())
@@ -232,7 +252,7 @@ void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<con
       parts.insert(parts.end(), {std::string_view(reinterpret_cast<const char*>(b), block),
                                  std::string_view(reinterpret_cast<const char*>(&sums[l]), 8)});
     }
-    write_file_atomic(path, parts);
+    write_signed(path, std::move(parts), key);
     return;
   }
   const size_t half = size_t(*lb / 2);  // bytes of K (= bytes of V) per layer
@@ -244,7 +264,7 @@ void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<con
     sums[l] = c.digest();
     parts.insert(parts.end(), {ks, vs, std::string_view(reinterpret_cast<const char*>(&sums[l]), 8)});
   }
-  write_file_atomic(path, parts);
+  write_signed(path, std::move(parts), key);
 }
 
 ChunkKvReader::ChunkKvReader(const fs::path& path, const ChunkKvMeta& expected, bool any_context) : path_(path) {
@@ -305,7 +325,12 @@ void ChunkKvReader::open(const fs::path& path, const ChunkKvMeta* expected, bool
     if (meta_.n_layer == 0) bad("corrupt: the header gives the chunk 0 layers");
     const auto want_size = implied_size(meta_, encoding_, header_len);
     if (!want_size) bad("corrupt: the header's shape overflows");
-    if (file_bytes_ != *want_size)
+    if (file_bytes_ == *want_size + kSignatureBytes) {  // a signed file: its trailer's magic
+      char magic[8];
+      if (pread_full(fd_, magic, 8, *want_size, path) != 8 || std::string_view(magic, 8) != kSignatureMagic)
+        bad(fmt::format("corrupt: {} bytes after the last layer, and not a signature", kSignatureBytes));
+      signed_ = true;
+    } else if (file_bytes_ != *want_size)
       bad(fmt::format("{}: {} bytes, the header implies {} ({} layers x {} tokens x kv_dim {})",
                       file_bytes_ < *want_size ? "truncated" : "corrupt", file_bytes_, *want_size, meta_.n_layer,
                       meta_.n_tokens, meta_.kv_dim()));
@@ -328,7 +353,7 @@ ChunkKvReader::~ChunkKvReader() {
 ChunkKvReader::ChunkKvReader(ChunkKvReader&& o) noexcept
     : path_(std::move(o.path_)), meta_(std::move(o.meta_)), stats_(std::move(o.stats_)), encoding_(o.encoding_),
       fd_(std::exchange(o.fd_, -1)), data_offset_(o.data_offset_), layer_bytes_(o.layer_bytes_),
-      block_bytes_(o.block_bytes_), file_bytes_(o.file_bytes_) {}
+      block_bytes_(o.block_bytes_), file_bytes_(o.file_bytes_), signed_(o.signed_) {}
 
 ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
   if (this != &o) {
@@ -342,6 +367,7 @@ ChunkKvReader& ChunkKvReader::operator=(ChunkKvReader&& o) noexcept {
     layer_bytes_ = o.layer_bytes_;
     block_bytes_ = o.block_bytes_;
     file_bytes_ = o.file_bytes_;
+    signed_ = o.signed_;
   }
   return *this;
 }
@@ -369,6 +395,27 @@ void ChunkKvReader::read_layer(int l, uint16_t* k_out, uint16_t* v_out) const {
   std::vector<uint8_t> block(block_bytes_);  // read and verified, then decoded here (the loader thread)
   read_block(l, block.data());
   kv_dequantise_layer(encoding_, block.data(), meta_.n_tokens, meta_.kv_dim(), k_out, v_out);
+}
+
+void ChunkKvReader::check_signature(const StoreKey& key) const {
+  const std::string name = path_.string();
+  if (!signed_)
+    throw CacheFileError(name + ": not signed, and the store is read with a key (--store-key): not used");
+  const uint64_t signed_bytes = file_bytes_ - kSignatureBytes;
+  HmacSha256 mac = key.mac();
+  std::vector<char> buf(size_t(1) << 20);
+  for (uint64_t at = 0; at < signed_bytes;) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), signed_bytes - at));
+    if (pread_full(fd_, buf.data(), n, at, path_) != n) throw CacheFileError(name + ": truncated while checking its signature");
+    mac.update(buf.data(), n);
+    at += n;
+  }
+  Sha256Digest stored{};
+  if (pread_full(fd_, reinterpret_cast<char*>(stored.data()), stored.size(), signed_bytes + 8, path_) != stored.size())
+    throw CacheFileError(name + ": truncated while reading its signature");
+  if (!digests_equal(mac.final(), stored))
+    throw CacheFileError(fmt::format("{}: its signature does not match store key {}: signed with another key, or "
+                                     "changed after signing; not used", name, key.id()));
 }
 
 void ChunkKvReader::verify_all_layers() const {

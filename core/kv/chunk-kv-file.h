@@ -23,7 +23,10 @@
 //           version 4: K and V quantised in KIVI's groups (K per channel, V per token), with their
 //           f16 scales and minimums (core/kv/kv-quant.h gives the block's layout)
 // so layer l can be read and verified alone (pipelined loading reads layer l+1 — and decodes it —
-// while layer l computes). Files are written to a unique temporary name and renamed into place.
+// while layer l computes). A file written with a store key (core/kv/store-key.h) ends with a
+// signature: "RKVSIG1\0" | HMAC-SHA256 of every byte before it; readers of any version accept it
+// and check it only when given the key. Files are written to a unique temporary name and renamed
+// into place.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "core/kv/kv-quant.h"
+#include "core/kv/store-key.h"
 #include "core/util/error.h"
 
 namespace ragkv {
@@ -85,9 +89,11 @@ struct VariantStats {
 // (no temporary file is left behind).
 // stats: a variant's metadata (written in the header), or null.
 // encoding: f16 (the default: versions 1–3, as before) or quantised (version 4, core/kv/kv-quant.h).
+// key: sign the file (its trailer); null: unsigned.
 void write_chunk_kv(const std::filesystem::path& path, const ChunkKvMeta& meta,
                     std::span<const uint16_t* const> k, std::span<const uint16_t* const> v,
-                    const VariantStats* stats = nullptr, const KvEncoding& encoding = {});
+                    const VariantStats* stats = nullptr, const KvEncoding& encoding = {},
+                    const StoreKey* key = nullptr);
 
 class ChunkKvReader {
  public:
@@ -121,6 +127,10 @@ class ChunkKvReader {
   size_t layer_bytes() const { return layer_bytes_; }  // bytes of one layer's K+V in f16 (read_layer's output)
   size_t stored_layer_bytes() const { return block_bytes_; }  // bytes of one layer's block in the file
   uint64_t file_bytes() const { return file_bytes_; }
+  bool has_signature() const { return signed_; }
+  // CacheFileError unless the file carries a signature made with key over all its bytes (read in
+  // full, streaming; the layers' own checksums are checked when they are read).
+  void check_signature(const StoreKey& key) const;
 
   // Writes back and drops the file's pages from the OS page cache, so the next read_layer goes to
   // the disk (the cold-disk tier). Best effort: a no-op where the OS ignores the advice.
@@ -143,6 +153,7 @@ class ChunkKvReader {
   // its halves into first and second (f16's K and V); CacheFileError otherwise.
   void read_block(int l, void* first, void* second = nullptr) const;
   uint64_t file_bytes_ = 0;
+  bool signed_ = false;  // the file ends with a signature trailer
   void open(const std::filesystem::path& path, const ChunkKvMeta* expected, bool any_context);
 };
 

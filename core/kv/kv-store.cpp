@@ -85,9 +85,17 @@ KvStore KvStore::open_for_write(const fs::path& dir, const KvStoreInfo& wanted) 
   s.info_ = info;
   s.verified_ = std::make_shared<VerifiedRecord>(dir / kVerifiedLog);
   if (old) {
-    if (old->model_fingerprint != info.model_fingerprint)
-      fail("{}: built for model {} ({}), not for this model ({}); use another --store", dir.string(), old->model_name,
-           old->model_fingerprint, info.model_fingerprint);
+    if (old->model_fingerprint != info.model_fingerprint) {
+      s.info_ = *old;
+      const auto [files, bytes] = s.usage();
+      fail("{}: built for model {} ({}), not for this model ({}){}: its {} cache files are not used; pass another "
+           "--store to rebuild with precompute (or remove this one)", dir.string(), old->model_name,
+           old->model_fingerprint, info.model_fingerprint,
+           old->model_name == info.model_name ? " — a file of the same name with other weights, or fingerprinted by a "
+                                                "ragkv before fingerprints covered every weight byte"
+                                              : "",
+           files);
+    }
     if (old->n_layer != info.n_layer || old->n_kv_head != info.n_kv_head || old->head_dim != info.head_dim)
       fail("{}: holds {} {}x{}x{} (n_layer x n_kv_head x head_dim), expected {} {}x{}x{}", sj.string(), old->dtype,
            old->n_layer, old->n_kv_head, old->head_dim, info.dtype, info.n_layer, info.n_kv_head, info.head_dim);
@@ -186,7 +194,7 @@ std::vector<ChunkKvReader> KvStore::variants(const ChunkKvMeta& canonical, int* 
     std::error_code ec;
     if (!fs::exists(dir_ / "kv" / name, ec)) continue;  // evicted since it was listed
     try {
-      ChunkKvReader r(dir_ / "kv" / name, canonical, /*any_context=*/true);
+      ChunkKvReader r = checked(ChunkKvReader(dir_ / "kv" / name, canonical, /*any_context=*/true));
       if (r.meta().context.empty()) throw CacheFileError(name + ": a variant's name on a canonical cache");
       if (chunk_path(r.meta()).filename() != name) throw CacheFileError(name + ": its name does not match its context");
       out.push_back(std::move(r));
@@ -204,6 +212,10 @@ bool KvStore::has_valid(const ChunkKvMeta& m) const {
   if (!before) return false;
   try {
     ChunkKvReader r(p, m);
+    if (key_) {  // every byte signed by this store's writers: the layers' checksums were theirs
+      r.check_signature(*key_);
+      return true;
+    }
     if (verified_->verified(p, *before)) return true;
     r.verify_all_layers();
     if (file_stamp(p) == before) verified_->add(p, *before);  // (not when replaced meanwhile)
@@ -229,7 +241,7 @@ void KvStore::put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std:
   if (const auto st = fs::symlink_status(p, ec); fs::exists(st) && !fs::is_regular_file(st))
     fail("{}: not a regular file stands at this cache's name: `ragkv store repair --store {}` moves it aside",
          p.string(), dir_.string());
-  write_chunk_kv(p, m, k, v, stats, encoding_for(m));
+  write_chunk_kv(p, m, k, v, stats, encoding_for(m), key_.get());
   if (const auto stamp = file_stamp(p)) verified_->add(p, *stamp);  // its checksums were just computed from k and v
   if (listed_ && !m.context.empty()) {
     auto& names = variant_files_[chunk_stem(m)];
@@ -253,7 +265,12 @@ std::optional<ChunkKvReader> KvStore::open_chunk(const ChunkKvMeta& m) const {
   const fs::path p = chunk_path(m);
   std::error_code ec;
   if (!fs::exists(p, ec)) return std::nullopt;
-  return ChunkKvReader(p, m);
+  return checked(ChunkKvReader(p, m));
+}
+
+ChunkKvReader KvStore::checked(ChunkKvReader r) const {
+  if (key_) r.check_signature(*key_);
+  return r;
 }
 
 std::pair<size_t, uint64_t> KvStore::usage() const {

@@ -44,6 +44,10 @@ class KvStore {
 
   const KvStoreInfo& info() const { return info_; }
   bool foreign() const { return foreign_; }
+  // Signed caches (core/kv/store-key.h): from now on put signs every file, and every file opened
+  // (open_chunk, variants, has_valid) must carry a signature made with key, else it is bad.
+  void set_key(std::shared_ptr<const StoreKey> key) { key_ = std::move(key); }
+  const StoreKey* key() const { return key_.get(); }
   const std::filesystem::path& dir() const { return dir_; }
 
   // kv/<16 hex>.rkv, the hex being XXH64 over model_fingerprint, prefix, chunk_id, token_hash;
@@ -89,6 +93,9 @@ class KvStore {
   mutable std::map<std::string, std::vector<std::string>> variant_files_;
   mutable bool listed_ = false;
   std::shared_ptr<const VerifiedRecord> verified_;
+  std::shared_ptr<const StoreKey> key_;
+  // r, after its signature is checked when the store has a key (CacheFileError when it fails).
+  ChunkKvReader checked(ChunkKvReader r) const;
   std::string chunk_stem(const ChunkKvMeta& m) const;
 };
 

@@ -75,6 +75,8 @@ StoreReport inspect_store(const KvStore& store, bool every_layer, const std::fun
       else if (store.chunk_path(m).filename() != f.name)
         f.problem = fmt::format("holds chunk '{}', whose file is {}: misnamed or moved", m.chunk_id,
                                 store.chunk_path(m).filename().string());
+      else if (store.key())
+        r.check_signature(*store.key());  // every byte, the layers included
       else if (every_layer)
         r.verify_all_layers();
     } catch (const CacheFileError& e) {

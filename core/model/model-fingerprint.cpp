@@ -1,7 +1,5 @@
-// Model fingerprint: XXH64 of the GGUF header and of sampled tensor bytes.
+// Model fingerprint: XXH64 of the GGUF header and of every tensor's bytes.
 #include "core/model/model-fingerprint.h"
-
-#include <algorithm>
 
 #include "core/format/checksum.h"
 #include "core/format/gguf.h"
@@ -9,17 +7,9 @@
 namespace ragkv {
 
 std::string model_fingerprint(const GgufFile& gguf) {
-  constexpr size_t kSample = 16 * 1024;
   Checksum64 h;
   h.update(gguf.header_bytes());
-  for (const GgufTensor& t : gguf.tensors()) {
-    const size_t head = std::min(t.nbytes, kSample);
-    h.update(t.data, head);
-    if (t.nbytes > head) {
-      const size_t tail = std::min(t.nbytes - head, kSample);
-      h.update(t.data + t.nbytes - tail, tail);
-    }
-  }
+  for (const GgufTensor& t : gguf.tensors()) h.update(t.data, t.nbytes);
   std::string arch = gguf.find_string("general.architecture").value_or("unknown");
   return arch + "-" + checksum_hex(h.digest());
 }

@@ -30,10 +30,20 @@ RagEngine::RagEngine(const RagEngineOptions& o, const std::vector<Query>& querie
   if (!o.store.empty()) {
     const CacheKeys keys(*model_, *format_);
     store_ = KvStore::open_for_read(o.store, keys.model_fingerprint());
-    if (store_->foreign())
-      std::fprintf(stderr, "ragkv: warning: %s was built for model %s (%s), not %s: its caches are not used\n",
+    store_->set_key(StoreKey::load_if_given(o.store_key));
+    if (store_->foreign()) {  // never a silent miss: name what is not used and how to rebuild it
+      const size_t files = store_->usage().first;
+      std::fprintf(stderr,
+                   "ragkv: warning: %s was built for model %s (%s), not %s%s: its %zu cache files are from another "
+                   "model or fingerprint and are not used (every chunk is computed); rebuild with `ragkv precompute` "
+                   "into another --store\n",
                    o.store.c_str(), store_->info().model_name.c_str(), store_->info().model_fingerprint.c_str(),
-                   keys.model_fingerprint().c_str());
+                   keys.model_fingerprint().c_str(),
+                   store_->info().model_name == keys.store_info().model_name
+                       ? " (the same file name: other weights, or an older ragkv's fingerprint)"
+                       : "",
+                   files);
+    }
     if (o.tiers && !store_->foreign())
       open_managed_tiers(o, backend);
     else

@@ -9,6 +9,7 @@
 
 #include "core/kv/kv-store.h"
 #include "core/kv/kv-tiers.h"
+#include "core/kv/store-key.h"
 #include "core/kv/variant-ledger.h"
 #include "core/model/embedder.h"
 #include "core/model/model.h"
@@ -46,6 +47,7 @@ struct RagEngineOptions {
   // measured prefill cost and tier read rates ("" : measured each run).
   std::string load_control = "off";
   std::string cost_profile;
+  std::string store_key;  // signed caches (core/kv/store-key.h): the key file; "": none
 };
 
 class RagEngine {
