@@ -182,6 +182,15 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index" * doctest::test
   r = m.run(resume_args + " --max-tokens 5");
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("records.jsonl:1: made with other settings") != std::string::npos);
+  // Records carry the engine: another thread count (its timings) is another engine, refused.
+  CHECK(resumed[0]["engine"]["threads"] == 2);
+  CHECK(resumed[0]["engine"]["device"] == "cpu");
+  CHECK(resumed[0]["engine"]["binary"].get<std::string>().size() == 16);
+  std::string one_thread = resume_args + " --max-tokens 6";
+  one_thread.replace(one_thread.find("--threads 2"), 11, "--threads 1");
+  r = m.run(one_thread);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("records.jsonl:1: made by another engine") != std::string::npos);
 
   // The default gate (agreement and KL with full at the pessimistic end of the interval): prefix
   // passes, reuse fails, one line per mode naming the failed threshold; JUnit has a test case per
@@ -417,6 +426,12 @@ TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the promp
   CHECK(r.err.find("1 unreadable entries") != std::string::npos);
   r = m.run(args + " --max-tokens 3");
   CHECK(json::parse(r.out)["baseline_cache"]["taken"] == 2);
+  // Another thread count is another engine (its TTFT): its baselines are computed, not taken.
+  std::string one_thread = args + " --max-tokens 3";
+  one_thread.replace(one_thread.find("--threads 2"), 11, "--threads 1");
+  r = m.run(one_thread);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(json::parse(r.out)["baseline_cache"]["taken"] == 0);
   // Only full and prefix baselines are kept.
   r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
             " --modes prefix --baseline reuse --limit 1 --max-tokens 3 --baseline-cache " + q(cache));
