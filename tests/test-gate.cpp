@@ -230,7 +230,7 @@ TEST_CASE("gate: a sweep whose reference did no damage of a kind has no recovery
   const nlohmann::json s = eval_summary(items, "full", {"reuse", "blend@0.1", "blend@0.3"}, "reuse",
                                         {{"blend@0.1", 0.1}, {"blend@0.3", 0.3}});
   REQUIRE(s["modes"]["blend@0.1"]["recovery"]["first_token"].is_null());
-  CHECK(has_sweep(s));
+  CHECK(has_tradeoff(s));
   test::TempDir dir("gate-plot-undefined");
   const TradeoffPlot p = write_tradeoff_plot(s, dir.path / "report");
   CHECK(read_file(p.data).find("# blend\n") != std::string::npos);
@@ -249,8 +249,13 @@ TEST_CASE("gate: a sweep's trade-off data holds one block per method and craft v
   const nlohmann::json s = eval_summary(items, "full", {"reuse", "blend@0.1", "blend@0.3", "blend/v@0.1", "craft@0.5",
                                                         "craft@0.05", "auto"},
                                         "reuse", {{"blend@0.1", 0.1}, {"blend@0.3", 0.3}, {"blend/v@0.1", 0.1}});
-  CHECK(has_sweep(s));
-  CHECK_FALSE(has_sweep(eval_summary(recorded(10), "full", {"reuse", "blend"}, "reuse")));
+  CHECK(has_tradeoff(s));
+  CHECK_FALSE(has_tradeoff(eval_summary(recorded(10), "full", {"reuse", "blend"}, "reuse")));
+  {  // two modes side by side, one point each, are a picture too: "on the frontier" is visible
+    std::vector<EvalItem> two = recorded(10);
+    for (auto& it : two) it.by_mode["auto"] = answer(1, 0.02, "x", 0.15);
+    CHECK(has_tradeoff(eval_summary(two, "full", {"reuse", "blend", "auto"}, "reuse")));
+  }
   test::TempDir dir("gate-plot");
   const TradeoffPlot p = write_tradeoff_plot(s, dir.path / "report");
   const std::string dat = read_file(p.data);

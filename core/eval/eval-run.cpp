@@ -281,7 +281,7 @@ void EvalRun::answer_all() {
 void EvalRun::write_report(const json& summary) const {
   const fs::path report(o_.report);
   std::string picture;
-  if (report.extension() == ".md" && has_sweep(summary)) {
+  if (report.extension() == ".md" && has_tradeoff(summary)) {
     const TradeoffPlot plot = write_tradeoff_plot(summary, report.parent_path() / report.stem());
     if (plot.svg.empty())
       std::fprintf(stderr, "ragkv: eval: no picture (%s); its data and gnuplot script are %s, %s\n", plot.note.c_str(),

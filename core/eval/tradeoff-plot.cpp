@@ -101,10 +101,11 @@ std::string run_gnuplot(const fs::path& dir, const fs::path& script) {
 
 }  // namespace
 
-bool has_sweep(const json& summary) {
+bool has_tradeoff(const json& summary) {
+  size_t points = 0;
   for (const auto& [k, pts] : series_of(summary))
-    if (k != "reuse" && pts.size() >= 2) return true;
-  return false;
+    if (k != "reuse") points += pts.size();
+  return points >= 2;
 }
 
 TradeoffPlot write_tradeoff_plot(const json& summary, const fs::path& stem) {

@@ -17,8 +17,9 @@ struct TradeoffPlot {
   std::string note;                         // why there is no SVG, for the user
 };
 
-// True when the summary holds a sweep worth plotting (a method at two ratios or more).
-bool has_sweep(const nlohmann::json& summary);
+// True when the summary holds a trade-off worth plotting: two points or more besides reuse (a
+// sweep, a margin fallback's margins, or several modes — auto, blend, craft — side by side).
+bool has_tradeoff(const nlohmann::json& summary);
 // Writes stem.dat and stem.gp beside the report and runs gnuplot for stem.svg.
 TradeoffPlot write_tradeoff_plot(const nlohmann::json& summary, const std::filesystem::path& stem);
 
