@@ -15,6 +15,10 @@ std::vector<Flag> index_flags() {
       {kBuildIndex, kBuildIndex, 0, G::index, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--corpus", o.corpus, ".txt/.md files or directories of them, or .jsonl with {id, title?, text} per line");
        }},
+      {kBuildIndex, 0, 0, G::index, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--ext", o.ext, "Extensions read as text documents, comma-separated (default .txt,.md; e.g. .txt,.md,.adoc,.rst)")
+             ->delimiter(',');
+       }},
       {kBuildIndex | kBenchReuse, 0, 0, G::index, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--chunk-tokens", o.chunk_tokens, "Tokens per chunk (default: build-index 256, bench reuse 512)")->check(CLI::Range(16, 1 << 20));
        }},

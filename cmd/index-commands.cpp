@@ -60,8 +60,20 @@ class IndexCommands : public CommandFamily {
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     const std::vector<std::filesystem::path> inputs(o_.corpus.begin(), o_.corpus.end());
-    const Corpus corpus = load_corpus(inputs, parse_on_error(o_.on_error));
+    const Corpus corpus = load_corpus(inputs, parse_on_error(o_.on_error), text_extensions(o_.ext));
     for (const auto& p : corpus.skipped) std::fprintf(stderr, "ragkv: skipped %s\n", p.message.c_str());
+    nlohmann::json other = nlohmann::json::object();
+    if (!corpus.other_files.empty()) {  // files of other types in the corpus directories: counted and named
+      size_t n = 0;
+      std::string kinds;
+      for (const auto& [ext, count] : corpus.other_files) {
+        other[ext.empty() ? "(none)" : ext] = count;
+        kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", count, ext.empty() ? "without extension" : ext);
+        n += count;
+      }
+      std::fprintf(stderr, "ragkv: build-index: %zu files of other types not indexed (%s; e.g. %s); --ext adds extensions read as text\n",
+                   n, kinds.c_str(), fmt::format("{}", fmt::join(corpus.other_file_examples, ", ")).c_str());
+    }
 
     GgufFile gguf(o_.model);
     const auto tok = Tokenizer::from_gguf(gguf);
@@ -91,7 +103,7 @@ class IndexCommands : public CommandFamily {
     nlohmann::json skipped = nlohmann::json::object();
     for (const auto& [kind, n] : corpus.skipped_by_kind()) skipped[kind] = n;
     std::cout << nlohmann::json{{"index", o_.out}, {"documents", m.n_documents}, {"chunks", m.n_chunks},
-                                {"dim", m.dim}, {"skipped", skipped}, {"seconds", secs},
+                                {"dim", m.dim}, {"skipped", skipped}, {"other_files", other}, {"seconds", secs},
                                 {"chunks_per_s", double(m.n_chunks) / secs}, {"index_bytes", dir_bytes(o_.out)},
                                 {"peak_rss_mib", peak_rss_mib()}}
                      .dump()

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -28,8 +30,7 @@ std::string lower_extension(const fs::path& p) {
   return e;
 }
 
-bool is_text_ext(const std::string& e) { return e == ".txt" || e == ".md"; }
-bool is_corpus_ext(const std::string& e) { return is_text_ext(e) || e == ".jsonl"; }
+const std::vector<std::string> kDefaultTextExts{".txt", ".md"};
 
 void strip_bom(std::string& s) {
   if (s.size() >= 3 && s.compare(0, 3, "\xEF\xBB\xBF") == 0) s.erase(0, 3);
@@ -148,10 +149,26 @@ std::string join_paths(const std::vector<fs::path>& inputs) {
 
 }  // namespace
 
-Corpus load_corpus(const std::vector<fs::path>& inputs, OnError on_error) {
+std::vector<std::string> text_extensions(const std::vector<std::string>& given) {
+  std::vector<std::string> out;
+  for (std::string e : given) {
+    for (char& c : e) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (!e.empty() && e[0] != '.') e = "." + e;
+    if (e.size() < 2) fail("--ext: an empty extension");
+    if (e == ".jsonl") fail("--ext .jsonl: .jsonl files are always read as JSONL corpora");
+    out.push_back(e);
+  }
+  return out;
+}
+
+Corpus load_corpus(const std::vector<fs::path>& inputs, OnError on_error, const std::vector<std::string>& text_exts) {
+  const std::vector<std::string>& exts = text_exts.empty() ? kDefaultTextExts : text_exts;
+  const auto is_text_ext = [&](const std::string& e) { return std::find(exts.begin(), exts.end(), e) != exts.end(); };
+  const auto is_corpus_ext = [&](const std::string& e) { return is_text_ext(e) || e == ".jsonl"; };
+  const std::string expected = fmt::format("{}, .jsonl or a directory", fmt::join(exts, ", "));
   Corpus corpus;
   Loader loader(on_error, corpus);
-  if (inputs.empty()) fail("no corpus given (expected .txt/.md/.jsonl files or directories)");
+  if (inputs.empty()) fail("no corpus given (expected {})", expected);
   for (const fs::path& input : inputs) {
     std::error_code ec;
     const auto st = fs::status(input, ec);
@@ -168,8 +185,13 @@ Corpus load_corpus(const std::vector<fs::path>& inputs, OnError on_error) {
           if (it->is_directory()) it.disable_recursion_pending();
           continue;
         }
-        if (it->is_regular_file() && is_corpus_ext(lower_extension(p)))
+        if (!it->is_regular_file()) continue;
+        if (is_corpus_ext(lower_extension(p))) {
           files.emplace_back(p.lexically_relative(input).generic_string(), p);
+        } else {  // counted and named, never skipped silently
+          ++corpus.other_files[lower_extension(p)];
+          if (corpus.other_file_examples.size() < 3) corpus.other_file_examples.push_back(p.string());
+        }
       }
       std::sort(files.begin(), files.end());
       for (const auto& [rel, p] : files) {
@@ -181,8 +203,8 @@ Corpus load_corpus(const std::vector<fs::path>& inputs, OnError on_error) {
     } else {
       const std::string ext = lower_extension(input);
       if (!is_corpus_ext(ext))
-        fail("{}: unsupported corpus file type \"{}\" (expected .txt, .md, .jsonl or a directory)", input.string(),
-             ext);
+        fail("{}: unsupported corpus file type \"{}\" (expected {}; --ext {} reads it as text)", input.string(), ext,
+             expected, ext.empty() ? "EXT" : ext);
       if (is_text_ext(ext))
         loader.load_text_file(input, input.filename().generic_string());
       else

@@ -26,13 +26,24 @@ struct Corpus {
   std::vector<Document> docs;         // in input order; files of a directory sorted by path
   std::vector<InputProblem> skipped;  // OnError::skip only
   size_t files_read = 0;
+  // Files in the corpus directories that are not corpus files (another extension), by lowercase
+  // extension ("" for none), with the first few paths as examples: never skipped silently.
+  std::map<std::string, size_t> other_files;
+  std::vector<std::string> other_file_examples;
   // Skipped inputs counted per problem name ("invalid-utf8" -> 3, ...).
   std::map<std::string, size_t> skipped_by_kind() const { return count_by_kind(skipped); }
 };
 
-// Loads every input path: a .txt/.md/.jsonl file, or a directory searched recursively for such
-// files (hidden entries skipped). A path that does not exist, a file of another type named
-// explicitly, and a corpus with no document left are Errors under either policy.
-Corpus load_corpus(const std::vector<std::filesystem::path>& inputs, OnError on_error);
+// Loads every input path: a text file, a .jsonl file, or a directory searched recursively for such
+// files (hidden entries skipped; files of other types counted in Corpus::other_files). Text files
+// are those whose extension is in text_exts (lowercase, with the dot; empty: .txt and .md), each
+// one document. A path that does not exist, a file of another type named explicitly, and a corpus
+// with no document left are Errors under either policy.
+Corpus load_corpus(const std::vector<std::filesystem::path>& inputs, OnError on_error,
+                   const std::vector<std::string>& text_exts = {});
+
+// "--ext" values as load_corpus takes them: lowercase, with a leading dot ("adoc" -> ".adoc");
+// Error for an empty one or ".jsonl" (always a JSONL corpus).
+std::vector<std::string> text_extensions(const std::vector<std::string>& given);
 
 }  // namespace ragkv

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -120,7 +121,8 @@ TEST_CASE("retrieval corpus: files, directories and JSONL") {
   t.write("root/sub/c.txt", "Gamma.");
   t.write("root/.hidden/x.txt", "never read");
   t.write("root/.y.txt", "never read");
-  t.write("root/image.png", "\x89PNG\0\0");  // other types inside a directory are ignored
+  t.write("root/image.png", "\x89PNG\0\0");  // other types inside a directory are counted, not read
+  t.write("root/sub/manual.adoc", "= Manual\n\nText in AsciiDoc.\n");
   t.write("root/docs.jsonl",
           "{\"id\": \"j1\", \"title\": \"One\", \"text\": \"First.\"}\n"
           "\n"
@@ -144,6 +146,16 @@ TEST_CASE("retrieval corpus: files, directories and JSONL") {
   CHECK(c.docs[4].id == "sub/c.txt");
   CHECK(c.docs[5].id == "single.txt");
   CHECK(c.docs[5].source == single.string());
+  CHECK(c.other_files == std::map<std::string, size_t>{{".adoc", 1}, {".png", 1}});
+  REQUIRE(c.other_file_examples.size() == 2);
+
+  // --ext: the extensions read as text (replacing .txt and .md), given with or without the dot.
+  const ragkv::Corpus a = ragkv::load_corpus({t.path / "root"}, OnError::fail, ragkv::text_extensions({"ADOC", ".txt"}));
+  std::vector<std::string> ids;
+  for (const auto& d : a.docs) ids.push_back(d.id);
+  CHECK(ids == std::vector<std::string>{"b.txt", "j1", "7", "sub/c.txt", "sub/manual.adoc"});
+  CHECK(a.other_files == std::map<std::string, size_t>{{".md", 1}, {".png", 1}});
+  CHECK_THROWS_WITH_AS(ragkv::text_extensions({".jsonl"}), doctest::Contains("always read as JSONL"), ragkv::Error);
 }
 
 TEST_CASE("retrieval corpus: bad input fails naming file and line, or is skipped and counted") {
