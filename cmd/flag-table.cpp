@@ -243,6 +243,12 @@ std::vector<Flag> store_tier_flags() {
          return a->add_option("--store-key", o.store_key, "Key file: sign every cache written with HMAC-SHA256 and reject every cache read that this key did not sign");
        }},
       {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--shard", o.shard, "Compute only shard I/N of the chunks (by content key; default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX)");
+       }},
+      {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--shard-count", o.shard_count, "Shards beside Kubernetes' JOB_COMPLETION_INDEX (or RAGKV_SHARD_COUNT)")->check(CLI::Range(size_t(1), size_t(1) << 20));
+       }},
+      {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--claim-lease", o.claim_lease, "Seconds after which another process sharing the store may take over a claim this run stopped refreshing (at most 3600)")
              ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
        }},

@@ -14,6 +14,7 @@
 #include "core/eval/answer-scoring.h"
 #include "core/eval/eval-run.h"
 #include "core/kv/claim-set.h"
+#include "core/format/checksum.h"
 #include "core/kv/store-key.h"
 #include "core/kv/variant-ledger.h"
 #include "core/model/embedder.h"
@@ -23,6 +24,7 @@
 #include "core/rag/mode-spec.h"
 #include "core/rag/precompute-selection.h"
 #include "core/rag/precompute.h"
+#include "core/util/shard.h"
 #include "core/rag/queries.h"
 #include "core/rag/rag-engine.h"
 #include "core/rag/variant-compute.h"
@@ -159,6 +161,16 @@ int RagCommands::run_precompute() {
   else
     for (const Chunk& c : index.chunks()) chunks.push_back(&c);
   if (o_.limit > 0 && chunks.size() > o_.limit) chunks.resize(o_.limit);
+  // Many processes (a job array): this one's chunks by content key, never another shard's.
+  const Shard shard = resolve_shard(o_.shard, o_.shard_count);
+  const size_t selected = chunks.size();
+  if (shard.sharded()) {
+    std::erase_if(chunks, [&](const Chunk* c) {
+      return !shard.owns(checksum64(store.chunk_path(keys.chunk(c->id, format.chunk_ids(*c))).filename().string()));
+    });
+    std::fprintf(stderr, "precompute: shard %s (%s): %zu of the %zu chunks selected\n", shard.name().c_str(),
+                 shard.source.c_str(), chunks.size(), selected);
+  }
 
   // Other processes sharing the store skip what this one claims, and the other way round.
   ClaimSet claims(o_.claim_lease);
@@ -175,7 +187,11 @@ int RagCommands::run_precompute() {
 
   // Cache-Craft variants (DESIGN.md §4): the warm-up queries' prompts, or each selected chunk
   // after its nearest neighbours in the index.
-  const auto sequences = warmup ? warmup_sequences(retriever, warmup->queries) : neighbour_sequences(index, chunks, o_.neighbours);
+  // (Neighbour sequences end in this shard's chunks; warm-up sequences are shared out by position.)
+  auto sequences = warmup ? warmup_sequences(retriever, warmup->queries) : neighbour_sequences(index, chunks, o_.neighbours);
+  if (warmup && shard.sharded())
+    for (size_t i = sequences.size(); i-- > 0;)
+      if (i % shard.count != shard.index) sequences.erase(sequences.begin() + std::ptrdiff_t(i));
   std::optional<Progress> vbar;
   VariantLedger ledger(store);
   const VariantComputeStats vs = precompute_variants(model, format, store, sequences, !warmup, &ledger, [&](size_t done, size_t total) {
@@ -183,7 +199,10 @@ int RagCommands::run_precompute() {
     vbar->set(int64_t(done));
   }, &claims);
   if (vbar) vbar->finish();
-  std::cout << precompute_summary(store, o_.store, model, keys, chunks.size(), st, vs, warmup ? "warmup" : sequences.empty() ? "none" : "neighbours").dump() << "\n";
+  json summary = precompute_summary(store, o_.store, model, keys, chunks.size(), st, vs,
+                                    warmup ? "warmup" : sequences.empty() ? "none" : "neighbours");
+  if (shard.sharded()) summary["shard"] = {{"index", shard.index}, {"count", shard.count}, {"from", shard.source}};
+  std::cout << summary.dump() << "\n";
   return 0;
 }
 

@@ -28,25 +28,27 @@ def f3(x):
 
 
 def table_a():
-    print("| cell | mode | source | old figure: recomputed share of the reused tokens | new: compute, every pass, over full's | new − old | TTFT ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print("| cell | mode | source | old figure: recomputed share of the reused tokens | new: compute, every pass, over full's | new − old | TTFT ratio | TTFT ratio less unhidden KV reads |")
+    print("|---|---|---|---|---|---|---|---|")
     for cell, stem in oldsweeps.SWEEPS.items():
         name = f"{cell[0]}, {cell[1]}"
         p = os.path.join(HERE, f"2026-11-27-trust-{TAGS[cell]}.json")
         if os.path.exists(p):
             modes = json.load(open(p))["modes"]
+            new_per = oldsweeps.stats("2026-11-27-trust/2026-11-27-trust-" + TAGS[cell])
             for m in ["auto", "blend"]:
                 s = modes[m]
                 old, new = s.get("reused_recompute_fraction"), s["compute_fraction"]
                 print(f"| {name} | {m} | 2026-11-27, ebc8129 | {f3(old)} | {f3(new)} | "
-                      f"{'–' if old is None else f'{new - old:+.3f}'} | {s['ttft_ratio']:.3f} |")
+                      f"{'–' if old is None else f'{new - old:+.3f}'} | {s['ttft_ratio']:.3f} | "
+                      f"{new_per[m]['ttft_ratio_less_load']:.3f} |")
         per = oldsweeps.stats(stem)
         for meth in METHODS:
             m = f"blend/{meth}@0.2"
             if m in per:
                 s = per[m]
                 print(f"| {name} | {m} | 2026-11-26 sweep | {f3(s['real_compute'])} | {f3(s['compute'])} | "
-                      f"{s['compute'] - s['real_compute']:+.3f} | {s['ttft_ratio']:.3f} |")
+                      f"{s['compute'] - s['real_compute']:+.3f} | {s['ttft_ratio']:.3f} | {s['ttft_ratio_less_load']:.3f} |")
 
 
 def interp(points, x):
@@ -57,48 +59,51 @@ def interp(points, x):
     return None
 
 
-def table_b():
-    print("| cell | compute (new) | measure | kv | prophet | random |")
-    print("|---|---|---|---|---|---|")
+def table_b(xkey="compute", xlabel="compute (new)"):
+    print(f"| cell | {xlabel} | recovery KL: kv / prophet / random | recovery first token: kv / prophet / random |")
+    print("|---|---|---|---|")
     for cell, stem in oldsweeps.SWEEPS.items():
         per = oldsweeps.stats(stem)
         curves = {}
         for meth in METHODS:
-            pts = sorted((per[m]["compute"], per[m]) for m in per if m.startswith(f"blend/{meth}@"))
+            pts = sorted((per[m][xkey], per[m]) for m in per if m.startswith(f"blend/{meth}@"))
             if len(pts) >= 2:
                 curves[meth] = pts
+        # three levels inside every interpolable method's measured range, at 1/6, 1/2, 5/6 of the
+        # common range, rounded to 0.01
         lo = max(p[0][0] for p in curves.values())
         hi = min(p[-1][0] for p in curves.values())
-        levels = [round(lo + (hi - lo) * f, 3) for f in (1 / 6, 1 / 2, 5 / 6)]
-        levels = sorted({round(l, 2) for l in levels if lo <= round(l, 2) <= hi})
+        levels = sorted({round(lo + (hi - lo) * f, 2) for f in (1 / 6, 1 / 2, 5 / 6)})
+        levels = [l for l in levels if lo <= l <= hi]
         name = f"{cell[0]}, {cell[1]}"
+
+        def at(x, key):
+            vals = []
+            for meth in METHODS:
+                v = interp([(c, s[key]) for c, s in curves[meth]], x) if meth in curves else None
+                vals.append("–" if v is None else f"{v:.2f}")
+            return " / ".join(vals)
+
         for x in levels:
-            for key, label in [("recovery_kl", "recovery KL"), ("recovery_first_token", "recovery first token")]:
-                vals = {}
-                for meth in METHODS:
-                    if meth in curves:
-                        v = interp([(c, s[key]) for c, s in curves[meth]], x)
-                        vals[meth] = "–" if v is None else f"{v:.2f}"
-                    else:
-                        vals[meth] = "–"
-                print(f"| {name} | {x:.2f} | {label} | {vals['kv']} | {vals['prophet']} | {vals['random']} |")
-        single = [m for m in METHODS if m not in curves and any(k.startswith(f"blend/{m}@") for k in per)]
-        for meth in single:
+            print(f"| {name} | {x:.2f} | {at(x, 'recovery_kl')} | {at(x, 'recovery_first_token')} |")
+        # a method measured at one point only (Gemma 3 MuSiQue: random@0.2): the others at its compute
+        for meth in METHODS:
+            if meth in curves:
+                continue
             for m in sorted(k for k in per if k.startswith(f"blend/{meth}@")):
-                s = per[m]
-                x = s["compute"]
-                others = {o: interp([(c, t["recovery_kl"]) for c, t in curves[o]], x) for o in curves}
-                otherf = {o: interp([(c, t["recovery_first_token"]) for c, t in curves[o]], x) for o in curves}
-                fmt = lambda d, o: "–" if d.get(o) is None else f"{d[o]:.2f}"
-                print(f"| {name} | {x:.3f} ({m} measured, one point) | recovery KL | {fmt(others, 'kv')} | "
-                      f"{fmt(others, 'prophet')} | {s['recovery_kl']:.2f} |")
-                print(f"| {name} | {x:.3f} ({m} measured, one point) | recovery first token | {fmt(otherf, 'kv')} | "
-                      f"{fmt(otherf, 'prophet')} | {s['recovery_first_token']:.2f} |")
+                x = per[m][xkey]
+                kl, ft = at(x, "recovery_kl").split(" / "), at(x, "recovery_first_token").split(" / ")
+                i = METHODS.index(meth)
+                kl[i], ft[i] = f"{per[m]['recovery_kl']:.2f}", f"{per[m]['recovery_first_token']:.2f}"
+                print(f"| {name} | {x:.3f} ({m}'s one measured point) | {' / '.join(kl)} | {' / '.join(ft)} |")
+    if xkey != "compute":
+        return
     print()
-    print("Measured points (new compute → recovery KL / first token):")
+    print("Measured points (new compute → recovery KL / first token; TTFT ratio):")
     for cell, stem in oldsweeps.SWEEPS.items():
         per = oldsweeps.stats(stem)
-        pts = "; ".join(f"{m.split('/')[1]} {per[m]['compute']:.3f} → {per[m]['recovery_kl']:.2f} / {per[m]['recovery_first_token']:.2f}"
+        pts = "; ".join(f"{m.split('/')[1]} {per[m]['compute']:.3f} → {per[m]['recovery_kl']:.2f} / "
+                        f"{per[m]['recovery_first_token']:.2f}; {per[m]['ttft_ratio']:.3f}"
                         for m in sorted(per) if m.startswith("blend/"))
         print(f"- {cell[0]}, {cell[1]}: {pts}")
 
@@ -108,3 +113,5 @@ if __name__ == "__main__":
     table_a()
     print("\n(b) prophet vs kv vs random at equal new compute (linear interpolation between measured points)\n")
     table_b()
+    print("\n(b') the same at equal TTFT ratio (the 2026-11-26 runs' own timings), for comparison\n")
+    table_b("ttft_ratio", "TTFT ratio")
