@@ -28,6 +28,7 @@ struct CliOptions {
   // Inputs and outputs.
   std::string queries, index, store, model = default_llm_path(), embedder = default_embedder_dir();
   std::vector<std::string> corpus;
+  std::vector<std::string> shard_files;   // merge: the shards' record files
   std::vector<std::string> ext;           // build-index: extensions read as text documents
   std::string out, summary, report, junit, answers, baseline_cache, warmup;
   std::string prompt, text, query;

@@ -19,7 +19,7 @@ class CommandFamily {
 struct CliOptions;
 std::unique_ptr<CommandFamily> model_commands(CliOptions& o);  // generate, tokenize, make-test-model
 std::unique_ptr<CommandFamily> index_commands(CliOptions& o);  // build-index, search
-std::unique_ptr<CommandFamily> rag_commands(CliOptions& o);    // precompute, answer, eval
+std::unique_ptr<CommandFamily> rag_commands(CliOptions& o);    // precompute, answer, eval, merge
 std::unique_ptr<CommandFamily> bench_commands(CliOptions& o);  // bench prefill, reuse, retrieval, cache
 std::unique_ptr<CommandFamily> store_commands(CliOptions& o);  // store verify, repair, stats, gc
 

@@ -39,8 +39,11 @@ std::vector<Flag> input_flags() {
       {kAnswer | kEval | kBenchCache, kAnswer | kEval | kBenchCache, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
          return a->add_option("QUERIES", o.queries, "Queries JSONL, one {id, question, answers?, passages?} per line");
        }},
-      {kPrecompute | kBenchRetrieval, kBenchRetrieval, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--queries", o.queries, "Queries JSONL: precompute only the chunks they use; bench retrieval: the queries with gold_passages");
+      {kPrecompute | kBenchRetrieval | kMerge, kBenchRetrieval | kMerge, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--queries", o.queries, "Queries JSONL: precompute only the chunks they use; bench retrieval: the queries with gold_passages; merge: the order and the completeness check");
+       }},
+      {kMerge, kMerge, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("SHARDS", o.shard_files, "The shards' answer files (answer --out) or eval records (eval --answers)");
        }},
       {kQueryRuns | kSearch | kBenchRetrieval | kStoreRepair, kQueryRuns | kSearch | kBenchRetrieval, 0, G::inputs,
        [](CLI::App* a, CliOptions& o) { return a->add_option("--index", o.index, "Index directory written by build-index"); }},
@@ -48,7 +51,7 @@ std::vector<Flag> input_flags() {
        kPrecompute | kEval | kStoreVerify | kStoreRepair | kStoreStats | kStoreGc, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--store", o.store, "Chunk-cache store directory (answer: without one every answer is computed in full)");
        }},
-      {kBuildIndex | kAnswer | kMakeTestModel, kBuildIndex | kMakeTestModel, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
+      {kBuildIndex | kAnswer | kMakeTestModel | kMerge, kBuildIndex | kMakeTestModel, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--out", o.out, "Where to write the index directory, the answers JSONL (default: stdout) or the GGUF");
        }},
       {kAnswer, 0, kAnswer, G::inputs, [](CLI::App* a, CliOptions& o) {
@@ -242,10 +245,10 @@ std::vector<Flag> store_tier_flags() {
        [](CLI::App* a, CliOptions& o) {
          return a->add_option("--store-key", o.store_key, "Key file: sign every cache written with HMAC-SHA256 and reject every cache read that this key did not sign");
        }},
-      {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--shard", o.shard, "Compute only shard I/N of the chunks (by content key; default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX)");
+      {kPrecompute | kRag, 0, kPrecompute | kRag, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--shard", o.shard, "Run only shard I/N (precompute: chunks by content key; answer, eval: queries by line, a conversation whole; default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX)");
        }},
-      {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+      {kPrecompute | kRag, 0, kPrecompute | kRag, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--shard-count", o.shard_count, "Shards beside Kubernetes' JOB_COMPLETION_INDEX (or RAGKV_SHARD_COUNT)")->check(CLI::Range(size_t(1), size_t(1) << 20));
        }},
       {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {

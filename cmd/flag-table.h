@@ -31,6 +31,7 @@ enum Cmd : uint32_t {
   kStoreRepair = 1u << 13,
   kStoreStats = 1u << 14,
   kStoreGc = 1u << 15,
+  kMerge = 1u << 16,
 };
 inline constexpr uint32_t kAll = ~0u;
 // The commands that compute on a device (--device, --threads).

@@ -27,6 +27,7 @@
 #include "core/util/shard.h"
 #include "core/rag/queries.h"
 #include "core/rag/rag-engine.h"
+#include "core/rag/shard-merge.h"
 #include "core/rag/variant-compute.h"
 #include "core/util/error.h"
 #include "core/util/file-io.h"
@@ -44,11 +45,12 @@ class RagCommands : public CommandFamily {
  public:
   explicit RagCommands(CliOptions& o) : o_(o) {}
   void add_to(CLI::App& app) override;
-  bool selected() const override { return *precompute_ || *answer_ || *eval_; }
+  bool selected() const override { return *precompute_ || *answer_ || *eval_ || *merge_; }
   int run() override;
 
  private:
-  QueryFile load_query_file() const;
+  QueryFile load_query_file(const char* command) const;
+  int run_merge();
   RagEngineOptions engine_options(bool need_store) const;
   AnswerRunOptions answer_options(const RagEngine& engine) const;
   EvalRunOptions eval_options() const;
@@ -58,7 +60,7 @@ class RagCommands : public CommandFamily {
   int run_eval();
 
   CliOptions& o_;
-  CLI::App *precompute_ = nullptr, *answer_ = nullptr, *eval_ = nullptr;
+  CLI::App *precompute_ = nullptr, *answer_ = nullptr, *eval_ = nullptr, *merge_ = nullptr;
 };
 
 void RagCommands::add_to(CLI::App& app) {
@@ -68,20 +70,47 @@ void RagCommands::add_to(CLI::App& app) {
   add_flags(answer_, kAnswer, o_);
   eval_ = app.add_subcommand("eval", "Quality gate: each mode against a baseline on the same chunks");
   add_flags(eval_, kEval, o_);
+  merge_ = app.add_subcommand("merge", "Join the answer or eval record files of a sharded run, in the query file's order");
+  add_flags(merge_, kMerge, o_);
 }
 
 int RagCommands::run() {
   if (*precompute_) return run_precompute();
   if (*answer_) return run_answer();
+  if (*merge_) return run_merge();
   return run_eval();
 }
 
 // The query file, cut to --limit; its skipped lines reported.
-QueryFile RagCommands::load_query_file() const {
+QueryFile RagCommands::load_query_file(const char* command) const {
   QueryFile qf = load_queries(o_.queries, parse_on_error(o_.on_error));
   for (const auto& p : qf.skipped) std::fprintf(stderr, "ragkv: skipped %s\n", p.message.c_str());
   if (o_.limit > 0 && qf.queries.size() > o_.limit) qf.queries.resize(o_.limit);
+  // Many processes (a job array): this one's queries — by line, a conversation's turns together.
+  const Shard shard = resolve_shard(o_.shard, o_.shard_count);
+  if (shard.sharded()) {
+    const size_t all = qf.queries.size();
+    std::vector<Query> mine;
+    for (size_t i = 0; i < all; ++i) {
+      const Query& q = qf.queries[i];
+      if (shard.owns(q.conversation.empty() ? uint64_t(i) : checksum64(q.conversation))) mine.push_back(q);
+    }
+    qf.queries = std::move(mine);
+    std::fprintf(stderr, "%s: shard %s (%s): %zu of the %zu queries; `ragkv merge` joins the shards' files\n", command,
+                 shard.name().c_str(), shard.source.c_str(), qf.queries.size(), all);
+  }
   return qf;
+}
+
+int RagCommands::run_merge() {
+  const QueryFile qf = load_queries(o_.queries, OnError::fail);
+  const MergedRecords m = merge_shard_records(qf, o_.queries, o_.shard_files);
+  LineWriter out(o_.out);
+  for (const std::string& line : m.lines) out.line(line);
+  out.close();
+  std::fprintf(stderr, "ragkv: merge: %zu records from %zu shard files, in the order of %s\n", m.lines.size(), m.shards,
+               o_.queries.c_str());
+  return 0;
 }
 
 RagEngineOptions RagCommands::engine_options(bool need_store) const {
@@ -235,7 +264,7 @@ AnswerRunOptions RagCommands::answer_options(const RagEngine& engine) const {
 }
 
 int RagCommands::run_answer() {
-  const QueryFile qf = load_query_file();
+  const QueryFile qf = load_query_file("answer");
   auto backend = o_.dev.make_backend();
   RagEngineOptions eo = engine_options(false);
   eo.tiers = o_.cache.config(*backend);
@@ -289,7 +318,7 @@ EvalRunOptions RagCommands::eval_options() const {
 
 int RagCommands::run_eval() {
   if (o_.resume && o_.answers.empty()) fail("--resume needs --answers FILE (the records to resume from)");
-  const QueryFile qf = load_query_file();
+  const QueryFile qf = load_query_file("eval");
   auto backend = o_.dev.make_backend();
   RagEngine engine(engine_options(true), qf.queries, *backend);
   const EvalRunResult r = ragkv::run_eval(engine, qf, eval_options());

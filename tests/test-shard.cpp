@@ -1,8 +1,10 @@
-// Sharded precompute: the shard from --shard, Slurm's array variables or Kubernetes' completion
-// index (with its count from a flag or RAGKV_SHARD_COUNT), malformed values refused naming their
-// source; and three shards of a precompute on one store compute disjoint chunk sets whose union is
-// byte for byte what one process computes.
+// Sharded runs: the shard from --shard, Slurm's array variables or Kubernetes' completion index
+// (with its count from a flag or RAGKV_SHARD_COUNT), malformed values refused naming their source;
+// three shards of a precompute on one store compute disjoint chunk sets whose union is byte for
+// byte what one process computes; answer and eval in three shards joined by `ragkv merge` equal
+// one process's records and report, and merge refuses a missing or doubled shard.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -97,4 +99,85 @@ TEST_CASE("shard: three precompute shards store exactly what one process stores,
   const json single = json::parse(tiny.precompute);
   CHECK(computed == single["computed"].get<size_t>());
   CHECK(kv_files(sharded) == kv_files(tiny.store));  // the same names, byte for byte
+}
+
+TEST_CASE("shard: answer and eval in three shards, merged, equal one process's run") {
+  const ragkv::test::TempDir tmp("shard-merge");
+  const ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 1);
+  const std::string queries = q(ragkv::test::testdata("rag-mini.queries.jsonl"));
+  const std::string common = " --index " + q(tiny.index) + " --store " + q(tiny.store) + " --top-k 3 --max-tokens 3" +
+                             tiny.on_model;
+  auto run = [&](const std::string& args) {
+    const ragkv::test::Run r = ragkv::test::run_ragkv(args);
+    REQUIRE_MESSAGE(r.exit_code <= 1, r.err);  // eval: 1 when a mode fails the gate (a random model may)
+    return r;
+  };
+  auto strip = [](std::vector<json> records) {  // timings aside
+    for (json& r : records) {
+      if (r.contains("metrics")) r.erase("metrics");
+      if (r.contains("modes"))
+        for (auto& [m, j] : r["modes"].items()) j.erase("metrics");
+    }
+    return records;
+  };
+
+  SUBCASE("answer, in full and prefix: the same records in the same order") {
+    for (const char* mode : {"full", "prefix"}) {
+      const fs::path one = tmp.path / (std::string(mode) + ".jsonl"), merged = tmp.path / (std::string(mode) + "-merged.jsonl");
+      run("answer " + queries + common + " --mode " + mode + " --no-reorder --out " + q(one));
+      std::string shards;
+      for (int i = 0; i < 3; ++i) {
+        const fs::path part = tmp.path / fmt::format("{}-{}.jsonl", mode, i);
+        const ragkv::test::Run r = run("answer " + queries + common + " --mode " + mode + " --no-reorder --shard " +
+                                       std::to_string(i) + "/3 --out " + q(part));
+        CHECK(r.err.find("answer: shard " + std::to_string(i) + "/3 (--shard)") != std::string::npos);
+        CHECK(ragkv::test::read_jsonl(part).size() == 4);  // 12 queries by line
+        shards += " " + q(part);
+      }
+      const ragkv::test::Run m = run("merge --queries " + queries + " --out " + q(merged) + shards);
+      CHECK(m.exit_code == 0);
+      const auto a = ragkv::test::read_jsonl(one), b = ragkv::test::read_jsonl(merged);
+      REQUIRE(a.size() == 12);
+      CHECK(strip(a) == strip(b));
+      // full computes every token either way; prefix reuses, in one process, the knowledge-tree
+      // nodes earlier queries computed — a shard sees only its own queries', so it computes more.
+      int64_t computed_one = 0, computed_shards = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        computed_one += a[i]["metrics"]["computed_tokens"].get<int64_t>();
+        computed_shards += b[i]["metrics"]["computed_tokens"].get<int64_t>();
+        if (std::string(mode) == "full") CHECK(a[i]["metrics"]["computed_tokens"] == b[i]["metrics"]["computed_tokens"]);
+      }
+      CHECK(computed_shards >= computed_one);
+      MESSAGE(std::string(mode) << ": tokens computed by one process " << computed_one << ", by three shards " << computed_shards);
+    }
+    // A shard missing, or given twice: refused, naming the query and the files.
+    const std::string p0 = q(tmp.path / "full-0.jsonl"), p1 = q(tmp.path / "full-1.jsonl");
+    ragkv::test::Run r = ragkv::test::run_ragkv("merge --queries " + queries + " " + p0 + " " + p1);
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find("is in none of the 2 shard files") != std::string::npos);
+    r = ragkv::test::run_ragkv("merge --queries " + queries + " " + p0 + " " + p0);
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find("two shards answered it") != std::string::npos);
+  }
+  SUBCASE("eval: shard records merged and resumed give the single run's report") {
+    const std::string eval = "eval " + queries + common + " --modes prefix,reuse,blend";
+    const json single = json::parse(run(eval + " --answers " + q(tmp.path / "one.jsonl")).out);
+    std::string shards;
+    for (int i = 0; i < 3; ++i) {
+      const fs::path part = tmp.path / fmt::format("eval-{}.jsonl", i);
+      run(eval + " --shard " + std::to_string(i) + "/3 --answers " + q(part));
+      shards += " " + q(part);
+    }
+    const fs::path merged = tmp.path / "merged.jsonl";
+    run("merge --queries " + queries + " --out " + q(merged) + shards);
+    const ragkv::test::Run r = run(eval + " --answers " + q(merged) + " --resume");
+    CHECK(r.err.find("resuming with 12 answered queries") != std::string::npos);
+    const json all = json::parse(r.out);
+    for (const char* m : {"full", "prefix", "reuse", "blend"})
+      for (const char* k : {"f1_vs_baseline", "first_token_match", "kl_first_token", "compute_fraction"}) {
+        CHECK_MESSAGE(all["modes"][m][k] == single["modes"][m][k], m << "." << k);
+        CHECK_MESSAGE(all["modes"][m]["ci"].value(k, json()) == single["modes"][m]["ci"].value(k, json()), m << ".ci." << k);
+      }
+    CHECK(all["modes"]["blend"]["recovery"] == single["modes"]["blend"]["recovery"]);
+  }
 }
