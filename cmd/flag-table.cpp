@@ -220,6 +220,9 @@ std::vector<Flag> store_tier_flags() {
       {kAnswer, 0, kAnswer, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_flag("--raise-ratio", o.cache.raise_ratio, "With --load-control on: raise blend's ratio to the most that still hides under loading (CacheBlend §5.1)");
        }},
+      {kRag, 0, kRag, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+         return a->add_flag("--read-only", o.read_only, "Never write the store (a warmed store mounted read-only by many serving nodes): no variant uses, write-back, chain nodes or alpha fit");
+       }},
       {kAnswer, 0, kAnswer, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_flag("--write-back", o.write_back, "Store each chunk a prompt computes as the Cache-Craft variant of the chunks before it, within the variant budget");
        }},

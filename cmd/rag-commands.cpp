@@ -122,6 +122,12 @@ RagEngineOptions RagCommands::engine_options(bool need_store) const {
   eo.top_k = o_.top_k;
   eo.need_store = need_store;
   eo.store_key = o_.store_key;
+  eo.read_only = o_.read_only;
+  if (o_.read_only) {  // a store mounted read-only: nothing that writes it
+    if (o_.write_back) fail("--read-only with --write-back: write-back stores variants; drop one of them");
+    if (o_.cache.disk_bytes.value_or(0) > 0) fail("--read-only with --disk-budget: the disk tier writes chain nodes; drop one of them");
+    if (o_.fit_alpha) fail("--read-only with --fit-alpha: the fitted alpha is written to the store; drop one of them");
+  }
   return eo;
 }
 

@@ -181,3 +181,32 @@ TEST_CASE("shard: answer and eval in three shards, merged, equal one process's r
     CHECK(all["modes"]["blend"]["recovery"] == single["modes"]["blend"]["recovery"]);
   }
 }
+
+// Every file under dir with its size and mtime.
+static std::map<std::string, std::pair<uintmax_t, fs::file_time_type>> snapshot(const fs::path& dir) {
+  std::map<std::string, std::pair<uintmax_t, fs::file_time_type>> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) out[e.path().lexically_relative(dir).string()] = {e.file_size(), e.last_write_time()};
+  return out;
+}
+
+TEST_CASE("shard: --read-only serving leaves the store as it was, and refuses what would write it") {
+  const ragkv::test::TempDir tmp("read-only");
+  const ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 1);
+  const std::string answer = "answer " + q(ragkv::test::testdata("rag-mini.queries.jsonl")) + " --index " + q(tiny.index) +
+                             " --store " + q(tiny.store) + " --limit 4 --top-k 3 --max-tokens 3 --mode craft" + tiny.on_model;
+  const auto before = snapshot(tiny.store);
+  ragkv::test::Run r = ragkv::test::run_ragkv(answer + " --read-only --out " + q(tmp.path / "ro.jsonl"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(snapshot(tiny.store) == before);
+  // The same run without --read-only records its variant uses in the store (so the check above can fail).
+  r = ragkv::test::run_ragkv(answer + " --out " + q(tmp.path / "rw.jsonl"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(snapshot(tiny.store) != before);
+  CHECK(ragkv::test::read_jsonl(tmp.path / "ro.jsonl").size() == 4);
+  for (const char* bad : {" --write-back", " --disk-budget 1MiB"}) {
+    r = ragkv::test::run_ragkv(answer + " --read-only" + bad);
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find("--read-only with") != std::string::npos);
+  }
+}

@@ -50,7 +50,7 @@ RagEngine::RagEngine(const RagEngineOptions& o, const std::vector<Query>& querie
       tiers_ = std::make_unique<KvTiers>(*store_);
     if (!store_->foreign()) {
       craft_settings_ = read_craft_settings(*store_);
-      ledger_ = std::make_unique<VariantLedger>(*store_);
+      if (!o.read_only) ledger_ = std::make_unique<VariantLedger>(*store_);
     }
   }
   retriever_ = std::make_unique<ContextRetriever>(*index_, embedder_.get(), o.top_k);

@@ -48,6 +48,7 @@ struct RagEngineOptions {
   std::string load_control = "off";
   std::string cost_profile;
   std::string store_key;  // signed caches (core/kv/store-key.h): the key file; "": none
+  bool read_only = false;  // never write the store: no variant-use ledger (write-back and a disk tier are refused by the caller)
 };
 
 class RagEngine {
