@@ -43,3 +43,8 @@ gzip -9 2026-11-27-trust-squad200-*.answers.jsonl
 #   python3 before-after.py   # (a) old vs new compute figure, and (b) prophet/kv/random at equal new compute
 #   python3 frontier.py       # (c) the margin-fallback frontier, fallback counts checked against the records
 #   python3 oldsweeps.py      # the 2026-11-26 records re-read, checked against their .md tables
+
+# As run: build-index and the SmolLM2 precompute by hand, the rest by a driver that waited for the
+# precompute and then ran eval SmolLM2, precompute Gemma 3 and eval Gemma 3 back to back, each under
+# `/usr/bin/time -v -o STEP.time` with date stamps (steps.log). The Python scripts write
+# __pycache__/ when run; it is not kept.
