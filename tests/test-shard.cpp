@@ -44,7 +44,7 @@ std::map<std::string, std::string> kv_files(const fs::path& store) {
 
 }  // namespace
 
-TEST_CASE("shard: from --shard, Slurm's array, Kubernetes' index; errors name their source") {
+TEST_CASE("shard: from --shard, Slurm's array or Kubernetes' index, and errors that name their source") {
   const auto none = env_of({});
   Shard s = resolve_shard("", std::nullopt, none);
   CHECK_FALSE(s.sharded());
