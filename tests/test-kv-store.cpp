@@ -49,21 +49,7 @@ ChunkKvMeta small_meta(uint32_t n_layer = 3, uint32_t n_tokens = 5) {
   return m;
 }
 
-// Random f16 bits per layer: k[l], v[l] are [n_tokens][kv_dim].
-struct ChunkData {
-  std::vector<std::vector<uint16_t>> k, v;
-  std::vector<const uint16_t*> kp, vp;
-  ChunkData(const ChunkKvMeta& m, uint32_t seed) {
-    std::mt19937 rng(seed);
-    const size_t n = size_t(m.n_tokens) * m.kv_dim();
-    for (uint32_t l = 0; l < m.n_layer; ++l) {
-      k.emplace_back(n);
-      v.emplace_back(n);
-      for (size_t i = 0; i < n; ++i) k[l][i] = uint16_t(rng()), v[l][i] = uint16_t(rng());
-    }
-    for (uint32_t l = 0; l < m.n_layer; ++l) kp.push_back(k[l].data()), vp.push_back(v[l].data());
-  }
-};
+using ChunkData = ragkv::test::RandomKv;
 
 void write(const fs::path& p, const ChunkKvMeta& m, const ChunkData& d) { ragkv::write_chunk_kv(p, m, d.kp, d.vp); }
 

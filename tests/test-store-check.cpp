@@ -64,17 +64,8 @@ ChunkKvMeta meta(const std::string& id, const std::string& model = "model-a") {
 }
 
 void put(const KvStore& s, const ChunkKvMeta& m, uint32_t seed = 1) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<uint16_t>> k, v;
-  std::vector<const uint16_t*> kp, vp;
-  for (uint32_t l = 0; l < m.n_layer; ++l) {
-    k.emplace_back(size_t(m.n_tokens) * m.kv_dim());
-    v.emplace_back(size_t(m.n_tokens) * m.kv_dim());
-    for (auto& x : k.back()) x = uint16_t(rng());
-    for (auto& x : v.back()) x = uint16_t(rng());
-  }
-  for (uint32_t l = 0; l < m.n_layer; ++l) kp.push_back(k[l].data()), vp.push_back(v[l].data());
-  s.put(m, kp, vp);
+  const ragkv::test::RandomKv d(m, seed);
+  s.put(m, d.kp, d.vp);
 }
 
 // Flips one bit in the last layer (past the header) in place, keeping (or not) the mtime.

@@ -55,21 +55,7 @@ ChunkKvMeta meta(const std::string& id) {
   return m;
 }
 
-// Random KV for m's shape: k[l], v[l] and the pointers put takes.
-struct Kv {
-  std::vector<std::vector<uint16_t>> k, v;
-  std::vector<const uint16_t*> kp, vp;
-  Kv(const ChunkKvMeta& m, uint32_t seed) {
-    std::mt19937 rng(seed);
-    for (uint32_t l = 0; l < m.n_layer; ++l) {
-      k.emplace_back(size_t(m.n_tokens) * m.kv_dim());
-      v.emplace_back(size_t(m.n_tokens) * m.kv_dim());
-      for (auto& x : k.back()) x = uint16_t(rng() & 0x3bff);
-      for (auto& x : v.back()) x = uint16_t(rng() & 0x3bff);
-    }
-    for (uint32_t l = 0; l < m.n_layer; ++l) kp.push_back(k[l].data()), vp.push_back(v[l].data());
-  }
-};
+using Kv = test::RandomKv;
 
 std::vector<uint16_t> layer_k(const ChunkKvReader& r, int l) {
   std::vector<uint16_t> k(r.layer_bytes() / 4), v(r.layer_bytes() / 4);

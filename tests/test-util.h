@@ -14,6 +14,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -21,11 +22,29 @@
 
 #include "core/util/error.h"
 #include "core/format/gguf.h"
+#include "core/kv/chunk-kv-file.h"
 #include "core/model/tokenizer.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 
 namespace ragkv::test {
+
+// Random f16 bits per layer of m's shape: k[l], v[l] are [n_tokens][kv_dim]; kp, vp point at them
+// as write_chunk_kv and KvStore::put take them.
+struct RandomKv {
+  std::vector<std::vector<uint16_t>> k, v;
+  std::vector<const uint16_t*> kp, vp;
+  RandomKv(const ChunkKvMeta& m, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const size_t n = size_t(m.n_tokens) * m.kv_dim();
+    for (uint32_t l = 0; l < m.n_layer; ++l) {
+      k.emplace_back(n);
+      v.emplace_back(n);
+      for (size_t i = 0; i < n; ++i) k[l][i] = uint16_t(rng()), v[l][i] = uint16_t(rng());
+    }
+    for (uint32_t l = 0; l < m.n_layer; ++l) kp.push_back(k[l].data()), vp.push_back(v[l].data());
+  }
+};
 
 // What f throws as a ragkv::Error, or "(no error)".
 inline std::string error_of(const std::function<void()>& f) {

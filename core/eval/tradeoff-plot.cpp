@@ -38,6 +38,14 @@ double recovery_of(const json& m, const char* key) {
   return r.is_object() ? or_nan(r.value("mean", json())) : std::nan("");
 }
 
+// A mode's point: `nominal` first, then its compute, TTFT ratio, recoveries (reuse: 0, its own
+// damage being the reference) and first-token agreement.
+Point point_of(const json& m, double nominal, bool reuse) {
+  return {nominal, or_nan(m.value("compute_fraction", json())), m.at("ttft_ratio").get<double>(),
+          reuse ? 0.0 : recovery_of(m, "kl"), reuse ? 0.0 : recovery_of(m, "first_token"),
+          m.at("first_token_match").get<double>()};
+}
+
 // Series name → points, from the summary's modes: blend variants by method, craft variants by
 // ablation, reuse and auto alone (auto chooses per chunk, so it has no ratio to sweep: one point),
 // and each mode's margin fallbacks (`eval --fallback-margins`) through their margins.
@@ -47,9 +55,7 @@ std::map<std::string, std::vector<Point>> series_of(const json& s) {
     std::string base;
     double margin = 0;
     if (parse_fallback_mode_name(name, base, margin)) {  // a margin fallback: one series per mode, by M
-      series[base + " + fallback"].push_back({margin, or_nan(m.value("compute_fraction", json())),
-                                              m.at("ttft_ratio").get<double>(), recovery_of(m, "kl"),
-                                              recovery_of(m, "first_token"), m.at("first_token_match").get<double>()});
+      series[base + " + fallback"].push_back(point_of(m, margin, false));
       continue;
     }
     ModeSpec spec;
@@ -71,10 +77,7 @@ std::map<std::string, std::vector<Point>> series_of(const json& s) {
       continue;
     const double nominal = spec.mode == ReuseMode::craft ? spec.ratio.value_or(std::nan(""))
                                                          : or_nan(m.value("nominal_ratio", json()));
-    Point p{nominal, or_nan(m.value("compute_fraction", json())),
-            m.at("ttft_ratio").get<double>(), spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "kl"),
-            spec.mode == ReuseMode::reuse ? 0.0 : recovery_of(m, "first_token"), m.at("first_token_match").get<double>()};
-    series[key].push_back(p);
+    series[key].push_back(point_of(m, nominal, spec.mode == ReuseMode::reuse));
   }
   for (auto& [k, pts] : series)
     std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.compute < b.compute; });
