@@ -63,6 +63,7 @@ struct CliOptions {
   double claim_lease = kDefaultClaimLeaseSeconds;
   std::string store_key;                  // signed caches (core/kv/store-key.h); "": none
   bool read_only = false;                 // answer, eval: never write the store
+  std::string remote;                     // precompute, answer, eval: redis://host[:port][/db] below the store; "": none
   std::string shard;                      // precompute --shard I/N (core/util/shard.h); "": from the environment
   std::optional<size_t> shard_count;      // the count beside Kubernetes' JOB_COMPLETION_INDEX
   std::vector<int> kv_bits;               // precompute: one value (default: the store's); bench reuse: 16

@@ -123,10 +123,12 @@ RagEngineOptions RagCommands::engine_options(bool need_store) const {
   eo.need_store = need_store;
   eo.store_key = o_.store_key;
   eo.read_only = o_.read_only;
+  eo.remote = o_.remote;
   if (o_.read_only) {  // a store mounted read-only: nothing that writes it
     if (o_.write_back) fail("--read-only with --write-back: write-back stores variants; drop one of them");
     if (o_.cache.disk_bytes.value_or(0) > 0) fail("--read-only with --disk-budget: the disk tier writes chain nodes; drop one of them");
     if (o_.fit_alpha) fail("--read-only with --fit-alpha: the fitted alpha is written to the store; drop one of them");
+    if (!o_.remote.empty()) fail("--read-only with --remote: the remote tier's caches are installed in the local store; drop one of them");
   }
   return eo;
 }
@@ -159,6 +161,7 @@ KvStore RagCommands::open_store(const CacheKeys& keys) const {
   store_info.dtype = o_.kv_bits.empty() ? "" : KvEncoding::from_bits(o_.kv_bits[0]).name();  // "": the store's, else f16
   KvStore store = KvStore::open_for_write(o_.store, store_info);
   store.set_key(StoreKey::load_if_given(o_.store_key));
+  if (!o_.remote.empty()) store.set_remote(std::make_shared<RedisTier>(o_.remote));
   if (o_.max_variants || o_.variant_bytes) {
     CraftStoreSettings cs = read_craft_settings(store);
     if (o_.max_variants) cs.budget.max_variants = *o_.max_variants;
@@ -237,6 +240,7 @@ int RagCommands::run_precompute() {
   json summary = precompute_summary(store, o_.store, model, keys, chunks.size(), st, vs,
                                     warmup ? "warmup" : sequences.empty() ? "none" : "neighbours");
   if (shard.sharded()) summary["shard"] = {{"index", shard.index}, {"count", shard.count}, {"from", shard.source}};
+  if (store.remote()) summary["remote"] = store.remote()->stats().to_json();
   std::cout << summary.dump() << "\n";
   return 0;
 }

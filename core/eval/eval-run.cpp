@@ -338,6 +338,7 @@ EvalRunResult EvalRun::run() {
   summary["skipped_lines"] = qf_.skipped.size();
   summary["skipped_queries"] = skipped_;
   summary["selection"] = settings_.selection;
+  if (e_.store() && e_.store()->remote()) summary["remote"] = e_.store()->remote()->stats().to_json();
   if (baseline_cache_) {
     // TTFT ratios then compare against baselines timed by earlier runs of this binary.
     summary["baseline_cache"] = {{"file", o_.baseline_cache}, {"taken", baselines_cached_}};

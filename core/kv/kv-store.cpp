@@ -1,7 +1,11 @@
 // KvStore: STORE_DIR's store.json and the content-addressed chunk files under kv/.
 #include "core/kv/kv-store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -188,6 +192,7 @@ std::vector<ChunkKvReader> KvStore::variants(const ChunkKvMeta& canonical, int* 
     }
     listed_ = true;
   }
+  if (remote_) fetch_remote_variants(canonical);
   const auto it = variant_files_.find(chunk_stem(canonical));
   if (it == variant_files_.end()) return out;
   for (const std::string& name : it->second) {
@@ -208,7 +213,8 @@ std::vector<ChunkKvReader> KvStore::variants(const ChunkKvMeta& canonical, int* 
 bool KvStore::has_valid(const ChunkKvMeta& m) const {
   if (foreign_) return false;
   const fs::path p = chunk_path(m);
-  const auto before = file_stamp(p);
+  auto before = file_stamp(p);
+  if (!before && fetch_remote(m, p, false)) before = file_stamp(p);
   if (!before) return false;
   try {
     ChunkKvReader r(p, m);
@@ -248,6 +254,63 @@ void KvStore::put(const ChunkKvMeta& m, std::span<const uint16_t* const> k, std:
     const std::string name = p.filename().string();
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
+  if (remote_ && !m.exact_chain) {  // write-through: the remote tier gets the file's own bytes
+    const std::string name = p.filename().string();
+    if (remote_->set(remote_key(name), read_regular_file(p)) && !m.context.empty())
+      remote_->add_member(remote_key("variants:" + chunk_stem(m)), name);
+  }
+}
+
+std::string KvStore::remote_key(const std::string& file_name) const { return "ragkv:" + info_.dtype + ":" + file_name; }
+
+bool KvStore::fetch_remote(const ChunkKvMeta& m, const fs::path& p, bool any_context) const {
+  if (!remote_ || foreign_ || m.exact_chain) return false;
+  const std::string name = p.filename().string();
+  const std::optional<std::string> value = remote_->get(remote_key(name));
+  if (!value) return false;
+  // Written beside its name, checked there as a local file is, then renamed into place: a reader
+  // of the store sees no file or a verified one.
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp = temporary_path(p, long(getpid()), counter++);
+  std::error_code ec;
+  fs::create_directories(p.parent_path(), ec);  // a node's first cache: kv/ may not exist yet
+  std::string why;
+  const int fd = open_regular_file(tmp, O_WRONLY | O_CREAT | O_EXCL, &why);
+  if (fd < 0) {
+    std::fprintf(stderr, "ragkv: warning: %s: %s: the remote tier's copy is not installed\n", tmp.c_str(), why.c_str());
+    return false;
+  }
+  const bool written = write_all(fd, *value) && ::fsync(fd) == 0;
+  ::close(fd);
+  try {
+    if (!written) throw CacheFileError(tmp.string() + ": cannot write it");
+    {
+      ChunkKvReader r = checked(ChunkKvReader(tmp, m, any_context));
+      if (chunk_path(r.meta()).filename() != name) throw CacheFileError("another chunk's cache under this name");
+      if (!key_) r.verify_all_layers();  // (with a key the signature covered every byte)
+    }
+    fs::rename(tmp, p, ec);
+    if (ec) throw CacheFileError(p.string() + ": cannot install it: " + ec.message());
+  } catch (const CacheFileError& e) {
+    fs::remove(tmp, ec);
+    remote_->count_bad(remote_key(name), e.what());
+    return false;
+  }
+  if (const auto stamp = file_stamp(p)) verified_->add(p, *stamp);
+  return true;
+}
+
+void KvStore::fetch_remote_variants(const ChunkKvMeta& canonical) const {
+  const std::string stem = chunk_stem(canonical);
+  if (!remote_variants_asked_.insert(stem).second) return;
+  auto& local = variant_files_[stem];
+  for (const std::string& name : remote_->members(remote_key("variants:" + stem))) {
+    // <this chunk's 16 hex>.<16 hex>.rkv, not yet here
+    if (name.size() != 16 + 1 + 16 + 4 || !name.starts_with(stem) || name[16] != '.' || !name.ends_with(".rkv") ||
+        name.find('/') != std::string::npos || std::find(local.begin(), local.end(), name) != local.end())
+      continue;
+    if (fetch_remote(canonical, dir_ / "kv" / name, /*any_context=*/true)) local.push_back(name);
+  }
 }
 
 KvEncoding KvStore::encoding_for(const ChunkKvMeta& m) const {
@@ -264,7 +327,7 @@ std::optional<ChunkKvReader> KvStore::open_chunk(const ChunkKvMeta& m) const {
   if (foreign_) return std::nullopt;
   const fs::path p = chunk_path(m);
   std::error_code ec;
-  if (!fs::exists(p, ec)) return std::nullopt;
+  if (!fs::exists(p, ec) && !fetch_remote(m, p, false)) return std::nullopt;
   return checked(ChunkKvReader(p, m));
 }
 

@@ -7,12 +7,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/kv/chunk-kv-file.h"
+#include "core/kv/redis-tier.h"
 #include "core/kv/verified-record.h"
 
 namespace ragkv {
@@ -48,6 +50,16 @@ class KvStore {
   // (open_chunk, variants, has_valid) must carry a signature made with key, else it is bad.
   void set_key(std::shared_ptr<const StoreKey> key) { key_ = std::move(key); }
   const StoreKey* key() const { return key_.get(); }
+  // A remote tier below the local disk (core/kv/redis-tier.h): put writes each chunk cache and
+  // variant through to it (not the knowledge tree's chain nodes, which the local tiers manage),
+  // and a file missing locally is looked up there — by has_valid, open_chunk and variants — under
+  // "ragkv:<dtype>:<file name>" (the name is the content address, the model fingerprint
+  // included); a value is installed in kv/ only after it passes every check a local file passes
+  // (header against the expected chunk, every layer's checksum, the signature with a key), else it
+  // is counted bad and the chunk is computed. A chunk's variant names are the set
+  // "ragkv:<dtype>:variants:<16 hex>".
+  void set_remote(std::shared_ptr<RedisTier> remote) { remote_ = std::move(remote); }
+  RedisTier* remote() const { return remote_.get(); }
   const std::filesystem::path& dir() const { return dir_; }
 
   // kv/<16 hex>.rkv, the hex being XXH64 over model_fingerprint, prefix, chunk_id, token_hash;
@@ -94,6 +106,13 @@ class KvStore {
   mutable bool listed_ = false;
   std::shared_ptr<const VerifiedRecord> verified_;
   std::shared_ptr<const StoreKey> key_;
+  std::shared_ptr<RedisTier> remote_;
+  mutable std::set<std::string> remote_variants_asked_;  // chunk stems whose remote variant set was read
+  // Installs p (a cache missing locally) from the remote tier when it holds a value that verifies
+  // as m (any_context: as one of m's variants); false otherwise (no tier, a miss, a bad value).
+  bool fetch_remote(const ChunkKvMeta& m, const std::filesystem::path& p, bool any_context) const;
+  void fetch_remote_variants(const ChunkKvMeta& canonical) const;  // once per chunk: its variants on the remote tier
+  std::string remote_key(const std::string& file_name) const;
   // r, after its signature is checked when the store has a key (CacheFileError when it fails).
   ChunkKvReader checked(ChunkKvReader r) const;
   std::string chunk_stem(const ChunkKvMeta& m) const;

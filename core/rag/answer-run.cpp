@@ -461,6 +461,7 @@ json AnswerRun::summary(double answer_s) const {
   s["search"] = search_summary();
   s["wall_s"] = retrieve_wall_ms_ / 1000.0 + answer_s;  // retrieval phase (without the pipeline) + answering
   if (e_.tiers() && e_.tiers()->tree()) s["cache_manager"] = cache_manager_summary();
+  if (e_.store() && e_.store()->remote()) s["remote"] = e_.store()->remote()->stats().to_json();
   return s;
 }
 

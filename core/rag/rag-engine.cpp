@@ -27,10 +27,13 @@ RagEngine::RagEngine(const RagEngineOptions& o, const std::vector<Query>& querie
   warn_if_other_tokenizer(*index_, *model_);
   format_ = std::make_unique<PromptFormat>(*model_);
   if (o.need_store && o.store.empty()) fail("--store is required");
+  if (!o.remote.empty() && o.store.empty())
+    fail("--remote {} needs --store: the remote tier fills the local store's kv/, from where caches are loaded", o.remote);
   if (!o.store.empty()) {
     const CacheKeys keys(*model_, *format_);
     store_ = KvStore::open_for_read(o.store, keys.model_fingerprint());
     store_->set_key(StoreKey::load_if_given(o.store_key));
+    if (!o.remote.empty()) store_->set_remote(std::make_shared<RedisTier>(o.remote));
     if (store_->foreign()) {  // never a silent miss: name what is not used and how to rebuild it
       const size_t files = store_->usage().first;
       std::fprintf(stderr,

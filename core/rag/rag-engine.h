@@ -49,6 +49,7 @@ struct RagEngineOptions {
   std::string cost_profile;
   std::string store_key;  // signed caches (core/kv/store-key.h): the key file; "": none
   bool read_only = false;  // never write the store: no variant-use ledger (write-back and a disk tier are refused by the caller)
+  std::string remote;      // a remote tier below the store (core/kv/redis-tier.h): redis://host[:port][/db]; "": none
 };
 
 class RagEngine {
