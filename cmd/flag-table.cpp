@@ -66,8 +66,8 @@ std::vector<Flag> input_flags() {
       {kEval, 0, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--answers", o.answers, "Write every mode's answers per query to this JSONL file");
        }},
-      {kEval, 0, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
-         return a->add_flag("--resume", o.resume, "Keep the queries already answered in --answers and answer the rest");
+      {kAnswer | kEval, 0, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
+         return a->add_flag("--resume", o.resume, "Keep the queries already answered in --out (answer) or --answers (eval), finished or interrupted, and answer the rest");
        }},
       {kBuildIndex | kAnswer | kEval, 0, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--on-error", o.on_error, "Bad input lines and unanswerable queries: fail, or skip and count them")

@@ -27,6 +27,7 @@
 #include "core/util/shard.h"
 #include "core/rag/queries.h"
 #include "core/rag/rag-engine.h"
+#include "core/rag/answer-resume.h"
 #include "core/rag/shard-merge.h"
 #include "core/rag/variant-compute.h"
 #include "core/util/error.h"
@@ -274,7 +275,8 @@ AnswerRunOptions RagCommands::answer_options(const RagEngine& engine) const {
 }
 
 int RagCommands::run_answer() {
-  const QueryFile qf = load_query_file("answer");
+  QueryFile qf = load_query_file("answer");
+  if (o_.resume && o_.out.empty()) fail("--resume needs --out FILE (the answers to resume from)");
   auto backend = o_.dev.make_backend();
   RagEngineOptions eo = engine_options(false);
   eo.tiers = o_.cache.config(*backend);
@@ -285,7 +287,24 @@ int RagCommands::run_answer() {
   if (o_.cache.load_control != "off" && !engine.load_controller())
     std::fprintf(stderr, "ragkv: answer: --load-control %s: no store of this model, nothing is loaded\n",
                  o_.cache.load_control.c_str());
-  LineWriter out(o_.out);
+  // --resume: keep what an earlier run of this command wrote, answer the rest.
+  ResumedAnswers resumed;
+  if (o_.resume) {
+    std::set<std::string> ids;
+    for (const Query& q : qf.queries) ids.insert(q.id);
+    resumed = read_answer_records(o_.out, o.mode.name(), ids);
+    qf.queries = queries_left(qf.queries, resumed);
+    if (!resumed.from.empty())
+      std::fprintf(stderr, "ragkv: answer: resuming with %zu answered queries from %s%s; %zu left\n", resumed.lines.size(),
+                   resumed.from.c_str(), resumed.dropped_partial_line ? " (its unfinished last line dropped)" : "",
+                   qf.queries.size());
+    if (qf.queries.empty()) {
+      LineWriter done(o_.out, resumed.lines);
+      done.close();
+      return 0;
+    }
+  }
+  LineWriter out(o_.out, resumed.lines);
   AnswerScoring scoring;
   AnswerRunResult r = run_answers(engine, qf, o, [&](AnsweredQuery& a) { scoring.score(a); },
                                   [&](const std::string& line) { out.line(line); });

@@ -2,7 +2,8 @@
 // (with its count from a flag or RAGKV_SHARD_COUNT), malformed values refused naming their source;
 // three shards of a precompute on one store compute disjoint chunk sets whose union is byte for
 // byte what one process computes; answer and eval in three shards joined by `ragkv merge` equal
-// one process's records and report, and merge refuses a missing or doubled shard.
+// one process's records and report, and merge refuses a missing or doubled shard; answer --resume
+// picks up an interrupted shard's file.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -15,6 +16,7 @@
 
 #include "core/util/error.h"
 #include "core/util/file-io.h"
+#include "core/rag/answer-resume.h"
 #include "core/util/shard.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"
@@ -209,4 +211,45 @@ TEST_CASE("shard: --read-only serving leaves the store as it was, and refuses wh
     CHECK(r.exit_code != 0);
     CHECK(r.err.find("--read-only with") != std::string::npos);
   }
+}
+
+TEST_CASE("shard: answer --resume keeps what an interrupted run wrote and answers the rest, conversations whole") {
+  const ragkv::test::TempDir tmp("answer-resume");
+  // queries_left: a conversation counts only when every turn is answered.
+  std::vector<ragkv::Query> qs(4);
+  for (size_t i = 0; i < qs.size(); ++i) qs[i].id = "q" + std::to_string(i);
+  qs[1].conversation = qs[2].conversation = "c";
+  const fs::path out = tmp.write("out.jsonl", "{\"id\":\"q0\",\"answer\":\"a\",\"mode\":\"full\"}\n"
+                                              "{\"id\":\"q1\",\"answer\":\"b\",\"mode\":\"full\"}\n");
+  ragkv::ResumedAnswers r = ragkv::read_answer_records(out.string(), "full", {"q0", "q1", "q2", "q3"});
+  CHECK(r.from == out.string());
+  const auto left = ragkv::queries_left(qs, r);
+  REQUIRE(left.size() == 3);  // q1 dropped with its unfinished conversation: q1, q2 and q3 left
+  CHECK(left[0].id == "q1");
+  CHECK(r.lines.size() == 1);
+  CHECK_THROWS_WITH_AS(ragkv::read_answer_records(out.string(), "prefix", {"q0", "q1"}),
+                       doctest::Contains("out.jsonl:1: answered in mode \"full\", this run answers in prefix"), ragkv::Error);
+  CHECK_THROWS_WITH_AS(ragkv::read_answer_records(out.string(), "full", {"q1"}),
+                       doctest::Contains("out.jsonl:1: query q0 is not in the queries file"), ragkv::Error);
+
+  // Through the binary: a run killed after five answers and half a line, resumed, equals one run.
+  const ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 0);
+  const std::string answer = "answer " + q(ragkv::test::testdata("rag-mini.queries.jsonl")) + " --index " + q(tiny.index) +
+                             " --store " + q(tiny.store) + " --top-k 3 --max-tokens 3 --mode prefix" + tiny.on_model;
+  ragkv::test::Run run = ragkv::test::run_ragkv(answer + " --out " + q(tmp.path / "one.jsonl"));
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  const std::string one = ragkv::read_file(tmp.path / "one.jsonl");
+  size_t cut = 0;
+  for (int i = 0; i < 5; ++i) cut = one.find('\n', cut) + 1;
+  tmp.write("resumed.jsonl.partial", one.substr(0, cut + 40));
+  run = ragkv::test::run_ragkv(answer + " --out " + q(tmp.path / "resumed.jsonl") + " --resume");
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  CHECK(run.err.find("resuming with 5 answered queries") != std::string::npos);
+  CHECK(run.err.find("unfinished last line dropped") != std::string::npos);
+  auto strip = [](std::vector<json> v) {
+    for (json& r : v) r.erase("metrics");
+    return v;
+  };
+  CHECK(strip(ragkv::test::read_jsonl(tmp.path / "resumed.jsonl")) == strip(ragkv::test::read_jsonl(tmp.path / "one.jsonl")));
+  CHECK_FALSE(fs::exists(tmp.path / "resumed.jsonl.partial"));
 }
