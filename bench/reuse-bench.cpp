@@ -29,11 +29,12 @@ namespace ragkv {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr EnumNames<KvStart, 4> kStartNames{{{
+constexpr EnumNames<KvStart, 5> kStartNames{{{
     {KvStart::disk, "disk"},
     {KvStart::page_cache, "page-cache"},
     {KvStart::host, "host"},
     {KvStart::device, "device"},
+    {KvStart::remote, "remote"},
 }}};
 }  // namespace
 
@@ -87,7 +88,7 @@ struct ScratchStore {
 };
 
 struct Timed {
-  std::vector<double> prefill_ms, load_ms, wait_ms, prepare_ms;
+  std::vector<double> prefill_ms, load_ms, wait_ms, prepare_ms, plan_ms;  // prefill_ms: plan + prefill (the TTFT)
   double warmup_prepare_ms = 0;  // rep 0's: where the device tier is filled
   PrefillStats last;
   std::vector<float> logits;
@@ -117,6 +118,9 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
 
   if (opt.kv_bits.empty()) fail("bench reuse: no KV encoding (--kv-bits)");
   const ScratchStore scratch(opt.store_dir);
+  const bool wants_remote = std::find(opt.tiers.begin(), opt.tiers.end(), KvStart::remote) != opt.tiers.end();
+  if (wants_remote && opt.remote.empty()) fail("bench reuse --tiers remote: name the server with --remote redis://host[:port]");
+  const auto remote = opt.remote.empty() ? nullptr : std::make_shared<RedisTier>(opt.remote);
   std::vector<KvStore> stores;  // one per encoding, in opt.kv_bits's order
   nlohmann::json store_rows = nlohmann::json::array();
   PrecomputeStats pc;
@@ -125,6 +129,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
     info.dtype = KvEncoding::from_bits(bits).name();
     const fs::path dir = opt.kv_bits.size() == 1 ? scratch.path : scratch.path / info.dtype;
     stores.push_back(KvStore::open_for_write(dir, info));
+    if (remote) stores.back().set_remote(remote);  // precompute writes through
     std::fprintf(stderr, "ragkv bench reuse: %d chunks, prompt of %lld tokens; precomputing the chunk caches into %s\n",
                  opt.chunks, (long long)prompt.n_tokens(), dir.c_str());
     const PrecomputeStats st = precompute_chunks(model, format, stores.back(), chunk_ptrs);
@@ -153,8 +158,15 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
           tiers.place(key, KvTier::host);
         }
         if (start == KvStart::device) tiers.place(key, KvTier::device, &backend);  // once, at the warm-up
+        if (start == KvStart::remote) {  // only the remote tier holds it: planning fetches it
+          tiers.drop(key);
+          std::error_code ec;
+          fs::remove(store.chunk_path(key), ec);
+        }
       }
+      const auto t_plan = Clock::now();
       PrefillPlan plan = plan_prefill(prompt, mode, bp, L, tier_lookup(keys, &tiers));
+      const double plan_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_plan).count();
       if (plan.counts.misses + plan.counts.bad > 0)
         fail("bench reuse: {} chunk caches missing or bad in {}", plan.counts.misses + plan.counts.bad, store.dir().string());
       t.kv_bytes = t.file_bytes = 0;
@@ -171,7 +183,8 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
         t.warmup_prepare_ms = prep_ms;
         continue;
       }
-      t.prefill_ms.push_back(r.stats.prefill_ms);
+      t.prefill_ms.push_back(plan_ms + r.stats.prefill_ms);
+      t.plan_ms.push_back(plan_ms);
       t.load_ms.push_back(r.stats.load_ms);
       t.wait_ms.push_back(r.stats.load_wait_ms);
       t.prepare_ms.push_back(prep_ms);
@@ -202,6 +215,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
           {"ttft_ratio_vs_full", median / full_median},
           {"compute_fraction", t.last.compute_fraction()},
           {"reused_recompute_fraction", t.last.reused_recompute_fraction()},
+          {"plan_ms_median", median_of(t.plan_ms)},
           {"load_ms_median", median_of(t.load_ms)},
           {"load_wait_ms_median", median_of(t.wait_ms)},
           {"kv_bytes_loaded", cached ? t.kv_bytes : 0},
@@ -214,6 +228,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       if (tier == KvStart::host && cached) row["host_fill_ms_median"] = median_of(t.prepare_ms);
       if (tier == KvStart::device && cached) row["device_fill_ms"] = t.warmup_prepare_ms;
       if (cached) row["kv_dtype"] = store.info().dtype;
+      if (tier == KvStart::remote && cached) row["remote"] = remote->stats().to_json();  // cumulative over the run
       if (mode == ReuseMode::full)
         row["prefill_tflops"] = prefill_flops(model.config(), prompt.n_tokens()) / (median / 1000.0) / 1e12;
       results.push_back(std::move(row));

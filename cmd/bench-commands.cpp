@@ -90,7 +90,9 @@ class BenchCommands : public CommandFamily {
       if (opt.modes.back().freq_order) fail("bench reuse --modes {}: '+freq' orders a query file's chunks (answer, eval), not one prompt's", m);
     }
     opt.tiers.clear();
-    for (const auto& t : o_.tiers.empty() ? kv_start_names() : o_.tiers) opt.tiers.push_back(parse_kv_start(t));
+    opt.remote = o_.remote;
+    for (const auto& t : o_.tiers.empty() ? kv_start_names() : o_.tiers)
+      if (!o_.tiers.empty() || t != "remote" || !o_.remote.empty()) opt.tiers.push_back(parse_kv_start(t));  // default: remote with --remote
     std::cout << bench_reuse(*backend, opt).dump(2) << "\n";
   }
 

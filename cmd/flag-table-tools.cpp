@@ -73,7 +73,7 @@ std::vector<Flag> bench_flags() {
          return a->add_option("--chunks", o.chunks, "Chunks in the prompt")->check(CLI::Range(1, 1024))->capture_default_str();
        }},
       {kBenchReuse, 0, 0, G::bench, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--tiers", o.tiers, "Where chunk KV starts, comma-separated: disk, page-cache, host, device (default: all)")
+         return a->add_option("--tiers", o.tiers, "Where chunk KV starts, comma-separated: disk, page-cache, host, device, remote (default: all; remote with --remote)")
              ->delimiter(',')->check(CLI::IsMember(kv_start_names()));
        }},
       {kBenchRetrieval, 0, 0, G::bench, [](CLI::App* a, CliOptions& o) {

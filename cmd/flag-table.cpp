@@ -248,8 +248,8 @@ std::vector<Flag> store_tier_flags() {
        [](CLI::App* a, CliOptions& o) {
          return a->add_option("--store-key", o.store_key, "Key file: sign every cache written with HMAC-SHA256 and reject every cache read that this key did not sign");
        }},
-      {kPrecompute | kRag, 0, kPrecompute | kRag, G::store_tiers, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--remote", o.remote, "Redis tier below the store, redis://host[:port][/db]: precompute writes caches through to it; answer, eval read what the store lacks from it (every value checked)");
+      {kPrecompute | kRag | kBenchReuse, 0, kPrecompute | kRag | kBenchReuse, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--remote", o.remote, "Redis tier below the store, redis://host[:port][/db]: precompute writes caches through to it; answer, eval read what the store lacks from it (every value checked); bench reuse: the remote tier's server");
        }},
       {kPrecompute | kRag, 0, kPrecompute | kRag, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--shard", o.shard, "Run only shard I/N (precompute: chunks by content key; answer, eval: queries by line, a conversation whole; default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX)");

@@ -4,11 +4,12 @@
 #   real-model  runs the real default models (models/), seconds to minutes each: the Release suite
 #               of `make test` runs them, the sanitizer suite of `make check` leaves them out;
 #   check       starts servers, several processes, or injects faults (killed processes, corrupt or
-#               unwritable files): `make check` runs them on the Release build, after `make test`.
+#               unwritable files): `make check` runs them on the Release build, after `make test`;
+#   slurm       the Slurm recipe on a loopback cluster (tests/test-slurm.cpp): labelled check too.
 if(NOT EXISTS "${RAGKV_TESTS_BINARY}")
   return()
 endif()
-foreach(label real-model check)
+foreach(label real-model check slurm)
   execute_process(COMMAND "${RAGKV_TESTS_BINARY}" --list-test-cases "--test-suite=${label}"
                   OUTPUT_VARIABLE listing RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
@@ -20,6 +21,10 @@ foreach(label real-model check)
     if(line STREQUAL "" OR line MATCHES "^===" OR line MATCHES "^\\[doctest\\] ")
       continue()
     endif()
-    set_tests_properties("${line}" PROPERTIES LABELS "${label}")
+    if(label STREQUAL "slurm")
+      set_tests_properties("${line}" PROPERTIES LABELS "check;slurm")
+    else()
+      set_tests_properties("${line}" PROPERTIES LABELS "${label}")
+    endif()
   endforeach()
 endforeach()

@@ -168,7 +168,7 @@ TEST_CASE("bench reuse: a temporary store is removed, and a prompt past the cont
   o.chunks = 20;
   o.chunk_tokens = 100;
   CHECK_THROWS_WITH_AS(bench_reuse(*make_cpu_backend(1), o), doctest::Contains("exceeds the model's context"), Error);
-  CHECK_THROWS_WITH_AS(parse_kv_start("gpu"), doctest::Contains("expected disk, page-cache, host or device"), Error);
+  CHECK_THROWS_WITH_AS(parse_kv_start("gpu"), doctest::Contains("expected disk, page-cache, host, device or remote"), Error);
 }
 
 TEST_CASE("bench reuse: --kv-bits 16,4 times every cached row on both stores, the 4-bit files smaller") {

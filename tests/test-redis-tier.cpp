@@ -2,7 +2,7 @@
 // 127.0.0.1 (a free port, a temp dir, no persistence), through the binary on a tiny random model:
 // precompute writes through and an empty store fills from the tier; then the faults — values
 // evicted under maxmemory, the server killed in the middle of a reply, values overwritten with
-// another chunk's bytes or truncated. Each run's answers must equal a clean local run's over the
+// another chunk's bytes or truncated; and bench reuse's remote tier. Each run's answers must equal a clean local run's over the
 // caches it could use (the files it installed: a refused or missing value is a chunk computed, as
 // a file absent from a local store is), and each fault must be counted in the summary's "remote".
 // Without redis-server the cases say "skipped" (ctest: Skipped), except under RAGKV_REQUIRE_REDIS=1
@@ -28,8 +28,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/reuse-bench.h"
+#include "core/backend/cpu-backend.h"
 #include "core/kv/chunk-kv-file.h"
 #include "core/kv/redis-tier.h"
+#include "core/model/random-model.h"
 #include "core/util/error.h"
 #include "core/util/file-io.h"
 #include "tests/test-tempdir.h"
@@ -380,4 +383,39 @@ TEST_CASE("redis tier: a value overwritten with another chunk's bytes, or trunca
   CHECK(files.count(canonical[0].substr(prefix.size())) == 0);
   CHECK(files.count(canonical[2].substr(prefix.size())) == 0);
   f.check_equals_local_run(node, f.tmp.path / "planted.jsonl");
+}
+
+TEST_CASE("redis tier: bench reuse --tiers remote fetches every cache before each prefill, its time in the TTFT" *
+          doctest::test_suite("check")) {
+  if (skip_without_redis()) return;
+  const ragkv::test::TempDir tmp("bench-remote");
+  RedisServer server(tmp.path);
+  ragkv::RandomModelSpec spec;
+  spec.n_layer = 3;
+  spec.n_ctx = 1024;
+  ragkv::ReuseBenchOptions o;
+  o.model_path = (tmp.path / "random-llama.gguf").string();
+  ragkv::write_random_model(spec, o.model_path);
+  o.threads = 1;
+  o.chunks = 3;
+  o.chunk_tokens = 32;
+  o.repetitions = 2;
+  o.store_dir = (tmp.path / "store").string();
+  o.modes = {ragkv::ModeSpec(ragkv::ReuseMode::reuse)};
+  o.tiers = {ragkv::KvStart::page_cache, ragkv::KvStart::remote};
+  o.remote = server.url();
+  const json j = ragkv::bench_reuse(*ragkv::make_cpu_backend(1), o);
+  REQUIRE(j["results"].size() == 2);
+  const json& local = j["results"][0];
+  const json& remote = j["results"][1];
+  CHECK(remote["kv_tier"] == "remote");
+  // The same KV, so the same first token; every cache (3 chunks and the prefix) fetched at the
+  // warm-up and at each of the 2 timed prefills, none refused.
+  CHECK(remote["kl_first_token_vs_full"] == local["kl_first_token_vs_full"]);
+  CHECK(remote["remote"]["hits"].get<int>() >= 4 * 3);
+  CHECK(remote["remote"]["bad"] == 0);
+  CHECK(remote["plan_ms_median"].get<double>() > 0);
+  CHECK(remote["ttft_ms_median"].get<double>() >= remote["plan_ms_median"].get<double>());
+  o.remote.clear();
+  CHECK_THROWS_WITH_AS(ragkv::bench_reuse(*ragkv::make_cpu_backend(1), o), doctest::Contains("--remote redis://"), ragkv::Error);
 }

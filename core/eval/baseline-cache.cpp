@@ -63,6 +63,7 @@ json record_json(const AnswerRecord& r) {
           {"cache", {r.cache.device_hits, r.cache.host_hits, r.cache.disk_hits, r.cache.exact_hits, r.cache.misses,
                      r.cache.bad}},
           {"retrieval_ms", r.retrieval_ms},
+          {"plan_ms", r.plan_ms},
           {"decode_ms", r.decode_ms}};
 }
 
@@ -87,6 +88,7 @@ AnswerRecord record_of(const json& j, const std::string& logits_b64) {
   if (c.size() != 6) throw std::runtime_error("cache counts");
   r.cache = {c[0], c[1], c[2], c[3], c[4], c[5]};
   r.retrieval_ms = j.at("retrieval_ms").get<double>();
+  r.plan_ms = j.value("plan_ms", 0.0);  // (not recorded before 2026-11-27)
   r.decode_ms = j.at("decode_ms").get<double>();
   const std::optional<std::string> bytes = base64_decode(logits_b64);
   if (!bytes || bytes->size() % sizeof(float) != 0 || bytes->empty()) throw std::runtime_error("first_logits");

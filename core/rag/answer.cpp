@@ -20,6 +20,7 @@ nlohmann::json AnswerRecord::metrics() const {
   const int64_t computed = p.n_layer > 0 ? int64_t(std::llround(double(p.computed_token_layers) / p.n_layer)) : 0;
   nlohmann::json j = {{"ttft_ms", ttft_ms()},
           {"retrieval_ms", retrieval_ms},
+          {"plan_ms", plan_ms},
           {"prefill_ms", p.prefill_ms},
           {"load_ms", p.load_ms},
           {"load_hidden_ms", std::max(0.0, p.load_ms - p.load_wait_ms)},
@@ -277,6 +278,7 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
   for (const auto& c : carried) rec.carried_tokens += c->meta().n_tokens;
   // --require exact: prefix's plan (exact prefixes reused, the rest computed), whatever the mode.
   const ReuseMode mode = opt.require_exact && opt.mode != ReuseMode::full ? ReuseMode::prefix : opt.mode;
+  const auto t_plan = std::chrono::steady_clock::now();
   PrefillPlan plan = plan_prefill(prompt, mode, opt.blend, model_.config().n_layer, tier_lookup(keys_, tiers_),
                                   &variants, opt.craft, tier_chain_lookup(keys_, tiers_), carried);
   if (opt.load_control) {  // load or recompute each cached segment, the preload depth, the hidden ratio
@@ -286,6 +288,7 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
     if (opt.apply_load_control) apply_load_control(lc, plan, opt.blend.preload_depth);
     rec.load_control = std::move(lc);
   }
+  rec.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_plan).count();
   KvCache kv = model_.new_kv_cache(n_ctx);
   // Write-back: the chunks after the first that this prompt computes, with their metadata.
   std::vector<size_t> chunk_segs;

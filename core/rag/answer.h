@@ -124,7 +124,10 @@ struct AnswerRecord {
   size_t chunk_memory_hits = 0;         // of those, from device or host memory
   double retrieval_ms = 0, decode_ms = 0;
   double cache_update_ms = 0;           // recording the prompt in the managed tiers (after prefill)
-  double ttft_ms() const { return retrieval_ms + prefill.prefill_ms; }
+  // Planning before the prefill: cache lookups, file headers read, variants listed, and values
+  // fetched from a remote tier (core/kv/redis-tier.h) — time a user waits for, so part of the TTFT.
+  double plan_ms = 0;
+  double ttft_ms() const { return retrieval_ms + plan_ms + prefill.prefill_ms; }
   // The metrics object of ANSWERS.jsonl (DESIGN.md §1 "Files").
   nlohmann::json metrics() const;
   nlohmann::json craft_metrics() const;  // craft: per-chunk choices, fix tokens, focus
