@@ -38,6 +38,8 @@ struct CliOptions {
   std::string on_error = "fail";
   IndexBuildOptions build;                // chunking (its chunk_tokens taken from chunk_tokens) and HNSW
   std::optional<int> chunk_tokens;        // build-index: 256; bench reuse: 512
+  std::string chunking = "fixed";         // build-index: fixed or content (retrieval/chunker.h)
+  bool update = false;                    // build-index: bring the index at --out to the corpus (a new generation)
   // Model and device.
   DeviceFlags dev;
   // Modes.
@@ -67,7 +69,8 @@ struct CliOptions {
   std::string shard;                      // precompute --shard I/N (core/util/shard.h); "": from the environment
   std::optional<size_t> shard_count;      // the count beside Kubernetes' JOB_COMPLETION_INDEX
   std::vector<int> kv_bits;               // precompute: one value (default: the store's); bench reuse: 16
-  uint64_t max_bytes = 0;
+  std::optional<uint64_t> max_bytes;      // store gc: the byte budget (none: only --keep-index)
+  std::vector<std::string> keep_index;    // store gc: the indexes whose chunks stay
   bool include_canonical = false, dry_run = false;
   // Gate.
   GateThresholds gate;

@@ -23,6 +23,13 @@ std::vector<Flag> index_flags() {
          return a->add_option("--chunk-tokens", o.chunk_tokens, "Tokens per chunk (default: build-index 256, bench reuse 512)")->check(CLI::Range(16, 1 << 20));
        }},
       {kBuildIndex, 0, 0, G::index, [](CLI::App* a, CliOptions& o) {
+         return a->add_flag("--update", o.update, "Bring the index at --out to the corpus: unchanged chunks keep their embeddings, the rest are embedded; readers switch at once");
+       }},
+      {kBuildIndex, 0, 0, G::index, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--chunking", o.chunking, "Chunk boundaries: fixed windows named by position, or content-defined cuts named by their text (edits change only the chunks they touch)")
+             ->check(CLI::IsMember({"fixed", "content"}))->capture_default_str();
+       }},
+      {kBuildIndex, 0, 0, G::index, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--chunk-overlap", o.build.chunking.chunk_overlap, "Tokens shared by consecutive chunks")
              ->check(CLI::NonNegativeNumber)->capture_default_str();
        }},
@@ -97,7 +104,10 @@ std::vector<Flag> bench_flags() {
 // Store maintenance.
 std::vector<Flag> store_flags() {
   return {
-      {kStoreGc, kStoreGc, 0, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+      {kStoreGc, 0, 0, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--keep-index", o.keep_index, "Remove every cache of a chunk none of these indexes holds (with --model, the store's)");
+       }},
+      {kStoreGc, 0, 0, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--max-bytes", o.max_bytes, "Byte budget for the store's cache files (kv/*.rkv)")->check(CLI::NonNegativeNumber);
        }},
       {kStoreGc, 0, 0, G::store_tiers, [](CLI::App* a, CliOptions& o) {

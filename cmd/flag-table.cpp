@@ -94,7 +94,7 @@ std::vector<Flag> retrieval_flags() {
 // Model and device.
 std::vector<Flag> model_device_flags() {
   return {
-      {kGenerate | kTokenize | kBuildIndex | kQueryRuns | kBenchReuse | kStoreRepair, 0, 0, G::model_device,
+      {kGenerate | kTokenize | kBuildIndex | kQueryRuns | kBenchReuse | kStoreRepair | kStoreGc, 0, 0, G::model_device,
        [](CLI::App* a, CliOptions& o) { return a->add_option("--model", o.model, "LLM in GGUF format")->capture_default_str(); }},
       {kComputing, 0, 0, G::model_device, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--device", o.dev.device, "Compute device: cpu, cuda, or auto (cuda when a GPU is present)")

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -82,6 +83,7 @@ class IndexCommands : public CommandFamily {
     embedder.load(o_.embedder, *backend);
     IndexBuildOptions opt = o_.build;
     opt.chunking.chunk_tokens = o_.chunk_tokens.value_or(opt.chunking.chunk_tokens);
+    opt.chunking.chunking = parse_chunking(o_.chunking);
     opt.tokenizer_fingerprint = tokenizer_fingerprint(gguf);
     opt.embedder_fingerprint = embedder.fingerprint();
 
@@ -96,18 +98,29 @@ class IndexCommands : public CommandFamily {
       bar->set(int64_t(done));
     };
     const auto embed = [&](const std::vector<std::string>& texts) { return embedder.embed(texts); };
-    const IndexManifest m = build_index_dir(o_.out, corpus.docs, *tok, embed, opt, progress);
+    std::optional<IndexUpdate> update;
+    if (o_.update) update = update_index_dir(o_.out, corpus.docs, *tok, embed, opt, progress);
+    const IndexManifest m = update ? update->manifest : build_index_dir(o_.out, corpus.docs, *tok, embed, opt, progress);
     if (bar) bar->finish();
     const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+    if (update && (m.chunking.chunking != opt.chunking.chunking || m.chunking.chunk_tokens != opt.chunking.chunk_tokens) &&
+        (o_.chunk_tokens || o_.chunking != "fixed"))
+      std::fprintf(stderr, "ragkv: build-index --update: the index's own chunking (%s, %d tokens) was kept; build a new "
+                   "index for other chunking\n", chunking_name(m.chunking.chunking), m.chunking.chunk_tokens);
 
     nlohmann::json skipped = nlohmann::json::object();
     for (const auto& [kind, n] : corpus.skipped_by_kind()) skipped[kind] = n;
-    std::cout << nlohmann::json{{"index", o_.out}, {"documents", m.n_documents}, {"chunks", m.n_chunks},
-                                {"dim", m.dim}, {"skipped", skipped}, {"other_files", other}, {"seconds", secs},
-                                {"chunks_per_s", double(m.n_chunks) / secs}, {"index_bytes", dir_bytes(o_.out)},
-                                {"peak_rss_mib", peak_rss_mib()}}
-                     .dump()
-              << "\n";
+    nlohmann::json out{{"index", o_.out}, {"documents", m.n_documents}, {"chunks", m.n_chunks},
+                       {"chunking", chunking_name(m.chunking.chunking)},
+                       {"dim", m.dim}, {"skipped", skipped}, {"other_files", other}, {"seconds", secs},
+                       {"chunks_per_s", double(m.n_chunks) / secs}, {"index_bytes", dir_bytes(o_.out)},
+                       {"peak_rss_mib", peak_rss_mib()}};
+    if (update)
+      out["update"] = {{"generation", update->generation}, {"previous_generation", update->previous_generation},
+                       {"unchanged_chunks", update->unchanged}, {"added_chunks", update->added},
+                       {"removed_chunks", update->removed}, {"embedded", update->embedded},
+                       {"reused_embeddings", update->reused_embeddings}};
+    std::cout << out.dump() << "\n";
   }
 
   void run_search() {

@@ -120,7 +120,7 @@ class StoreCommands : public CommandFamily {
     add_flags(repair_, kStoreRepair, o_);
     stats_ = store_->add_subcommand("stats", "Chunks, variants and bytes per model (headers only)");
     add_flags(stats_, kStoreStats, o_);
-    gc_ = store_->add_subcommand("gc", "Shrink the store's cache files to --max-bytes: variants by lowest f_r first, never a claimed file");
+    gc_ = store_->add_subcommand("gc", "Shrink the store's cache files to --max-bytes (variants by lowest f_r first, never a claimed file), or to the chunks of --keep-index");
     add_flags(gc_, kStoreGc, o_);
   }
 
@@ -221,9 +221,30 @@ class StoreCommands : public CommandFamily {
     return 0;
   }
 
+  // The stems of every chunk the --keep-index indexes hold, under the store's model.
+  std::set<std::string> kept_stems(const KvStore& store) const {
+    auto backend = o_.dev.make_backend();
+    Model model(o_.model, *backend);
+    const PromptFormat format(model);
+    const CacheKeys keys(model, format);
+    if (keys.model_fingerprint() != store.info().model_fingerprint)
+      fail("{}: the store is for model {} ({}), --model {} is another: pass the store's model (the keys are its)", o_.store,
+           store.info().model_name, store.info().model_fingerprint, o_.model);
+    std::set<std::string> stems;
+    for (const std::string& dir : o_.keep_index) {
+      const IndexDir index = IndexDir::open(dir, "");
+      for (const Chunk& c : index.chunks())
+        stems.insert(store.chunk_path(keys.chunk(c.id, format.chunk_ids(c))).filename().string().substr(0, 16));
+    }
+    return stems;
+  }
+
   int run_gc() {
+    if (!o_.max_bytes && o_.keep_index.empty()) fail("store gc: give --max-bytes, --keep-index INDEX..., or both");
     const KvStore store = open_store_for_inspection(o_.store);
-    const GcResult r = collect_garbage(store, GcOptions{o_.max_bytes, o_.include_canonical, o_.dry_run});
+    GcOptions opt{o_.max_bytes.value_or(UINT64_MAX), o_.include_canonical, o_.dry_run, std::nullopt};
+    if (!o_.keep_index.empty()) opt.keep_stems = kept_stems(store);
+    const GcResult r = collect_garbage(store, opt);
     json removed = json::array();
     std::map<std::string, uint64_t> by_kind;
     for (const GcCandidate& c : r.removed) {
@@ -233,7 +254,9 @@ class StoreCommands : public CommandFamily {
       by_kind[gc_kind_name(c.kind)] += c.bytes;
     }
     std::cout << json{{"store", o_.store},
-                      {"max_bytes", o_.max_bytes},
+                      {"max_bytes", o_.max_bytes ? json(*o_.max_bytes) : json(nullptr)},
+                      {"keep_index", o_.keep_index},
+                      {"removed_unused", r.removed_unused},
                       {"dry_run", o_.dry_run},
                       {"bytes_before", r.bytes_before},
                       {"bytes_after", r.bytes_after},
@@ -250,16 +273,16 @@ class StoreCommands : public CommandFamily {
     if (r.needs_canonical) {
       std::fprintf(stderr,
                    "ragkv: store gc: %s holds %llu bytes; without its canonical chunk caches it would still hold %llu, "
-                   "above --max-bytes %llu: nothing removed. Pass --include-canonical to remove canonical caches too "
+                   "above --max-bytes %llu: nothing removed for the budget. Pass --include-canonical to remove canonical caches too "
                    "(least recently used first; the next precompute computes them again)\n",
                    o_.store.c_str(), (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_without_canonical,
-                   (unsigned long long)o_.max_bytes);
+                   (unsigned long long)opt.max_bytes);
       return 1;
     }
     if (!r.budget_met) {
       std::fprintf(stderr, "ragkv: store gc: %s still holds %llu bytes, above --max-bytes %llu: %zu files are claimed by "
                    "processes computing them (run gc again when they finish)\n",
-                   o_.store.c_str(), (unsigned long long)r.bytes_after, (unsigned long long)o_.max_bytes, r.kept_claimed.size());
+                   o_.store.c_str(), (unsigned long long)r.bytes_after, (unsigned long long)opt.max_bytes, r.kept_claimed.size());
       return 1;
     }
     return 0;

@@ -9,8 +9,10 @@
 #include <mutex>
 #include <optional>
 
-#include "core/util/error.h"
+#include "core/format/checksum.h"
 #include "core/model/tokenizer.h"
+#include "core/util/enum-names.h"
+#include "core/util/error.h"
 
 namespace ragkv {
 
@@ -18,6 +20,11 @@ namespace {
 
 constexpr int kMaxClosers = 8;          // closing quotes/brackets skipped before a sentence end
 constexpr size_t kMaxSpaceScan = 256;   // whitespace bytes looked at on each side of a cut
+// Content-defined cuts: each sentence or paragraph end is ranked by a hash of the kAnchorBytes
+// bytes of text before it (chunker.h).
+constexpr size_t kAnchorBytes = 48;
+
+constexpr EnumNames<Chunking, 2> kChunkingNames{{{{Chunking::fixed, "fixed"}, {Chunking::content, "content"}}}};
 
 bool is_space(unsigned char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -148,7 +155,19 @@ int boundary_score(std::string_view t, size_t p) {
   return newlines == 1 ? 1 : 0;
 }
 
+// The rank of a cut at byte p: a hash of the kAnchorBytes bytes before it (its trailing whitespace
+// aside) — the text alone decides, not where a chunk began.
+uint64_t anchor_rank(std::string_view t, size_t p) {
+  size_t e = p;
+  while (e > 0 && p - e < kMaxSpaceScan && is_space(static_cast<unsigned char>(t[e - 1]))) --e;
+  const size_t b = e > kAnchorBytes ? e - kAnchorBytes : 0;
+  return checksum64(t.substr(b, e - b));
+}
+
 }  // namespace
+
+const char* chunking_name(Chunking c) { return kChunkingNames.name(c); }
+Chunking parse_chunking(const std::string& s) { return kChunkingNames.parse(s, "chunking"); }
 
 void check_chunk_params(const ChunkParams& p) {
   if (p.chunk_tokens < 16 || p.chunk_tokens > 1 << 20)
@@ -175,7 +194,22 @@ std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, con
     // Window [s, e): the rest of the document, or W tokens snapped back to the best boundary
     // in the last snap_tokens (a paragraph beats a sentence beats a line; the latest wins ties).
     size_t e = n;
-    if (n - s > W) {
+    bool anchored = false;
+    if (n - s > W && p.chunking == Chunking::content) {
+      // Of the paragraph ends in the window's second half, else its sentence ends, the one of
+      // lowest rank: where the text itself says to cut (winnowing, as in content-defined chunking).
+      int best_score = 0;
+      uint64_t best_rank = 0;
+      for (size_t t = s + std::max<size_t>(1, W / 2); t <= s + W; ++t) {
+        if (offs[t] <= offs[s]) continue;
+        const int sc = boundary_score(text, offs[t]);
+        if (sc < 2 || sc < best_score) continue;
+        const uint64_t rank = anchor_rank(text, offs[t]);
+        if (sc > best_score || rank < best_rank) best_score = sc, best_rank = rank, e = t;
+      }
+      anchored = best_score >= 2;
+    }
+    if (n - s > W && !anchored) {
       e = s + W;
       int best = 0;
       const size_t lo = s + std::max<size_t>(1, W - snap_tokens);
@@ -213,6 +247,13 @@ std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, con
       if (size_t(n_tok) <= W || !can_shorten) {
         chunks.push_back(Chunk{fmt::format("{}#{}", doc.id, chunks.size()), doc.id, doc.title, std::string(piece),
                                from, n_tok});
+        if (p.chunking == Chunking::content) {  // named by its text: the same text keeps its id
+          std::string id = fmt::format("{}#{:016x}", doc.id, checksum64(piece));
+          const std::string stem = id;
+          for (int k = 2; std::any_of(chunks.begin(), chunks.end() - 1, [&](const Chunk& c) { return c.id == id; }); ++k)
+            id = fmt::format("{}.{}", stem, k);
+          chunks.back().id = std::move(id);
+        }
         break;
       }
       --e;

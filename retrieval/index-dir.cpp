@@ -2,6 +2,7 @@
 // File formats are described in index-dir.h.
 #include "retrieval/index-dir.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
@@ -28,6 +29,12 @@ constexpr const char* kHnswFile = "hnsw.bin";
 constexpr std::string_view kEmbMagic{"RKVEMB\0\0", 8};
 constexpr uint32_t kEmbVersion = 1;
 constexpr const char* kFormatName = "ragkv-index";
+
+// "gen-<digits>": a generation's folder (build-index --update).
+bool is_generation_name(std::string_view s) {
+  return s.size() > 4 && s.starts_with("gen-") &&
+         std::all_of(s.begin() + 4, s.end(), [](char c) { return c >= '0' && c <= '9'; }) && s.size() <= 4 + 9;
+}
 
 json file_entry(const fs::path& path) {
   const std::string bytes = read_file(path);
@@ -104,10 +111,11 @@ json manifest_json(const IndexManifest& m, const fs::path& dir) {
       {"tokenizer_fingerprint", m.tokenizer_fingerprint},
       {"embedder_fingerprint", m.embedder_fingerprint},
       {"chunking",
-       {{"chunk_tokens", m.chunking.chunk_tokens},
+       {{"method", chunking_name(m.chunking.chunking)},
+        {"chunk_tokens", m.chunking.chunk_tokens},
         {"chunk_overlap", m.chunking.chunk_overlap},
         {"snap_fraction", m.chunking.snap_fraction},
-        {"chunk_id", "<doc>#<index>"},
+        {"chunk_id", m.chunking.chunking == Chunking::content ? "<doc>#<16 hex of the text>" : "<doc>#<index>"},
         {"embedding_text", "title\\ntext"}}},
       {"counts", {{"documents", m.n_documents}, {"chunks", m.n_chunks}}},
       {"embedding", {{"dim", m.dim}, {"metric", "inner_product"}, {"normalized", true}}},
@@ -135,6 +143,7 @@ IndexManifest parse_manifest(const fs::path& path, const json& j) {
     m.tokenizer_fingerprint = j.at("tokenizer_fingerprint").get<std::string>();
     m.embedder_fingerprint = j.at("embedder_fingerprint").get<std::string>();
     const json& c = j.at("chunking");
+    m.chunking.chunking = parse_chunking(c.value("method", "fixed"));  // (indexes before 2026-11-27: fixed)
     m.chunking.chunk_tokens = json_integer<int>(c.at("chunk_tokens"));
     m.chunking.chunk_overlap = json_integer<int>(c.at("chunk_overlap"));
     m.chunking.snap_fraction = c.at("snap_fraction").get<double>();
@@ -183,6 +192,10 @@ IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chu
           (owner && owner->target == name) || f.starts_with(std::string(name) + ".tmp."))  // (older builds' names)
         fs::remove(e.path(), ec);
   }
+
+  // A fresh build at the top level makes any generation written by an update stale.
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_directory() && is_generation_name(e.path().filename().string())) fs::remove_all(e.path(), ec);
 
   const std::string chunk_lines = chunks_jsonl(chunks);
   write_file_atomic(dir / kChunksFile, {chunk_lines});
@@ -258,8 +271,78 @@ IndexManifest write_index_dir(const fs::path& dir, const std::vector<Chunk>& chu
   return m;
 }
 
+IndexUpdate update_index_dir(const fs::path& dir, const std::vector<Document>& docs, const Tokenizer& tok,
+                             const EmbedFn& embed, IndexBuildOptions opt, const BuildProgressFn& progress) {
+  const IndexDir old = IndexDir::open(dir, opt.embedder_fingerprint);
+  IndexUpdate u;
+  u.previous_generation = old.generation();
+  const int k = u.previous_generation.empty() ? 0 : std::stoi(u.previous_generation.substr(4));
+  u.generation = fmt::format("gen-{}", k + 1);
+  opt.chunking = old.manifest().chunking;  // the index's own parameters, so unchanged text chunks alike
+  opt.hnsw = old.manifest().hnsw;
+
+  std::function<void(size_t, size_t)> chunk_progress;
+  if (progress) chunk_progress = [&](size_t d, size_t t) { progress("chunk", d, t); };
+  const std::vector<Chunk> chunks = chunk_corpus(docs, tok, opt.chunking, chunk_progress);
+  // What the previous index holds: its chunks by id (for the counts) and its rows by embedding text.
+  std::unordered_map<std::string, const Chunk*> old_by_id;
+  std::unordered_map<std::string, size_t> old_row_of_text;
+  const size_t dim = old.manifest().dim;
+  for (size_t i = 0; i < old.chunks().size(); ++i) {
+    old_by_id.emplace(old.chunks()[i].id, &old.chunks()[i]);
+    old_row_of_text.emplace(chunk_embedding_text(old.chunks()[i]), i);
+  }
+  std::unordered_map<std::string, bool> seen;
+  for (const Chunk& c : chunks) {
+    const auto it = old_by_id.find(c.id);
+    if (it == old_by_id.end()) ++u.added;
+    else if (it->second->text == c.text) ++u.unchanged;
+    seen[c.id] = true;
+  }
+  for (const Chunk& c : old.chunks()) u.removed += !seen.count(c.id);
+
+  // The embedder is a function of the text: a text the previous index embedded takes its row.
+  const EmbedFn embed_new = [&](const std::vector<std::string>& texts) {
+    std::vector<std::string> fresh;
+    for (const std::string& t : texts)
+      if (!old_row_of_text.count(t)) fresh.push_back(t);
+    const std::vector<float> computed = fresh.empty() ? std::vector<float>() : embed(fresh);
+    if (!fresh.empty() && computed.size() != fresh.size() * dim)
+      fail("embedder returned {} floats for {} texts of dimension {} (the index's)", computed.size(), fresh.size(), dim);
+    u.embedded += fresh.size();
+    std::vector<float> out(texts.size() * dim);
+    size_t next = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto it = old_row_of_text.find(texts[i]);
+      const float* row = it != old_row_of_text.end() ? old.embeddings().data() + it->second * dim : computed.data() + dim * next++;
+      u.reused_embeddings += it != old_row_of_text.end();
+      std::copy_n(row, dim, out.begin() + ptrdiff_t(i * dim));
+    }
+    return out;
+  };
+  const fs::path gen_dir = dir / u.generation;
+  std::error_code ec;
+  fs::remove_all(gen_dir, ec);  // a killed update's leftovers
+  u.manifest = write_index_dir(gen_dir, chunks, docs.size(), embed_new, opt, progress);
+
+  // The switch: one rename of the top-level manifest.
+  json top = manifest_json(u.manifest, gen_dir);
+  top["generation"] = u.generation;
+  write_file_atomic(dir / kManifest, {top.dump(2) + "\n"});
+  // Generations before the previous one go (their readers, if any, opened them two updates ago).
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && is_generation_name(name) && name != u.generation && name != u.previous_generation)
+      fs::remove_all(e.path(), ec);
+  }
+  if (!u.previous_generation.empty())  // the top-level files of the index's first build
+    for (const char* f : {kChunksFile, kEmbeddingsFile, kHnswFile}) fs::remove(dir / f, ec);
+  return u;
+}
+
 struct IndexDir::Impl {
   fs::path dir;
+  std::string generation;
   IndexManifest manifest;
   std::vector<Chunk> chunks;
   std::vector<float> rows;  // f32 [n_chunks][dim], L2-normalised
@@ -287,8 +370,13 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
   }
   IndexDir d;
   Impl& x = *d.impl_;
-  x.dir = dir;
   x.manifest = parse_manifest(mpath, j);
+  x.generation = j.value("generation", "");
+  if (!x.generation.empty() && !is_generation_name(x.generation))
+    fail("{}: malformed manifest: generation \"{}\" is not gen-<number>", mpath.string(), x.generation);
+  const fs::path root = dir;
+  const fs::path data = x.generation.empty() ? dir : dir / x.generation;  // where its files are
+  x.dir = root;
   const IndexManifest& m = x.manifest;
   // Fingerprints are compared by their content hash, after the last ':' (indexes built before the
   // fingerprint was content-only carry the embedder's folder name before it).
@@ -301,14 +389,14 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
   const json& files = j["files"];
 
   // chunks.jsonl
-  const std::string chunk_bytes = read_listed_file(dir, files, "chunks", kChunksFile);
-  x.chunks = parse_chunks_jsonl((dir / kChunksFile).string(), chunk_bytes);
+  const std::string chunk_bytes = read_listed_file(data, files, "chunks", kChunksFile);
+  x.chunks = parse_chunks_jsonl((data / kChunksFile).string(), chunk_bytes);
   if (x.chunks.size() != m.n_chunks)
-    fail("{}: {} chunks, the manifest says {}", (dir / kChunksFile).string(), x.chunks.size(), m.n_chunks);
+    fail("{}: {} chunks, the manifest says {}", (data / kChunksFile).string(), x.chunks.size(), m.n_chunks);
 
   // embeddings.bin (its own frame checksum is verified too)
-  const fs::path epath = dir / kEmbeddingsFile;
-  const CheckedFile ef = check_frame(read_listed_file(dir, files, "embeddings", kEmbeddingsFile), epath.string(),
+  const fs::path epath = data / kEmbeddingsFile;
+  const CheckedFile ef = check_frame(read_listed_file(data, files, "embeddings", kEmbeddingsFile), epath.string(),
                                      kEmbMagic, kEmbVersion);
   ByteReader r(epath.string(), ef.body());
   const auto dim = r.pod<uint32_t>("dim");
@@ -327,17 +415,18 @@ IndexDir IndexDir::open(const fs::path& dir, std::string_view embedder_fingerpri
   std::memcpy(x.rows.data(), row_bytes.data(), row_bytes.size());
 
   // hnsw.bin
-  read_listed_file(dir, files, "hnsw", kHnswFile);
-  x.hnsw = HnswIndex::load(dir / kHnswFile, x.rows, dim, m.hnsw.ef_search);
+  read_listed_file(data, files, "hnsw", kHnswFile);
+  x.hnsw = HnswIndex::load(data / kHnswFile, x.rows, dim, m.hnsw.ef_search);
   const HnswParams& hp = x.hnsw->params();
   if (hp.M != m.hnsw.M || hp.ef_construction != std::max(m.hnsw.ef_construction, m.hnsw.M) ||
       hp.seed != m.hnsw.seed)
-    fail("{}: HNSW parameters differ from the manifest's", (dir / kHnswFile).string());
+    fail("{}: HNSW parameters differ from the manifest's", (data / kHnswFile).string());
   x.exact = std::make_unique<ExactIndex>(x.rows, dim);
   return d;
 }
 
 const IndexManifest& IndexDir::manifest() const { return impl_->manifest; }
+const std::string& IndexDir::generation() const { return impl_->generation; }
 std::string IndexDir::tokenizer_mismatch(std::string_view tokenizer_fingerprint) const {
   const std::string& built = impl_->manifest.tokenizer_fingerprint;
   if (built == tokenizer_fingerprint) return "";

@@ -10,6 +10,12 @@
 // Every file is written atomically, and the manifest last (an older one is removed first), so an
 // interrupted build leaves no index that looks complete. open() checks the manifest, the files'
 // sizes and checksums, the counts, and that the index was built by the caller's embedder.
+//
+// Generations (`build-index --update`): an update writes the three files, and a manifest, into
+// INDEX_DIR/gen-<k>/ and then replaces INDEX_DIR/manifest.json — the same manifest plus
+// "generation": "gen-<k>" — with one rename, so a reader sees the old index or the new one, never
+// a mix, and one that opened the old keeps reading it: the previous generation's files stay (they
+// are the donors of the next precompute) and older ones are removed.
 #pragma once
 #include <cstddef>
 #include <filesystem>
@@ -58,6 +64,21 @@ IndexManifest write_index_dir(const std::filesystem::path& dir, const std::vecto
                               size_t n_documents, const EmbedFn& embed, const IndexBuildOptions& opt,
                               const BuildProgressFn& progress = {});
 
+// `build-index --update`: dir's index brought to docs. Chunked with the index's own parameters;
+// a chunk whose embedding text the index already holds takes its row (not embedded again), the
+// rest are embedded; the HNSW graph is built again over all rows (at the sizes measured here,
+// seconds beside the embedding: bench/results); written as the next generation (above).
+struct IndexUpdate {
+  IndexManifest manifest;
+  std::string generation, previous_generation;  // "gen-<k>"; "" for the top-level files
+  size_t unchanged = 0;         // chunks with the id and text of a chunk of the previous index
+  size_t added = 0, removed = 0;  // chunk ids new to it, and of it no longer there
+  size_t embedded = 0;          // texts the embedder was called on
+  size_t reused_embeddings = 0;  // rows taken from the previous index
+};
+IndexUpdate update_index_dir(const std::filesystem::path& dir, const std::vector<Document>& docs, const Tokenizer& tok,
+                             const EmbedFn& embed, IndexBuildOptions opt, const BuildProgressFn& progress = {});
+
 class IndexDir {
  public:
   // Error unless dir holds a complete, intact index built with embedder_fingerprint (an empty
@@ -68,6 +89,7 @@ class IndexDir {
   ~IndexDir();
 
   const IndexManifest& manifest() const;
+  const std::string& generation() const;  // "gen-<k>", or "" for an index never updated
   // "" when the index was built with the tokenizer of this fingerprint (core/model/tokenizer.h), else
   // one line saying so: its chunk lengths were counted in another model's tokens. Callers warn
   // rather than fail — a chunk is tokenized again by the model that uses it, so answers are

@@ -391,3 +391,73 @@ TEST_CASE("retrieval index dir: build, open and search, the manifest written las
   CHECK(error_of([&] { ragkv::build_index_dir(dir, docs, tok, ragged, opt); }).find("embedder returned") !=
         std::string::npos);
 }
+
+TEST_CASE("retrieval index dir: --update embeds only what changed and switches generations with one rename") {
+  const auto& tok = smollm_tokenizer();
+  std::vector<ragkv::Document> docs = synthetic_docs(12);
+  TempDir t("index-update");
+  const fs::path dir = t.path / "index";
+  ragkv::IndexBuildOptions opt;
+  opt.chunking.chunk_tokens = 64;
+  opt.chunking.chunking = ragkv::Chunking::content;
+  opt.tokenizer_fingerprint = "smollm2-135m-test";
+  opt.embedder_fingerprint = "fake-bow-64";
+  size_t embedded = 0;
+  const ragkv::EmbedFn counting = [&](const std::vector<std::string>& texts) {
+    embedded += texts.size();
+    return fake_embed(texts);
+  };
+  const auto m0 = ragkv::build_index_dir(dir, docs, tok, counting, opt);
+  const ragkv::IndexDir before = ragkv::IndexDir::open(dir, "fake-bow-64");  // a reader of generation 0
+  CHECK(before.generation().empty());
+
+  // Version 2: a sentence inserted into doc-3, doc-7 removed, doc-12 added.
+  docs[3].text.insert(docs[3].text.find(". ") + 2, "A sentence added in the second version. ");
+  docs.erase(docs.begin() + 7);
+  docs.push_back(synthetic_docs(13).back());
+  embedded = 0;
+  opt.chunking.chunking = ragkv::Chunking::fixed;  // ignored: the index's own chunking is kept
+  const ragkv::IndexUpdate u = ragkv::update_index_dir(dir, docs, tok, counting, opt);
+  CHECK(u.generation == "gen-1");
+  CHECK(u.previous_generation.empty());
+  CHECK(u.manifest.chunking.chunking == ragkv::Chunking::content);
+  CHECK(u.embedded == embedded);
+  CHECK(u.removed > 0);  // doc-7's chunks, and doc-3's edited ones
+  CHECK(u.added > 0);
+  CHECK(u.unchanged + u.added == u.manifest.n_chunks);
+  CHECK(embedded <= u.added);  // only new texts reach the embedder
+  CHECK(u.reused_embeddings > 0);
+
+  // The new index equals a fresh build of version 2 (chunks; rows to float rounding).
+  const ragkv::IndexDir after = ragkv::IndexDir::open(dir, "fake-bow-64");
+  CHECK(after.generation() == "gen-1");
+  opt.chunking.chunking = ragkv::Chunking::content;
+  ragkv::build_index_dir(t.path / "fresh", docs, tok, fake_embed, opt);
+  const ragkv::IndexDir fresh = ragkv::IndexDir::open(t.path / "fresh", "fake-bow-64");
+  REQUIRE(after.chunks().size() == fresh.chunks().size());
+  for (size_t i = 0; i < fresh.chunks().size(); ++i) {
+    CHECK(after.chunks()[i].id == fresh.chunks()[i].id);
+    CHECK(after.chunks()[i].text == fresh.chunks()[i].text);
+  }
+  for (size_t i = 0; i < fresh.embeddings().size(); ++i) CHECK(after.embeddings()[i] == doctest::Approx(fresh.embeddings()[i]).epsilon(1e-6));
+  // The reader of generation 0 still reads its own files (they stay as the previous generation).
+  CHECK(ragkv::IndexDir::open(dir, "fake-bow-64").chunks().size() == after.chunks().size());
+  CHECK(fs::exists(dir / "chunks.jsonl"));
+  CHECK(before.chunks().size() == m0.n_chunks);
+
+  // A second update: gen-2, gen-1 kept as the previous generation, generation 0's files removed.
+  embedded = 0;
+  const ragkv::IndexUpdate u2 = ragkv::update_index_dir(dir, docs, tok, counting, opt);
+  CHECK(u2.generation == "gen-2");
+  CHECK(u2.previous_generation == "gen-1");
+  CHECK(embedded == 0);  // nothing changed
+  CHECK(u2.unchanged == u2.manifest.n_chunks);
+  CHECK(fs::is_directory(dir / "gen-1"));
+  CHECK_FALSE(fs::exists(dir / "chunks.jsonl"));
+  CHECK(ragkv::IndexDir::open(dir, "fake-bow-64").generation() == "gen-2");
+  // A fresh build over it makes the generations stale: removed.
+  ragkv::build_index_dir(dir, docs, tok, fake_embed, opt);
+  CHECK_FALSE(fs::exists(dir / "gen-1"));
+  CHECK_FALSE(fs::exists(dir / "gen-2"));
+  CHECK(ragkv::IndexDir::open(dir, "fake-bow-64").generation().empty());
+}

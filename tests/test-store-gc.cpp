@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -140,7 +141,7 @@ TEST_CASE("store gc: at every budget the store ends at or under it, removing a p
   for (uint64_t budget = 0; budget <= total + 100; budget += total / 17 + 1) {
     INFO("budget " << budget);
     GcStore g;
-    const auto r = ragkv::collect_garbage(g.store, {budget, /*include_canonical=*/true, false});
+    const auto r = ragkv::collect_garbage(g.store, {budget, /*include_canonical=*/true, false, std::nullopt});
     CHECK(r.bytes_before == total);
     CHECK(r.budget_met);
     CHECK(r.bytes_after <= budget);
@@ -164,25 +165,25 @@ TEST_CASE("store gc: canonical caches only with include_canonical, claimed files
 
   SUBCASE("a budget variants meet: only variants go, their f_r forgotten") {
     const uint64_t budget = total - g.bytes_of(g.order[0]) - g.bytes_of(g.order[1]);
-    const auto r = ragkv::collect_garbage(g.store, {budget, false, false});
+    const auto r = ragkv::collect_garbage(g.store, {budget, false, false, std::nullopt});
     CHECK(r.budget_met);
     REQUIRE(r.removed.size() == 2);
     CHECK(r.removed[1].kind == GcKind::variant);
     const std::string usage = ragkv::read_file(g.dir / "variant-usage.json");
     CHECK(usage.find(g.order[2]) != std::string::npos);  // still there
     CHECK(usage.find(g.order[1]) == std::string::npos);  // never used: not in the file anyway
-    const auto r2 = ragkv::collect_garbage(g.store, {total - non_canonical + g.bytes_of(g.order[5]), false, false});
+    const auto r2 = ragkv::collect_garbage(g.store, {total - non_canonical + g.bytes_of(g.order[5]), false, false, std::nullopt});
     CHECK(r2.budget_met);
     CHECK(ragkv::read_file(g.dir / "variant-usage.json").find(g.order[2]) == std::string::npos);  // removed: forgotten
   }
   SUBCASE("below what canonical caches alone hold: nothing removed without the flag") {
-    const auto r = ragkv::collect_garbage(g.store, {floor - 1, false, false});
+    const auto r = ragkv::collect_garbage(g.store, {floor - 1, false, false, std::nullopt});
     CHECK(r.needs_canonical);
     CHECK_FALSE(r.budget_met);
     CHECK(r.removed.empty());
     CHECK(r.bytes_without_canonical == floor);
     CHECK(g.bytes() == total);
-    const auto with = ragkv::collect_garbage(g.store, {floor - 1, true, false});
+    const auto with = ragkv::collect_garbage(g.store, {floor - 1, true, false, std::nullopt});
     CHECK(with.budget_met);
     CHECK(with.removed.size() == 7);  // the six others and the least recently used canonical cache
     CHECK(with.removed.back().name == g.order[6]);
@@ -191,7 +192,7 @@ TEST_CASE("store gc: canonical caches only with include_canonical, claimed files
     ragkv::ClaimSet other(60);
     REQUIRE(other.try_claim(g.dir / "kv" / g.order[1]) == ragkv::ClaimSet::Result::acquired);
     const uint64_t budget = total - g.bytes_of(g.order[0]) - g.bytes_of(g.order[1]);
-    const auto r = ragkv::collect_garbage(g.store, {budget, false, false});
+    const auto r = ragkv::collect_garbage(g.store, {budget, false, false, std::nullopt});
     CHECK(r.budget_met);
     CHECK(fs::exists(g.dir / "kv" / g.order[1]));
     CHECK(r.kept_claimed == std::vector<std::string>{g.order[1]});
@@ -200,11 +201,11 @@ TEST_CASE("store gc: canonical caches only with include_canonical, claimed files
     CHECK(r.bytes_without_canonical == floor + g.bytes_of(g.order[1]));
   }
   SUBCASE("dry run: the same decision, nothing removed") {
-    const auto dry = ragkv::collect_garbage(g.store, {floor, false, true});
+    const auto dry = ragkv::collect_garbage(g.store, {floor, false, true, std::nullopt});
     CHECK(dry.budget_met);
     CHECK(dry.removed.size() == 6);
     CHECK(g.bytes() == total);
-    const auto real = ragkv::collect_garbage(g.store, {floor, false, false});
+    const auto real = ragkv::collect_garbage(g.store, {floor, false, false, std::nullopt});
     CHECK(real.removed.size() == 6);
     CHECK(g.bytes() == floor);
   }

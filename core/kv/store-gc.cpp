@@ -114,17 +114,7 @@ GcResult collect_garbage(const KvStore& store, const GcOptions& opt) {
     if (claimed[i] || order[i].kind >= GcKind::canonical) res.bytes_without_canonical += order[i].bytes;
   }
   uint64_t total = res.bytes_before;
-  if (total > opt.max_bytes && res.bytes_without_canonical > opt.max_bytes && !opt.include_canonical) {
-    res.needs_canonical = true;
-    res.bytes_after = total;
-    return res;
-  }
-  for (size_t i = 0; i < order.size() && total > opt.max_bytes; ++i) {
-    const GcCandidate& c = order[i];
-    if (claimed[i]) {
-      res.kept_claimed.push_back(c.name);
-      continue;
-    }
+  auto remove = [&](const GcCandidate& c) {
     if (!opt.dry_run) {
       std::error_code ec;
       fs::remove(kv / c.name, ec);
@@ -132,6 +122,28 @@ GcResult collect_garbage(const KvStore& store, const GcOptions& opt) {
     }
     total -= c.bytes;
     res.removed.push_back(c);
+  };
+  std::vector<bool> gone(order.size());
+  if (opt.keep_stems) {  // chunks no kept index uses: every file of theirs, whatever the budget
+    for (size_t i = 0; i < order.size(); ++i) {
+      const GcCandidate& c = order[i];
+      if (c.kind == GcKind::prefix || claimed[i] || opt.keep_stems->count(c.name.substr(0, 16))) continue;
+      if (c.kind >= GcKind::canonical) res.bytes_without_canonical -= c.bytes;
+      remove(c);
+      gone[i] = true;
+      ++res.removed_unused;
+    }
+  }
+  // Over budget even without canonical caches, and not allowed them: the budget removes nothing.
+  res.needs_canonical = total > opt.max_bytes && res.bytes_without_canonical > opt.max_bytes && !opt.include_canonical;
+  for (size_t i = 0; i < order.size() && total > opt.max_bytes && !res.needs_canonical; ++i) {
+    const GcCandidate& c = order[i];
+    if (gone[i]) continue;
+    if (claimed[i]) {
+      res.kept_claimed.push_back(c.name);
+      continue;
+    }
+    remove(c);
   }
   res.bytes_after = total;
   res.budget_met = total <= opt.max_bytes;

@@ -13,8 +13,14 @@
 // result says so. The whole collection runs under the StoreLock (core/kv/store-lock.h), so variant
 // admission in other processes waits for it; dead writers' temporaries and stale claims go too.
 // The budget counts kv/*.rkv files (the bytes `store stats` reports).
+//
+// With keep_stems (`store gc --keep-index INDEX…`: the content keys of every chunk the named
+// indexes hold), every file of a chunk no index uses any more — its canonical cache, variants and
+// knowledge-tree nodes, and bad files — goes first, whatever the budget; the prefix stays.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,14 +44,17 @@ struct GcCandidate {
 std::vector<GcCandidate> gc_order(const KvStore& store);
 
 struct GcOptions {
-  uint64_t max_bytes = 0;
+  uint64_t max_bytes = UINT64_MAX;
   bool include_canonical = false;
   bool dry_run = false;  // decide, report, remove nothing
+  // The 16-hex stems (KvStore::chunk_path) of the chunks to keep; nullopt: keep every chunk.
+  std::optional<std::set<std::string>> keep_stems;
 };
 
 struct GcResult {
   uint64_t bytes_before = 0, bytes_after = 0;
   std::vector<GcCandidate> removed;       // in the order removed
+  size_t removed_unused = 0;              // of them, files of chunks no kept index uses (first)
   std::vector<std::string> kept_claimed;  // next in line, but claimed by a live worker
   uint64_t bytes_without_canonical = 0;   // what is left when every other unclaimed file goes
   bool budget_met = false;
