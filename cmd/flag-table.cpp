@@ -66,7 +66,7 @@ std::vector<Flag> input_flags() {
       {kEval, 0, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--answers", o.answers, "Write every mode's answers per query to this JSONL file");
        }},
-      {kAnswer | kEval, 0, 0, G::inputs, [](CLI::App* a, CliOptions& o) {
+      {kAnswer | kEval, 0, kAnswer, G::inputs, [](CLI::App* a, CliOptions& o) {
          return a->add_flag("--resume", o.resume, "Keep the queries already answered in --out (answer) or --answers (eval), finished or interrupted, and answer the rest");
        }},
       {kBuildIndex | kAnswer | kEval, 0, 0, G::inputs, [](CLI::App* a, CliOptions& o) {

@@ -2,11 +2,16 @@
 // directories of them) under both --on-error policies, then the chunker (retrieval/chunker.*)
 // with SmolLM2's tokenizer, as build-index runs them. Byte 0 holds flags (bits 0-1: the file's
 // extension; bit 2: --on-error skip; bit 3: a directory of three files cut by fuzz-common.h's
-// separator), byte 1 the window (16..79 tokens), byte 2 the overlap; the rest is the file(s).
+// separator; bit 4: content-defined chunking), byte 1 the window (16..79 tokens), byte 2 the
+// overlap; the rest is the file(s).
 // Every chunk must be what the chunker promises (retrieval/chunker.h).
 #include <cstdint>
+#include <set>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "core/format/checksum.h"
 #include "core/format/gguf.h"
 #include "fuzz/fuzz-common.h"
 #include "core/model/tokenizer.h"
@@ -25,11 +30,18 @@ const Tokenizer& smollm_tokenizer() {
 
 void check_chunks(const Corpus& corpus, const std::vector<Chunk>& chunks, const ChunkParams& p, const Tokenizer& tok) {
   size_t doc = 0, index = 0;
+  std::set<std::string> ids;
   for (const Chunk& c : chunks) {
     while (doc < corpus.docs.size() && corpus.docs[doc].id != c.doc) ++doc, index = 0;
     RAGKV_FUZZ_CHECK(doc < corpus.docs.size(), "chunk '{}' of no document, or out of order", c.id);
     const Document& d = corpus.docs[doc];
-    RAGKV_FUZZ_CHECK(c.id == d.id + "#" + std::to_string(index), "chunk id '{}', expected '{}#{}'", c.id, d.id, index);
+    if (p.chunking == Chunking::fixed) {
+      RAGKV_FUZZ_CHECK(c.id == d.id + "#" + std::to_string(index), "chunk id '{}', expected '{}#{}'", c.id, d.id, index);
+    } else {  // <doc>#<16 hex of the text>[.k], unique
+      const std::string stem = fmt::format("{}#{:016x}", d.id, checksum64(c.text));
+      RAGKV_FUZZ_CHECK(c.id == stem || c.id.starts_with(stem + "."), "chunk id '{}', expected '{}[.k]'", c.id, stem);
+      RAGKV_FUZZ_CHECK(ids.insert(c.id).second, "chunk id '{}' given twice", c.id);
+    }
     RAGKV_FUZZ_CHECK(c.offset <= d.text.size() && d.text.compare(c.offset, c.text.size(), c.text) == 0,
                      "chunk '{}' text is not the document's bytes at offset {}", c.id, c.offset);
     RAGKV_FUZZ_CHECK(c.n_tokens <= p.chunk_tokens, "chunk '{}' has {} tokens, window {}", c.id, c.n_tokens,
@@ -49,6 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ChunkParams p;
   p.chunk_tokens = 16 + data[1] % 64;  // check_chunk_params: at least 16
   p.chunk_overlap = data[2] % p.chunk_tokens;
+  p.chunking = flags & 16 ? Chunking::content : Chunking::fixed;
   const std::string_view body(reinterpret_cast<const char*>(data + 3), size - 3);
   const OnError on_error = flags & 4 ? OnError::skip : OnError::fail;
 

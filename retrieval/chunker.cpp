@@ -8,6 +8,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "core/format/checksum.h"
 #include "core/model/tokenizer.h"
@@ -189,6 +190,7 @@ std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, con
   auto end_byte = [&](size_t e) { return e >= n ? text.size() : offs[e]; };
 
   std::vector<Chunk> chunks;
+  std::unordered_map<std::string, int> named;  // content ids given so far (content chunking)
   size_t s = 0;
   while (s < n) {
     // Window [s, e): the rest of the document, or W tokens snapped back to the best boundary
@@ -248,11 +250,9 @@ std::vector<Chunk> chunk_document(const Document& doc, const Tokenizer& tok, con
         chunks.push_back(Chunk{fmt::format("{}#{}", doc.id, chunks.size()), doc.id, doc.title, std::string(piece),
                                from, n_tok});
         if (p.chunking == Chunking::content) {  // named by its text: the same text keeps its id
-          std::string id = fmt::format("{}#{:016x}", doc.id, checksum64(piece));
-          const std::string stem = id;
-          for (int k = 2; std::any_of(chunks.begin(), chunks.end() - 1, [&](const Chunk& c) { return c.id == id; }); ++k)
-            id = fmt::format("{}.{}", stem, k);
-          chunks.back().id = std::move(id);
+          const std::string stem = fmt::format("{}#{:016x}", doc.id, checksum64(piece));
+          const int k = ++named[stem];  // the k-th chunk of this text in the document
+          chunks.back().id = k == 1 ? stem : fmt::format("{}.{}", stem, k);
         }
         break;
       }

@@ -122,12 +122,13 @@ TEST_CASE("text bounds: the chunker does linear work and reports progress within
   const Loaded l = load(ragkv::test::smollm_path());
   for (const auto& [name, text] : hostile(1 << 20)) {
     const std::string t = text;
-    check_linear("chunker: " + name,
-                 [&](size_t n) {
-                   const ragkv::Document doc{"d", "", t.substr(0, n), "", 0};
-                   (void)ragkv::chunk_document(doc, *l.tok, ragkv::ChunkParams{});
-                 },
-                 t.size() / 8);
+    for (const ragkv::Chunking chunking : {ragkv::Chunking::fixed, ragkv::Chunking::content})
+      check_linear(std::string("chunker (") + ragkv::chunking_name(chunking) + "): " + name,
+                   [&](size_t n) {
+                     const ragkv::Document doc{"d", "", t.substr(0, n), "", 0};
+                     (void)ragkv::chunk_document(doc, *l.tok, ragkv::ChunkParams{256, 0, 0.2, chunking});
+                   },
+                   t.size() / 8);
   }
   const ragkv::Document doc{"d", "", hostile(1 << 20)[0].second, "", 0};
   size_t calls = 0, last = 0;
