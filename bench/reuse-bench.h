@@ -47,9 +47,10 @@ struct ReuseBenchOptions {
 };
 
 // Precomputes the prompt's chunks into the store, then times the TTFT (planning — cache lookups,
-// headers, remote fetches — and the prefill up to the first token's logits) per mode and tier. Reports best and median, the median's ratio to
-// `full`'s, the recompute fraction, loader time and the part of it compute did not hide, and the
-// first token's agreement and KL with `full`. `full` needs no store: it is timed once per run.
+// headers, remote fetches — and the prefill up to the first token's logits) per mode and tier.
+// Reports best and median, the median's ratio to `full`'s, the recompute fraction, loader time and
+// the part of it compute did not hide, and the first token's agreement and KL with `full`. `full`
+// needs no store: it is timed once per run.
 // With several kv_bits, each cached row names its store's encoding (kv_dtype) and the bytes its
 // chunk files hold (kv_file_bytes; kv_bytes_loaded is the f16 KV they decode to).
 nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt);

@@ -15,9 +15,10 @@
 //   winnowing rule: a local minimum of a property of the text alone); with neither in the window,
 //   as fixed does. A local minimum stays the minimum when an edit elsewhere shifts the window a
 //   little, and once two versions of a document cut at the same place they cut alike from there
-//   on: an edit changes the chunks it touches and, rarely, one or two around them. The ids are "<doc id>#<16 hex of the chunk's
-//   text>" (".2", ".3", … after a text repeated within the document): the same text in the same
-//   document keeps its id, so its cache key (core/kv/kv-store.h: chunk id and token ids) too.
+//   on: an edit changes the chunks it touches and, rarely, one or two around them. The ids are
+//   "<doc id>#<16 hex of the chunk's text>" (".2", ".3", … after a text repeated within the
+//   document): the same text in the same document keeps its id, so its cache key
+//   (core/kv/kv-store.h: chunk id and token ids) too.
 // Either way the same corpus and parameters give the same chunks, a chunk id names its document
 // before its last '#', and n_tokens is the count of the chunk text tokenized on its own, as the
 // prompt tokenizes it (DESIGN.md §4), never more than chunk_tokens.

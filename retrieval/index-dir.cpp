@@ -143,7 +143,7 @@ IndexManifest parse_manifest(const fs::path& path, const json& j) {
     m.tokenizer_fingerprint = j.at("tokenizer_fingerprint").get<std::string>();
     m.embedder_fingerprint = j.at("embedder_fingerprint").get<std::string>();
     const json& c = j.at("chunking");
-    m.chunking.chunking = parse_chunking(c.value("method", "fixed"));  // (indexes before 2026-11-27: fixed)
+    m.chunking.chunking = parse_chunking(c.value("method", "fixed"));  // (older indexes name none: fixed)
     m.chunking.chunk_tokens = json_integer<int>(c.at("chunk_tokens"));
     m.chunking.chunk_overlap = json_integer<int>(c.at("chunk_overlap"));
     m.chunking.snap_fraction = c.at("snap_fraction").get<double>();

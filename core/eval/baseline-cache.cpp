@@ -88,7 +88,7 @@ AnswerRecord record_of(const json& j, const std::string& logits_b64) {
   if (c.size() != 6) throw std::runtime_error("cache counts");
   r.cache = {c[0], c[1], c[2], c[3], c[4], c[5]};
   r.retrieval_ms = j.at("retrieval_ms").get<double>();
-  r.plan_ms = j.value("plan_ms", 0.0);  // (not recorded before 2026-11-27)
+  r.plan_ms = j.value("plan_ms", 0.0);  // (older records have none)
   r.decode_ms = j.at("decode_ms").get<double>();
   const std::optional<std::string> bytes = base64_decode(logits_b64);
   if (!bytes || bytes->size() % sizeof(float) != 0 || bytes->empty()) throw std::runtime_error("first_logits");
