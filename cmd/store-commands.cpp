@@ -183,9 +183,7 @@ class StoreCommands : public CommandFamily {
       Model model(o_.model, *backend);
       const PromptFormat format(model);
       const CacheKeys keys(model, format);
-      if (keys.model_fingerprint() != inspect.info().model_fingerprint)
-        fail("{}: the store is for model {} ({}), --model {} is another: pass the store's model", o_.store,
-             inspect.info().model_name, inspect.info().model_fingerprint, o_.model);
+      check_store_model(keys, inspect.info());
       KvStoreInfo info = keys.store_info();
       info.dtype = "";  // the store's own encoding
       KvStore store = KvStore::open_for_write(o_.store, info);
@@ -221,15 +219,20 @@ class StoreCommands : public CommandFamily {
     return 0;
   }
 
+  // --model must be the store's: the cache keys are computed under it.
+  void check_store_model(const CacheKeys& keys, const KvStoreInfo& info) const {
+    if (keys.model_fingerprint() != info.model_fingerprint)
+      fail("{}: the store is for model {} ({}), --model {} is another: pass the store's model", o_.store, info.model_name,
+           info.model_fingerprint, o_.model);
+  }
+
   // The stems of every chunk the --keep-index indexes hold, under the store's model.
   std::set<std::string> kept_stems(const KvStore& store) const {
     auto backend = o_.dev.make_backend();
     Model model(o_.model, *backend);
     const PromptFormat format(model);
     const CacheKeys keys(model, format);
-    if (keys.model_fingerprint() != store.info().model_fingerprint)
-      fail("{}: the store is for model {} ({}), --model {} is another: pass the store's model (the keys are its)", o_.store,
-           store.info().model_name, store.info().model_fingerprint, o_.model);
+    check_store_model(keys, store.info());
     std::set<std::string> stems;
     for (const std::string& dir : o_.keep_index) {
       const IndexDir index = IndexDir::open(dir, "");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -292,12 +293,12 @@ IndexUpdate update_index_dir(const fs::path& dir, const std::vector<Document>& d
     old_by_id.emplace(old.chunks()[i].id, &old.chunks()[i]);
     old_row_of_text.emplace(chunk_embedding_text(old.chunks()[i]), i);
   }
-  std::unordered_map<std::string, bool> seen;
+  std::unordered_set<std::string> seen;  // the new chunk ids
   for (const Chunk& c : chunks) {
     const auto it = old_by_id.find(c.id);
     if (it == old_by_id.end()) ++u.added;
     else if (it->second->text == c.text) ++u.unchanged;
-    seen[c.id] = true;
+    seen.insert(c.id);
   }
   for (const Chunk& c : old.chunks()) u.removed += !seen.count(c.id);
 

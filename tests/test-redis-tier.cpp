@@ -43,6 +43,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 constexpr auto q = &ragkv::test::shell_quote;
+using ragkv::test::store_files;
 
 bool have_redis_server() { return std::system("command -v redis-server >/dev/null 2>&1") == 0; }
 
@@ -219,13 +220,6 @@ std::vector<json> answers_of(const fs::path& p) {
   return out;
 }
 
-std::map<std::string, std::string> kv_files(const fs::path& store) {
-  std::map<std::string, std::string> out;
-  if (fs::exists(store / "kv"))
-    for (const auto& e : fs::directory_iterator(store / "kv"))
-      if (e.path().extension() == ".rkv") out[e.path().filename().string()] = ragkv::read_file(e.path());
-  return out;
-}
 
 // The rag-mini pipeline on a tiny model with one neighbour variant per chunk, its caches written
 // through to a Redis server by a second precompute into a store of their own ("through").
@@ -233,6 +227,14 @@ struct RemoteFixture {
   ragkv::test::TempDir tmp{"redis-tier"};
   ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 1);
   std::string queries = q(ragkv::test::testdata("rag-mini.queries.jsonl"));
+
+  // Another node's store: its store.json only (the model and encoding), no cache yet.
+  fs::path empty_node(const std::string& name) const {
+    const fs::path node = tmp.path / name;
+    fs::create_directories(node);
+    fs::copy_file(tiny.store / "store.json", node / "store.json");
+    return node;
+  }
 
   json precompute_through(const RedisServer& server, const fs::path& store) const {
     const ragkv::test::Run r = ragkv::test::run_ragkv("precompute --index " + q(tiny.index) + " --store " + q(store) +
@@ -292,12 +294,10 @@ TEST_CASE("redis tier: precompute writes through, and an empty store fills from 
   CHECK(again["computed"] == 0);
   CHECK(again["variants"]["computed"] == 0);
   CHECK(again["remote"]["hits"].get<int>() == through["store_files"].get<int>());
-  CHECK(kv_files(f.tmp.path / "node2") == kv_files(f.tmp.path / "through"));  // byte for byte
+  CHECK(store_files(f.tmp.path / "node2") == store_files(f.tmp.path / "through"));  // byte for byte
 
   // answer on a third node: the same answers as on the store precompute filled locally.
-  const fs::path node3 = f.tmp.path / "node3";
-  fs::create_directories(node3);
-  fs::copy_file(f.tiny.store / "store.json", node3 / "store.json");
+  const fs::path node3 = f.empty_node("node3");
   const json s = f.answer(node3, server.url(), f.tmp.path / "remote.jsonl");
   f.answer(f.tiny.store, "", f.tmp.path / "local.jsonl");
   CHECK(answers_of(f.tmp.path / "remote.jsonl") == answers_of(f.tmp.path / "local.jsonl"));
@@ -307,7 +307,7 @@ TEST_CASE("redis tier: precompute writes through, and an empty store fills from 
   CHECK(s["cache_bad"] == 0);
   // The variants came too (auto reads them): the node holds some.
   size_t variants = 0;
-  for (const auto& [name, bytes] : kv_files(node3)) variants += name.size() == 16 + 1 + 16 + 4;
+  for (const auto& [name, bytes] : store_files(node3)) variants += name.size() == 16 + 1 + 16 + 4;
   CHECK(variants > 0);
 }
 
@@ -318,9 +318,7 @@ TEST_CASE("redis tier: values evicted under maxmemory are misses, computed, and 
   const json through = f.precompute_through(server, f.tmp.path / "through");
   const size_t kept = server.keys("ragkv:f16:*.rkv").size();
   CHECK(kept < through["store_files"].get<size_t>());  // evicted (LRU) to stay within 1 MB
-  const fs::path node = f.tmp.path / "node";
-  fs::create_directories(node);
-  fs::copy_file(f.tiny.store / "store.json", node / "store.json");
+  const fs::path node = f.empty_node("node");
   const json s = f.answer(node, server.url(), f.tmp.path / "evicted.jsonl");
   CHECK(s["remote"]["misses"].get<int>() > 0);
   CHECK(s["remote"]["bad"] == 0);
@@ -332,9 +330,7 @@ TEST_CASE("redis tier: the server killed in the middle of a reply: the run ends 
   const RemoteFixture f;
   RedisServer server(f.tmp.path);
   f.precompute_through(server, f.tmp.path / "through");
-  const fs::path node = f.tmp.path / "node";
-  fs::create_directories(node);
-  fs::copy_file(f.tiny.store / "store.json", node / "store.json");
+  const fs::path node = f.empty_node("node");
   // Cut once 200 kB have come back: within the first few cache files (about 100 kB each).
   CuttingProxy proxy(server, 200'000);
   const json s = f.answer(node, proxy.url(), f.tmp.path / "cut.jsonl");
@@ -350,19 +346,13 @@ TEST_CASE("redis tier: a value overwritten with another chunk's bytes, or trunca
   const RemoteFixture f;
   RedisServer server(f.tmp.path);
   f.precompute_through(server, f.tmp.path / "through");
-  auto empty_node = [&](const std::string& name) {
-    const fs::path node = f.tmp.path / name;
-    fs::create_directories(node);
-    fs::copy_file(f.tiny.store / "store.json", node / "store.json");
-    return node;
-  };
   // The canonical chunk caches (<16 hex>.rkv) a clean run through the tier installs are the ones
   // the queries use: the first of them takes the second's bytes, the third is cut short.
-  const fs::path probe = empty_node("probe");
+  const fs::path probe = f.empty_node("probe");
   f.answer(probe, server.url(), f.tmp.path / "probe.jsonl");
   std::vector<std::string> canonical;
   const std::string prefix = "ragkv:f16:";
-  for (const auto& [name, bytes] : kv_files(probe))
+  for (const auto& [name, bytes] : store_files(probe))
     if (name.size() == 16 + 4 && ragkv::ChunkKvReader(probe / "kv" / name).meta().chunk_id != ragkv::kPrefixChunkId)
       canonical.push_back(prefix + name);
   REQUIRE(canonical.size() >= 3);
@@ -373,13 +363,13 @@ TEST_CASE("redis tier: a value overwritten with another chunk's bytes, or trunca
     REQUIRE(tier.set(canonical[0], *second));
     REQUIRE(tier.set(canonical[2], third->substr(0, third->size() - 100)));
   }
-  const fs::path node = empty_node("node");
+  const fs::path node = f.empty_node("node");
   const json s = f.answer(node, server.url(), f.tmp.path / "planted.jsonl");
   CHECK(s["remote"]["bad"] == 2);
   CHECK(s["cache_bad"] == 0);  // refused before the store saw them: never a bad cache in an answer
   // Neither is installed; the honest values are.
-  const auto files = kv_files(node);
-  CHECK(files.size() == kv_files(probe).size() - 2);
+  const auto files = store_files(node);
+  CHECK(files.size() == store_files(probe).size() - 2);
   CHECK(files.count(canonical[0].substr(prefix.size())) == 0);
   CHECK(files.count(canonical[2].substr(prefix.size())) == 0);
   f.check_equals_local_run(node, f.tmp.path / "planted.jsonl");

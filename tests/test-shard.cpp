@@ -28,6 +28,7 @@ using nlohmann::json;
 using ragkv::Shard;
 using ragkv::resolve_shard;
 constexpr auto q = &ragkv::test::shell_quote;
+using ragkv::test::store_files;
 
 // An environment of the given variables only.
 auto env_of(std::map<std::string, std::string> vars) {
@@ -37,12 +38,6 @@ auto env_of(std::map<std::string, std::string> vars) {
   };
 }
 
-std::map<std::string, std::string> kv_files(const fs::path& store) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fs::directory_iterator(store / "kv"))
-    if (e.path().extension() == ".rkv") out[e.path().filename().string()] = ragkv::read_file(e.path());
-  return out;
-}
 
 }  // namespace
 
@@ -94,13 +89,13 @@ TEST_CASE("shard: three precompute shards store exactly what one process stores,
     CHECK(r.err.find("precompute: shard " + std::to_string(i) + "/3 (--shard)") != std::string::npos);
     computed += s["computed"].get<size_t>();
     // Disjoint: no file this shard wrote was written by an earlier one (files only ever added).
-    const auto now = kv_files(sharded);
+    const auto now = store_files(sharded);
     for (const auto& [name, bytes] : seen) CHECK(now.at(name) == bytes);
     seen = now;
   }
   const json single = json::parse(tiny.precompute);
   CHECK(computed == single["computed"].get<size_t>());
-  CHECK(kv_files(sharded) == kv_files(tiny.store));  // the same names, byte for byte
+  CHECK(store_files(sharded) == store_files(tiny.store));  // the same names, byte for byte
 }
 
 TEST_CASE("shard: answer and eval in three shards, merged, equal one process's run") {

@@ -29,6 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 constexpr auto q = &ragkv::test::shell_quote;
+using ragkv::test::store_files;
 
 struct Shell {
   int rc = 0;
@@ -68,12 +69,6 @@ struct LocalCluster {
   LocalCluster& operator=(const LocalCluster&) = delete;
 };
 
-std::map<std::string, std::string> kv_files(const fs::path& store) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fs::directory_iterator(store / "kv"))
-    if (e.path().extension() == ".rkv") out[e.path().filename().string()] = ragkv::read_file(e.path());
-  return out;
-}
 
 // Shard (of 3) that computes a canonical chunk cache, by its name (precompute --shard). (A
 // shard's neighbour variants may belong to other shards' chunks: they are shared out by claims.)
@@ -120,7 +115,7 @@ TEST_CASE("slurm: the recipe's job arrays on a loopback cluster equal one proces
   const fs::path one = tmp.path / "one";
   fs::create_directories(one);
   must(ragkv + " precompute --index " + q(work / "index") + " --store " + q(one / "store") + " --threads 1 >/dev/null");
-  CHECK(kv_files(work / "store") == kv_files(one / "store"));  // the three shards' union, byte for byte
+  CHECK(store_files(work / "store") == store_files(one / "store"));  // the three shards' union, byte for byte
   for (const char* mode : {"full", "prefix", "auto"}) {
     const fs::path single = one / (std::string(mode) + ".jsonl");
     must(ragkv + " answer " + queries + " --index " + q(work / "index") + " --store " + q(one / "store") + " --mode " +

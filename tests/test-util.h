@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/util/error.h"
+#include "core/util/file-io.h"
 #include "core/format/gguf.h"
 #include "core/kv/chunk-kv-file.h"
 #include "core/model/tokenizer.h"
@@ -116,6 +118,15 @@ inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p) {
   std::ifstream f(p);
   for (std::string line; std::getline(f, line);)
     if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// A store's cache files (kv/*.rkv) by name, with their bytes; empty when it has no kv/ yet.
+inline std::map<std::string, std::string> store_files(const std::filesystem::path& store) {
+  std::map<std::string, std::string> out;
+  if (std::filesystem::exists(store / "kv"))
+    for (const auto& e : std::filesystem::directory_iterator(store / "kv"))
+      if (e.path().extension() == ".rkv") out[e.path().filename().string()] = read_file(e.path());
   return out;
 }
 

@@ -96,22 +96,8 @@ ResumedEval read_eval_records(const std::string& path, const EvalSettings& setti
                               const std::set<std::string>& query_ids) {
   ResumedEval out;
   const std::string content = read_file(path);
-  // The line number and text of the last non-blank line: only that one may be unfinished.
-  size_t last_line = 0;
-  for_each_jsonl_line(content, [&](size_t n, std::string_view) { last_line = n; });
-  const bool ends_cleanly = !content.empty() && content.back() == '\n';
   const json want = settings.to_json();
-  for_each_jsonl_line(content, [&](size_t n, std::string_view line) {
-    json rec;
-    try {
-      rec = parse_json_line(line);
-    } catch (const JsonLineError& e) {
-      if (n == last_line && !ends_cleanly) {
-        out.dropped_partial_line = true;
-        return;
-      }
-      fail("{}:{}: {}", path, n, e.what);
-    }
+  out.dropped_partial_line = for_each_resumed_record(path, content, [&](size_t n, std::string_view line, const json& rec) {
     try {
       if (!rec.is_object() || !rec.contains("settings")) fail("not a record of ragkv eval --answers");
       if (rec.at("settings") != want)

@@ -24,20 +24,7 @@ ResumedAnswers read_answer_records(const std::string& out, const std::string& mo
   }
   if (r.from.empty()) return r;
   const std::string content = read_file(r.from);
-  size_t last_line = 0;  // only the last line may be unfinished
-  for_each_jsonl_line(content, [&](size_t n, std::string_view) { last_line = n; });
-  const bool ends_cleanly = !content.empty() && content.back() == '\n';
-  for_each_jsonl_line(content, [&](size_t n, std::string_view line) {
-    json rec;
-    try {
-      rec = parse_json_line(line);
-    } catch (const JsonLineError& e) {
-      if (n == last_line && !ends_cleanly) {
-        r.dropped_partial_line = true;
-        return;
-      }
-      fail("{}:{}: {}", r.from, n, e.what);
-    }
+  r.dropped_partial_line = for_each_resumed_record(r.from, content, [&](size_t n, std::string_view line, const json& rec) {
     if (!rec.is_object() || !rec.contains("id") || !rec["id"].is_string() || !rec.contains("answer"))
       fail("{}:{}: not a record of ragkv answer (no id and answer)", r.from, n);
     const std::string id = rec["id"].get<std::string>();

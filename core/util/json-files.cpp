@@ -57,4 +57,26 @@ nlohmann::json parse_json_line(std::string_view line) {
   }
 }
 
+bool for_each_resumed_record(const std::string& path, std::string_view content,
+                             const std::function<void(size_t, std::string_view, const nlohmann::json&)>& f) {
+  size_t last_line = 0;  // the last non-blank line: only it may be unfinished
+  for_each_jsonl_line(content, [&](size_t n, std::string_view) { last_line = n; });
+  const bool ends_cleanly = !content.empty() && content.back() == '\n';
+  bool dropped = false;
+  for_each_jsonl_line(content, [&](size_t n, std::string_view line) {
+    nlohmann::json rec;
+    try {
+      rec = parse_json_line(line);
+    } catch (const JsonLineError& e) {
+      if (n == last_line && !ends_cleanly) {
+        dropped = true;
+        return;
+      }
+      fail("{}:{}: {}", path, n, e.what);
+    }
+    f(n, line, rec);
+  });
+  return dropped;
+}
+
 }  // namespace ragkv

@@ -34,6 +34,13 @@ struct JsonLineError {
 // The JSON value of one line, its UTF-8 checked first; throws JsonLineError.
 nlohmann::json parse_json_line(std::string_view line);
 
+// The records of an output file a run resumes (an interrupted run's FILE.partial, or FILE):
+// f(line_number, line, record) for every non-blank line of content, parsed. Only the last line
+// may have been cut short by the interruption: then it is skipped and true returned; any other
+// line that is not JSON is an Error naming path:line.
+bool for_each_resumed_record(const std::string& path, std::string_view content,
+                             const std::function<void(size_t, std::string_view, const nlohmann::json&)>& f);
+
 // The integer j holds, as T, when j is an integer number T can represent. Otherwise throws what
 // j.get<T>() throws for a value of the wrong type, nlohmann::json::type_error (not an integer) or
 // out_of_range (too large for T), so a reader's json::exception handler names the file. Readers
