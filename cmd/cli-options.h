@@ -60,6 +60,8 @@ struct CliOptions {
   int64_t promotion_threshold = 1;
   bool no_reorder = false, no_dedup = false, pipeline = false, write_back = false;
   size_t neighbours = 2;
+  std::string donor_reuse = "on";         // precompute: edited chunks built from their earlier version's cache
+  double donor_repair = 0.15;             // precompute: the donor repair's share of the aligned tokens
   std::optional<size_t> max_variants;
   std::optional<uint64_t> variant_bytes;
   double claim_lease = kDefaultClaimLeaseSeconds;

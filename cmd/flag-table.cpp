@@ -235,6 +235,14 @@ std::vector<Flag> store_tier_flags() {
              ->check(CLI::Range(0, 16))->capture_default_str();
        }},
       {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--donor-reuse", o.donor_reuse, "After build-index --update: build a changed chunk's cache from its earlier version's (aligned tokens reused, the rest and a repair recomputed; stored as a donor cache) or (off) compute it whole")
+             ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+       }},
+      {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--donor-repair", o.donor_repair, "Donor reuse: share of the aligned tokens after an edit recomputed, chosen by KV deviation (0: only the changed tokens)")
+             ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+       }},
+      {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--warmup", o.warmup, "Cache-Craft variants from these queries' prompts, as answer would retrieve them, instead of neighbours");
        }},
       {kPrecompute, 0, kPrecompute, G::store_tiers, [](CLI::App* a, CliOptions& o) {

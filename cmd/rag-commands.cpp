@@ -21,6 +21,7 @@
 #include "core/model/model.h"
 #include "core/rag/answer-run.h"
 #include "core/rag/cache-keys.h"
+#include "core/rag/donor-reuse.h"
 #include "core/rag/mode-spec.h"
 #include "core/rag/precompute-selection.h"
 #include "core/rag/precompute.h"
@@ -144,7 +145,9 @@ json precompute_summary(const KvStore& store, const std::string& path, const Mod
   const double bytes_per_token = kv_bytes_per_token(encoding, uint32_t(c.n_layer), uint32_t(c.kv_dim()));
   return json{{"store", path}, {"model", keys.model_fingerprint()}, {"chunks_selected", selected},
               {"computed", st.computed}, {"skipped", st.skipped}, {"claimed_by_other", st.claimed_by_other},
-              {"taken_over", st.taken_over}, {"tokens", st.tokens},
+              {"taken_over", st.taken_over}, {"tokens", st.tokens}, {"token_layers", st.token_layers},
+              {"from_donor", st.from_donor}, {"donor_shared_tokens", st.donor_shared_tokens},
+              {"donor_repaired_tokens", st.donor_repaired_tokens},
               {"seconds", st.seconds}, {"tokens_per_s", st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0},
               {"bytes_written", st.bytes_written + vs.bytes_written}, {"kv_bytes_per_token", bytes_per_token},
               {"kv_dtype", encoding.name()},
@@ -211,6 +214,15 @@ int RagCommands::run_precompute() {
                  shard.source.c_str(), chunks.size(), selected);
   }
 
+  // Edited chunks (after build-index --update): built from the previous generation's caches.
+  std::vector<Chunk> previous_chunks;
+  std::optional<DonorFinder> donors;
+  if (o_.donor_reuse == "on")
+    if (std::vector<Chunk> previous = index.previous_chunks(); !previous.empty()) {
+      previous_chunks = std::move(previous);
+      donors.emplace(format, keys, store, previous_chunks, DonorParams{o_.donor_repair});
+    }
+
   // Other processes sharing the store skip what this one claims, and the other way round.
   ClaimSet claims(o_.claim_lease);
   std::optional<Progress> bar;  // made once the chunks left to compute are known
@@ -221,7 +233,7 @@ int RagCommands::run_precompute() {
       bar.emplace("precompute", int64_t(total), "chunks");
     }
     bar->set(int64_t(done));
-  }, &claims);
+  }, &claims, donors ? &*donors : nullptr);
   if (bar) bar->finish();
 
   // Cache-Craft variants (DESIGN.md §4): the warm-up queries' prompts, or each selected chunk
@@ -242,6 +254,7 @@ int RagCommands::run_precompute() {
                                     warmup ? "warmup" : sequences.empty() ? "none" : "neighbours");
   if (shard.sharded()) summary["shard"] = {{"index", shard.index}, {"count", shard.count}, {"from", shard.source}};
   if (store.remote()) summary["remote"] = store.remote()->stats().to_json();
+  summary["donors"] = {{"reuse", o_.donor_reuse}, {"repair", o_.donor_repair}, {"previous_chunks", previous_chunks.size()}};
   std::cout << summary.dump() << "\n";
   return 0;
 }

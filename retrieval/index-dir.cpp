@@ -436,6 +436,16 @@ std::string IndexDir::tokenizer_mismatch(std::string_view tokenizer_fingerprint)
                      impl_->dir.string(), built, tokenizer_fingerprint);
 }
 const std::vector<Chunk>& IndexDir::chunks() const { return impl_->chunks; }
+
+std::vector<Chunk> IndexDir::previous_chunks() const {
+  const std::string& g = impl_->generation;
+  if (g.empty()) return {};
+  const int k = std::stoi(g.substr(4));
+  const fs::path file = (k <= 1 ? impl_->dir : impl_->dir / fmt::format("gen-{}", k - 1)) / kChunksFile;
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return {};  // removed by a later update, or never there
+  return parse_chunks_jsonl(file.string(), read_regular_file(file));
+}
 std::span<const float> IndexDir::embeddings() const { return impl_->rows; }
 const HnswIndex& IndexDir::hnsw() const { return *impl_->hnsw; }
 HnswIndex& IndexDir::hnsw() { return *impl_->hnsw; }

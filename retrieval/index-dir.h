@@ -97,6 +97,11 @@ class IndexDir {
   // bench/results use an index built with SmolLM2's tokenizer on purpose).
   std::string tokenizer_mismatch(std::string_view tokenizer_fingerprint) const;
   const std::vector<Chunk>& chunks() const;
+  // The previous generation's chunks (before the last `build-index --update`): the donors of
+  // edited chunks (core/rag/donor-reuse.h). Empty for an index never updated, or when that
+  // generation's files are gone. Not checked against a manifest: a donor is used only through
+  // its cache, whose header must match the tokens read here.
+  std::vector<Chunk> previous_chunks() const;
   std::span<const float> embeddings() const;  // f32 [n_chunks][dim]
   const HnswIndex& hnsw() const;
   HnswIndex& hnsw();  // e.g. set_ef_search

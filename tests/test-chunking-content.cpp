@@ -2,8 +2,10 @@
 // the rag-mini passages joined as paragraphs, a sentence inserted near the top changes only the
 // chunks around it — every later chunk keeps its text and its id (so its cache key) — where fixed
 // windows change every chunk after the edit; chunks stay within the window, cover the text in
-// order, and carry unique ids named by their text; and `store gc --keep-index` keeps only the
-// caches of chunks the named indexes hold.
+// order, and carry unique ids named by their text; `store gc --keep-index` keeps only the
+// caches of chunks the named indexes hold; and after `build-index --update` an edited chunk is
+// built from its earlier version's cache (a donor cache, core/rag/donor-reuse.h) that `reuse` names
+// and `prefix` never uses.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -130,4 +132,77 @@ TEST_CASE("chunking: store gc --keep-index removes the caches of chunks no named
   r = ragkv::test::run_ragkv("store gc --store " + q(tiny.store));
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("give --max-bytes, --keep-index") != std::string::npos);
+}
+
+TEST_CASE("chunking: after build-index --update, precompute builds an edited chunk from its earlier version's cache") {
+  const ragkv::test::TempDir tmp("donor-cli");
+  const ragkv::test::TinyPipeline tiny = ragkv::test::make_tiny_pipeline(tmp.path, 0);
+  constexpr auto q = &ragkv::test::shell_quote;
+  // Version 2: a sentence inserted in the middle of the first passage.
+  auto docs = ragkv::test::read_jsonl(ragkv::test::testdata("rag-mini.corpus.jsonl"));
+  std::string text = docs[0]["text"];
+  text.insert(text.find(". ", text.size() / 3) + 2, "This sentence is new in the second version. ");
+  docs[0]["text"] = text;
+  std::string v2;
+  for (const auto& d : docs) v2 += d.dump() + "\n";
+  const auto v2_corpus = tmp.write("v2.jsonl", v2);
+  ragkv::test::Run r = ragkv::test::run_ragkv("build-index --corpus " + q(v2_corpus) + " --out " + q(tiny.index) +
+                                              " --update --model " + q(tiny.model));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  for (const char* copy : {"store-off", "store-unrepaired"})
+    std::filesystem::copy(tiny.store, tmp.path / copy, std::filesystem::copy_options::recursive);
+
+  const std::string pre = "precompute --index " + q(tiny.index) + " --neighbours 0" + tiny.on_model + " --store ";
+  auto precompute = [&](const std::string& args) {
+    const ragkv::test::Run run = ragkv::test::run_ragkv(pre + args);
+    REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+    return nlohmann::json::parse(run.out);
+  };
+  const nlohmann::json off = precompute(q(tmp.path / "store-off") + " --donor-reuse off");
+  CHECK(off["computed"] == 1);  // the edited chunk
+  CHECK(off["from_donor"] == 0);
+  const nlohmann::json on = precompute(q(tiny.store));
+  CHECK(on["computed"] == 1);
+  CHECK(on["from_donor"] == 1);
+  CHECK(on["donor_shared_tokens"].get<int64_t>() > on["tokens"].get<int64_t>() / 2);
+  CHECK(on["donor_repaired_tokens"].get<int64_t>() > 0);
+  CHECK(on["token_layers"].get<int64_t>() < off["token_layers"].get<int64_t>());  // (2 layers: blend's check layer is most of them)
+  CHECK(on["donors"]["previous_chunks"].get<size_t>() > 0);
+  // Unrepaired: only the changed tokens computed.
+  const nlohmann::json bare = precompute(q(tmp.path / "store-unrepaired") + " --donor-repair 0");
+  CHECK(bare["from_donor"] == 1);
+  CHECK(bare["donor_repaired_tokens"] == 0);
+  CHECK(bare["token_layers"].get<int64_t>() < off["token_layers"].get<int64_t>() / 2);
+  size_t donor_files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tiny.store / "kv"))
+    donor_files += e.path().filename().string().ends_with(".donor.rkv");
+  CHECK(donor_files == 1);
+  // Again: stored already.
+  CHECK(precompute(q(tiny.store))["computed"] == 0);
+  // The store verifies, and gc keeps the donor cache of a chunk the index holds.
+  r = ragkv::test::run_ragkv("store verify --store " + q(tiny.store));
+  CHECK_MESSAGE(r.exit_code == 0, r.out, r.err);
+  r = ragkv::test::run_ragkv("store gc --store " + q(tiny.store) + " --keep-index " + q(tiny.index) + " --model " +
+                             q(tiny.model));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+
+  // reuse takes it and says so; prefix and --require exact never do.
+  const std::string id = docs[0]["id"];
+  const auto queries = tmp.write("q.jsonl", R"({"id": "a", "question": "What is new?", "passages": [")" + id + R"("]})" "\n");
+  const std::string answer = "answer " + q(queries) + " --index " + q(tiny.index) + " --store " + q(tiny.store) +
+                             " --max-tokens 2" + tiny.on_model + " --mode ";
+  auto donors_used = [&](const std::string& mode) {
+    const ragkv::test::Run run = ragkv::test::run_ragkv(answer + mode);
+    REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+    std::vector<std::string> out;
+    const nlohmann::json rec = nlohmann::json::parse(run.out);
+    for (const nlohmann::json& p : rec["metrics"]["provenance"])
+      if (p["source"] == "donor") out.push_back(p["donor"]);
+    return out;
+  };
+  const std::vector<std::string> used = donors_used("reuse");
+  REQUIRE(used.size() == 1);
+  CHECK(used[0].starts_with(id + "#"));  // the same document's earlier chunk
+  CHECK(donors_used("prefix").empty());
+  CHECK(donors_used("reuse --require exact").empty());
 }

@@ -444,6 +444,11 @@ TEST_CASE("retrieval index dir: --update embeds only what changed and switches g
   CHECK(ragkv::IndexDir::open(dir, "fake-bow-64").chunks().size() == after.chunks().size());
   CHECK(fs::exists(dir / "chunks.jsonl"));
   CHECK(before.chunks().size() == m0.n_chunks);
+  CHECK(before.previous_chunks().empty());  // never updated
+  // The donors of the next precompute: generation 0's chunks.
+  const std::vector<ragkv::Chunk> previous = after.previous_chunks();
+  REQUIRE(previous.size() == before.chunks().size());
+  for (size_t i = 0; i < previous.size(); ++i) CHECK(previous[i].text == before.chunks()[i].text);
 
   // A second update: gen-2, gen-1 kept as the previous generation, generation 0's files removed.
   embedded = 0;
@@ -455,6 +460,7 @@ TEST_CASE("retrieval index dir: --update embeds only what changed and switches g
   CHECK(fs::is_directory(dir / "gen-1"));
   CHECK_FALSE(fs::exists(dir / "chunks.jsonl"));
   CHECK(ragkv::IndexDir::open(dir, "fake-bow-64").generation() == "gen-2");
+  CHECK(ragkv::IndexDir::open(dir, "fake-bow-64").previous_chunks().size() == after.chunks().size());  // gen-1's
   // A fresh build over it makes the generations stale: removed.
   ragkv::build_index_dir(dir, docs, tok, fake_embed, opt);
   CHECK_FALSE(fs::exists(dir / "gen-1"));

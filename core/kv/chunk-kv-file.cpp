@@ -33,6 +33,7 @@ constexpr uint32_t kVersionVariant = 2;
 constexpr uint32_t kVersionChain = 3;      // a variant with flags: an exact knowledge-tree node
 constexpr uint32_t kVersionQuantised = 4;  // version 3's header, then the KV encoding
 constexpr uint8_t kFlagExactChain = 1;
+constexpr uint8_t kFlagDonor = 2;  // followed by str donor
 constexpr uint32_t kMaxHeader = 1 << 20;      // a header is a few hundred bytes; refuse absurd lengths
 constexpr size_t kPreamble = 8 + 4 + 4;       // magic, version, header_len
 
@@ -51,7 +52,7 @@ std::string encode_header(const ChunkKvMeta& m, const VariantStats* stats, const
   for (uint32_t x : {m.n_layer, m.n_kv_head, m.head_dim, m.n_tokens}) append_pod(h, x);
   append_pod(h, m.token_hash);
   append_pod(h, m.first_pos);
-  if (m.context.empty() && !stats && !m.exact_chain && !enc.quantised()) return h;  // version 1
+  if (m.context.empty() && !stats && !m.exact_chain && m.donor.empty() && !enc.quantised()) return h;  // version 1
   append_pod(h, uint32_t(m.context.size()));
   for (const std::string& c : m.context) append_str(h, c);
   append_pod(h, uint8_t(stats ? 1 : 0));
@@ -62,20 +63,22 @@ std::string encode_header(const ChunkKvMeta& m, const VariantStats* stats, const
     append_pod(h, uint32_t(stats->ranked.size()));
     for (uint32_t x : stats->ranked) append_pod(h, x);
   }
-  if (enc.quantised()) {  // version 4: flags, then the encoding
-    append_pod(h, uint8_t(m.exact_chain ? kFlagExactChain : 0));
+  const uint8_t flags = uint8_t((m.exact_chain ? kFlagExactChain : 0) | (m.donor.empty() ? 0 : kFlagDonor));
+  if (enc.quantised() || flags) {  // version 3 (and 4): flags, the donor, then (4) the encoding
+    append_pod(h, flags);
+    if (!m.donor.empty()) append_str(h, m.donor);
+  }
+  if (enc.quantised()) {
     append_pod(h, uint8_t(enc.bits));
     append_pod(h, enc.k_group);
     append_pod(h, enc.v_group);
-  } else if (m.exact_chain) {
-    append_pod(h, kFlagExactChain);  // version 3
   }
   return h;
 }
 
 uint32_t header_version(const ChunkKvMeta& m, const VariantStats* stats, const KvEncoding& enc) {
   if (enc.quantised()) return kVersionQuantised;
-  if (m.exact_chain) return kVersionChain;
+  if (m.exact_chain || !m.donor.empty()) return kVersionChain;
   return m.context.empty() && !stats ? kVersionCanonical : kVersionVariant;
 }
 
@@ -121,8 +124,12 @@ DecodedHeader decode_header(const std::string& name, std::string_view bytes, uin
     }
     if (version == kVersionChain || version == kVersionQuantised) {
       const uint8_t flags = r.pod<uint8_t>("flags");
-      if (flags & ~kFlagExactChain) fail("{}: corrupt: unknown flags {:#x}", name, flags);
+      if (flags & ~(kFlagExactChain | kFlagDonor)) fail("{}: corrupt: unknown flags {:#x}", name, flags);
       m.exact_chain = (flags & kFlagExactChain) != 0;
+      if (flags & kFlagDonor) {
+        m.donor = str("donor");
+        if (m.donor.empty() || m.exact_chain) fail("{}: corrupt: a donor cache {}", name, m.donor.empty() ? "naming no donor" : "marked exact");
+      }
     }
     if (version == kVersionQuantised) {
       KvEncoding& e = d.encoding;
@@ -191,6 +198,8 @@ std::string header_diff(const ChunkKvMeta& got, const ChunkKvMeta& want, bool an
   if (!any_context && got.exact_chain != want.exact_chain)
     add(got.exact_chain ? "an exact knowledge-tree node, expected a Cache-Craft variant"
                         : "a Cache-Craft variant, expected an exact knowledge-tree node");
+  if (got.donor.empty() != want.donor.empty())
+    add(got.donor.empty() ? "a computed cache, expected a donor cache" : "a donor cache, expected a computed one");
   return d;
 }
 
@@ -229,6 +238,8 @@ void write_chunk_kv(const fs::path& path, const ChunkKvMeta& meta, std::span<con
   if (!lb || !implied_size(meta, encoding, 0)) fail("{}: chunk shape too large", path.string());
   if (meta.exact_chain && meta.context.empty())
     fail("internal: {}: an exact chain node needs a context (depth 1 is the canonical cache)", path.string());
+  if (!meta.donor.empty() && (meta.exact_chain || !meta.context.empty() || stats))
+    fail("internal: {}: a donor cache is a canonical cache's stand-in (no context, statistics or exact chain)", path.string());
   if (stats && stats->inter.size() != meta.context.size())
     fail("{}: {} inter-attention values for {} context chunks", path.string(), stats->inter.size(), meta.context.size());
   const std::string header = encode_header(meta, stats, encoding);

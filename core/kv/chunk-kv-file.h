@@ -11,7 +11,9 @@
 //           context chunk), u32 m, u32 ranked × m (token indices)
 //   version 3 (a knowledge-tree node, RAGCache §5.1) is version 2 followed by u8 flags, bit 0
 //           set: the chunk was computed exactly as `full` computes it — one forward call per
-//           segment after an exact chain — so reusing it at its position is bit-identical
+//           segment after an exact chain — so reusing it at its position is bit-identical;
+//           bit 1 set: a donor cache (built from an earlier version of the chunk, core/rag/
+//           donor-reuse.h), followed by str donor (the earlier chunk's key)
 //   version 4 (quantised KV, core/kv/kv-quant.h) is version 3 followed by
 //           u8 bits (8 or 4), u32 k_group (tokens per K group), u32 v_group (channels per V
 //           group) — whatever the context, stats and flags (empty, 0, 0 for a canonical cache)
@@ -65,6 +67,12 @@ struct ChunkKvMeta {
   // A Cache-Craft variant (false) may have been computed after approximated KV (write-back) or in
   // other micro-batches. Part of the identity: the store names the two apart.
   bool exact_chain = false;
+  // A donor cache (non-empty): the chunk's KV built from the cache of an earlier version of it
+  // (its aligned tokens' KV re-positioned, the rest recomputed; core/rag/donor-reuse.h), not
+  // computed in the canonical context — never exact, so the exact-prefix paths never use it. The
+  // value names the donor: "<chunk id>@<16 hex of its token hash>". Part of the identity by kind
+  // only: a reader expecting a donor cache (any non-empty value) accepts whichever donor it names.
+  std::string donor;
   uint32_t n_layer = 0, n_kv_head = 0, head_dim = 0;
   uint32_t n_tokens = 0;
   uint64_t token_hash = 0;  // token_ids_hash() of the chunk's token ids

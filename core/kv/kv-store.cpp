@@ -175,6 +175,8 @@ fs::path KvStore::chunk_path(const ChunkKvMeta& m) const {
     name += '.';  // (not "." + …: GCC 12 warns falsely, -Wrestrict)
     name += checksum_hex(c.digest());
     if (m.exact_chain) name += ".chain";
+  } else if (!m.donor.empty()) {
+    name += ".donor";
   }
   return dir_ / "kv" / (name + ".rkv");
 }

@@ -67,7 +67,9 @@ class KvStore {
   // chunk's variants are found by name and each is a file of its own (created atomically: two
   // processes adding variants never lose one). An exact knowledge-tree node (m.exact_chain) is
   // kv/<16 hex>.<16 hex of its chain>.chain.rkv: never listed as a Cache-Craft variant, never
-  // confused with a variant of the same context computed approximately.
+  // confused with a variant of the same context computed approximately. A donor cache (m.donor
+  // non-empty, core/rag/donor-reuse.h) is kv/<16 hex>.donor.rkv: beside the canonical cache's
+  // name, never taken for it.
   std::filesystem::path chunk_path(const ChunkKvMeta& m) const;
   // The headers of every variant of canonical's chunk (context non-empty), verified; files that
   // fail their header checks are counted in *bad and skipped. Read from a listing of kv/ taken

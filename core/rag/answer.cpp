@@ -106,7 +106,7 @@ std::vector<PromptNode> RagAnswerer::tree_nodes(const RagPrompt& prompt, const P
     if (sp.kv && sp.exact() && sp.kv->meta().exact_chain == own.exact_chain) {
       node.key = own;
       node.served_from = sp.kv->tier();
-    } else if (sp.kv && sp.kv->meta().context.empty()) {
+    } else if (sp.kv && sp.kv->meta().context.empty() && sp.kv->meta().donor.empty()) {
       node.key = keys_.segment(seg);  // a canonical cache reused at another position
       node.served_from = sp.kv->tier();
     } else if (!sp.kv && !plan.sparse()) {
@@ -114,7 +114,7 @@ std::vector<PromptNode> RagAnswerer::tree_nodes(const RagPrompt& prompt, const P
       node.cost_per_token = compute_cost;
       node.admit = promote;
     } else {
-      node.key.chunk_id.clear();  // an approximate variant, or computed approximately: not a node
+      node.key.chunk_id.clear();  // an approximate variant or donor cache, or computed approximately: not a node
     }
     if (node.served_from == KvTier::disk) node.cost_per_token = disk_cost;
     if (!node.key.chunk_id.empty()) out.push_back(std::move(node));
@@ -214,9 +214,15 @@ std::vector<ChunkProvenance> RagAnswerer::provenance(const RagPrompt& prompt, co
     p.tokens = int64_t(seg.ids.size());
     using S = ChunkProvenance::Source;
     if (sp.kv && !rec.fell_back) {
-      p.source = s < n_carried ? S::history : sp.exact() ? S::exact_prefix : sp.kv->meta().context.empty() ? S::canonical : S::variant;
+      const ChunkKvMeta& m = sp.kv->meta();
+      p.source = s < n_carried          ? S::history
+                 : sp.exact()           ? S::exact_prefix
+                 : !m.donor.empty()     ? S::donor
+                 : m.context.empty()    ? S::canonical
+                                        : S::variant;
       p.tier = sp.kv->tier();
-      if (p.source == S::variant) p.context = sp.kv->meta().context;
+      if (p.source == S::variant) p.context = m.context;
+      if (p.source == S::donor) p.donor = m.donor;
     }
     for (int64_t i = seg.begin; i < seg.end() && size_t(i) < st.row_layers.size(); ++i)
       p.recomputed_token_layers += st.row_layers[size_t(i)];
@@ -234,6 +240,7 @@ const char* provenance_source_name(ChunkProvenance::Source s) {
     case ChunkProvenance::Source::canonical: return "canonical";
     case ChunkProvenance::Source::variant: return "variant";
     case ChunkProvenance::Source::history: return "history";
+    case ChunkProvenance::Source::donor: return "donor";
   }
   return "computed";
 }
@@ -243,6 +250,7 @@ nlohmann::json ChunkProvenance::to_json() const {
                       {"recomputed_tokens", recomputed_tokens}, {"recomputed_token_layers", recomputed_token_layers}};
   if (tier) j["tier"] = kv_tier_name(*tier);
   if (source == Source::variant) j["context"] = context;
+  if (source == Source::donor) j["donor"] = donor;
   return j;
 }
 

@@ -76,11 +76,12 @@ struct AnswerOptions {
 
 // How one chunk's KV was obtained in a prompt (an answer record's provenance).
 struct ChunkProvenance {
-  enum class Source { computed, exact_prefix, canonical, variant, history };
+  enum class Source { computed, exact_prefix, canonical, variant, history, donor };
   std::string chunk;
   Source source = Source::computed;
   std::optional<KvTier> tier;         // where a reused cache came from
   std::vector<std::string> context;   // variant: the chunks it was computed after
+  std::string donor;                  // donor: the earlier chunk its cache was built from
   int64_t tokens = 0;
   int64_t recomputed_tokens = 0;      // its rows computed on the final pass's last layer
   int64_t recomputed_token_layers = 0;  // its rows' computed layers, every pass

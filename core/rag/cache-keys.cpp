@@ -29,6 +29,12 @@ ChunkKvMeta CacheKeys::prefix() const {
   return m;
 }
 
+ChunkKvMeta CacheKeys::donor(const ChunkKvMeta& canonical, const std::string& donor) const {
+  ChunkKvMeta m = canonical;
+  m.donor = donor.empty() ? "*" : donor;
+  return m;
+}
+
 ChunkKvMeta CacheKeys::chunk(const std::string& chunk_id, const std::vector<int32_t>& ids) const {
   const ModelConfig& c = model_.config();
   ChunkKvMeta m;

@@ -21,6 +21,9 @@ class CacheKeys {
   ChunkKvMeta chunk(const std::string& chunk_id, const std::vector<int32_t>& ids) const;
   // The key of a prompt segment: the prefix's, or its chunk's (the question has none).
   ChunkKvMeta segment(const PromptSegment& seg) const;
+  // The donor cache of a chunk (core/rag/donor-reuse.h): its canonical key marked as a donor
+  // cache; `donor` names the donor ("" when looking one up: any donor will do).
+  ChunkKvMeta donor(const ChunkKvMeta& canonical, const std::string& donor = "") const;
   // The knowledge-tree node of a chunk segment computed exactly after `chain` (non-empty: the
   // chunk ids before it, in prompt order) at the segment's position (RAGCache §5.1).
   ChunkKvMeta chain_node(const PromptSegment& seg, const std::vector<std::string>& chain) const;

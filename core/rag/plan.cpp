@@ -282,7 +282,10 @@ SegmentLookup tier_lookup(const CacheKeys& keys, const KvTiers* tiers) {
   if (!tiers) return {};
   return [&keys, tiers](const PromptSegment& seg) -> std::shared_ptr<const SegmentKv> {
     if (seg.kind == PromptSegment::Kind::turn) return nullptr;  // a conversation's text: never cached
-    return tiers->find(keys.segment(seg));
+    const ChunkKvMeta key = keys.segment(seg);
+    std::shared_ptr<const SegmentKv> kv = tiers->find(key);
+    if (!kv && seg.kind == PromptSegment::Kind::chunk) kv = tiers->find(keys.donor(key));
+    return kv;
   };
 }
 
@@ -300,8 +303,12 @@ VariantSource tier_variants(const CacheKeys& keys, const KvTiers* tiers) {
     std::vector<VariantCandidate> out;
     const ChunkKvMeta canonical = keys.segment(seg);
     std::error_code ec;
-    if (!tiers->store().foreign() && std::filesystem::exists(tiers->store().chunk_path(canonical), ec))
-      out.push_back({canonical, std::nullopt});
+    if (!tiers->store().foreign()) {
+      if (std::filesystem::exists(tiers->store().chunk_path(canonical), ec))
+        out.push_back({canonical, std::nullopt});
+      else if (const ChunkKvMeta donor = keys.donor(canonical); std::filesystem::exists(tiers->store().chunk_path(donor), ec))
+        out.push_back({donor, std::nullopt});
+    }
     for (ChunkKvReader& r : tiers->store().variants(canonical)) out.push_back({r.meta(), r.stats()});
     return out;
   };

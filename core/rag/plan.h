@@ -66,8 +66,11 @@ struct SegmentPlan {
   std::vector<int32_t> fix;             // its tokens (0-based) recomputed
   int64_t end() const { return begin + n_tokens; }
   // Cached after exactly this prompt's preceding chunks (the whole chain, never the position
-  // alone) at this position: an exact prefix hit, reused as is.
-  bool exact() const { return kv && kv->meta().context == context && kv->meta().first_pos == begin; }
+  // alone) at this position: an exact prefix hit, reused as is. A donor cache (built from an
+  // earlier version of the chunk, core/rag/donor-reuse.h) never is.
+  bool exact() const {
+    return kv && kv->meta().context == context && kv->meta().first_pos == begin && kv->meta().donor.empty();
+  }
 };
 
 // Cache lookups of one prompt, per tier where the KV was found.
@@ -141,7 +144,9 @@ struct PrefillPlan {
 // A segment's cache from wherever caches are kept: nullptr when there is none; throws
 // CacheFileError for one that fails its header checks.
 using SegmentLookup = std::function<std::shared_ptr<const SegmentKv>(const PromptSegment&)>;
-// The lookup of a segment's key (keys) in the tiers; an empty lookup when tiers is null.
+// The lookup of a segment's key (keys) in the tiers — a chunk without a canonical cache takes its
+// donor cache, if any (core/rag/donor-reuse.h: never exact, so only the sparse modes reuse it);
+// an empty lookup when tiers is null.
 SegmentLookup tier_lookup(const CacheKeys& keys, const KvTiers* tiers);
 // The knowledge-tree node of a segment computed exactly after `chain` (the ids of the chunk
 // segments before it, non-empty; RAGCache §5.1): nullptr when none is cached; CacheFileError
@@ -150,8 +155,8 @@ using ChainLookup =
     std::function<std::shared_ptr<const SegmentKv>(const PromptSegment&, const std::vector<std::string>& chain)>;
 ChainLookup tier_chain_lookup(const CacheKeys& keys, const KvTiers* tiers);
 
-// craft: a chunk's cached variants (the canonical cache first when there is one), and the KV of
-// the one chosen.
+// craft: a chunk's cached variants (the canonical cache first when there is one, else its donor
+// cache), and the KV of the one chosen.
 struct VariantSource {
   std::function<std::vector<VariantCandidate>(const PromptSegment&)> candidates;
   std::function<std::shared_ptr<const SegmentKv>(const ChunkKvMeta&)> open;  // CacheFileError when bad

@@ -2,6 +2,7 @@
 #include "core/rag/precompute.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -11,6 +12,8 @@
 #include "core/kv/claimed-work.h"
 #include "core/util/error.h"
 #include "core/rag/cache-keys.h"
+#include "core/rag/donor-reuse.h"
+#include "core/format/checksum.h"
 #include "retrieval/chunker.h"
 
 namespace ragkv {
@@ -39,7 +42,8 @@ uint64_t store_rows(const Model& model, const KvStore& store, const ChunkKvMeta&
 
 PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format, const KvStore& store,
                                   const std::vector<const Chunk*>& chunks,
-                                  const std::function<void(size_t, size_t)>& progress, ClaimSet* claims) {
+                                  const std::function<void(size_t, size_t)>& progress, ClaimSet* claims,
+                                  const DonorFinder* donors) {
   const auto t0 = std::chrono::steady_clock::now();
   const CacheKeys keys(model, format);
   const int64_t n_prefix = int64_t(format.prefix_ids().size());
@@ -67,9 +71,10 @@ PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format
   std::vector<size_t> todo;
   std::vector<std::vector<std::filesystem::path>> files;
   std::map<std::filesystem::path, ChunkKvMeta> meta_of;
+  auto stored = [&](const ChunkKvMeta& m) { return store.has_valid(m) || (donors && store.has_valid(keys.donor(m))); };
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ChunkKvMeta m = keys.chunk(chunks[i]->id, ids[i]);
-    if (store.has_valid(m)) {
+    if (stored(m)) {
       ++st.skipped;
       remove_stale_claim_of_finished(store.chunk_path(m));  // a killed run's, left beside its file
     } else {
@@ -81,13 +86,32 @@ PrecomputeStats precompute_chunks(const Model& model, const PromptFormat& format
   std::optional<ClaimSet> own_claims;
   if (!claims) claims = &own_claims.emplace();
   const ClaimedWorkStats cw = run_claimed_work(
-      *claims, files, [&](const std::filesystem::path& f) { return store.has_valid(meta_of.at(f)); },
+      *claims, files, [&](const std::filesystem::path& f) { return stored(meta_of.at(f)); },
       [&](size_t t, const std::vector<std::filesystem::path>&) {
         const size_t i = todo[t];
-        kv.n_used = n_prefix;  // the prefix rows stay; the chunk goes after them
-        model.forward(ids[i], kv, ws);
-        st.bytes_written += store_rows(model, store, keys.chunk(chunks[i]->id, ids[i]), kv, n_prefix);
+        const ChunkKvMeta m = keys.chunk(chunks[i]->id, ids[i]);
         st.tokens += int64_t(ids[i].size());
+        kv.n_used = n_prefix;  // the prefix rows stay; the chunk goes after them
+        if (const std::optional<DonorMatch> match = donors ? donors->find(*chunks[i], ids[i]) : std::nullopt) {
+          try {
+            const DonorBuild b =
+                build_from_donor(model, format, keys, store, *match, chunks[i]->id, ids[i], donors->params(), kv, ws);
+            const std::string donor = match->donor->id + "@" + checksum_hex(match->key.token_hash);
+            st.bytes_written += store_rows(model, store, keys.donor(m, donor), kv, n_prefix);
+            st.token_layers += b.computed_token_layers;
+            ++st.from_donor;
+            st.donor_shared_tokens += match->shared;
+            st.donor_repaired_tokens += b.repaired_tokens;
+            return;
+          } catch (const CacheFileError& e) {  // the donor's cache failed its checks: computed whole
+            std::fprintf(stderr, "precompute: warning: %s; chunk '%s' computed without it\n", e.what(),
+                         chunks[i]->id.c_str());
+            kv.n_used = n_prefix;
+          }
+        }
+        model.forward(ids[i], kv, ws);
+        st.bytes_written += store_rows(model, store, m, kv, n_prefix);
+        st.token_layers += int64_t(ids[i].size()) * model.config().n_layer;
       },
       progress);
   st.computed = cw.computed;

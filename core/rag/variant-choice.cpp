@@ -59,7 +59,7 @@ VariantChoice choose_variant(const std::vector<VariantCandidate>& candidates, co
     const VariantCandidate& c = candidates[i];
     VariantChoice v;
     v.index = i;
-    v.exact = c.key.context == new_context;
+    v.exact = c.key.context == new_context && c.key.donor.empty();  // (a donor cache is never exact)
     if (v.exact) {  // the chain matches: the KV is what this prompt computes there
       best = v;
       return best;
