@@ -18,6 +18,9 @@ every mode against full (the same prompts: full does not read the store). Per st
 first-token KL and agreement with full, answer F1 vs full; KL recovery relative to the
 unrepaired donor store, 1 - sum KL(S) / sum KL(unrepaired); the paired bootstrap (2,000 resamples
 of the questions) of recovery(donor) - recovery(off), whose lower end is the non-inferiority bound.
+KV error (content chunking): each donor-built chunk's K and V against the chunk computed whole,
+relative squared error on layers 15 and the last, repaired and unrepaired, and the share the repair
+removes.
 Retrieval: gold page in the top 5 and answer string in the top 5 for QUESTIONS, on indexes of
 all of NEW's git-*.txt pages, content vs fixed chunking.
 """
@@ -40,8 +43,8 @@ def run(*args, gate=False):
     r = subprocess.run([RAGKV, *args], capture_output=True, text=True)
     if r.returncode not in ((0, 1) if gate else (0,)):
         sys.exit(f"ragkv {' '.join(args)}: exit {r.returncode}: {r.stderr[-2000:]}")
-    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
-    return (json.loads(lines[-1]) if lines else None), time.time() - t
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{") and l.rstrip().endswith("}")]
+    return (json.loads(lines[-1]) if lines else None), time.time() - t  # (eval prints its report: None)
 
 
 def export(git_dir, tag, pages, dest):
@@ -141,6 +144,46 @@ def fidelity(out, questions, boot=2000, seed=7):
     return res
 
 
+def read_rkv(path, layers):
+    """Layers `layers` of an f16 chunk cache (core/kv/chunk-kv-file.h), each (K, V) as flat float tuples."""
+    import struct
+    b = open(path, "rb").read()
+    header_len = int.from_bytes(b[12:16], "little")
+    h, at = b[16:16 + header_len], 0
+    for _ in range(3):  # model fingerprint, chunk id, prefix
+        at += 4 + int.from_bytes(h[at:at + 4], "little")
+    n_layer, n_kv_head, head_dim, n_tokens = (int.from_bytes(h[at + 4 * i:at + 4 * i + 4], "little") for i in range(4))
+    n = n_tokens * n_kv_head * head_dim
+    start, block = 16 + header_len + 8, 2 * n * 2 + 8
+    return [(struct.unpack_from(f"<{n}e", b, start + l * block), struct.unpack_from(f"<{n}e", b, start + l * block + 2 * n))
+            for l in (x if x >= 0 else n_layer + x for x in layers)]
+
+
+def kv_error(out, layers=(15, -1)):
+    """Per donor-built chunk, its KV against the chunk computed whole (store-off): relative squared
+    error sum ||X - fresh||^2 / sum ||fresh||^2 on a middle and the last layer, K and V apart,
+    repaired and unrepaired (pure Python: two layers, not all)."""
+    d = os.path.join(out, "content")
+    acc = {s: {"k": [0.0, 0.0], "v": [0.0, 0.0]} for s in ("donor", "unrepaired")}
+    chunks = 0
+    for name in sorted(os.listdir(os.path.join(d, "store-donor", "kv"))):
+        if not name.endswith(".donor.rkv"):
+            continue
+        fresh = read_rkv(os.path.join(d, "store-off", "kv", name.replace(".donor.rkv", ".rkv")), layers)
+        chunks += 1
+        for s in acc:
+            for (k, v), (fk, fv) in zip(read_rkv(os.path.join(d, f"store-{s}", "kv", name), layers), fresh):
+                for key, x, f in (("k", k, fk), ("v", v, fv)):
+                    acc[s][key][0] += sum((a - c) * (a - c) for a, c in zip(x, f))
+                    acc[s][key][1] += sum(c * c for c in f)
+    res = {"chunks": chunks, "layers": list(layers)}
+    for s in acc:
+        res[s] = {f"relative_error_{key}": acc[s][key][0] / acc[s][key][1] for key in ("k", "v")}
+    for key in ("k", "v"):
+        res[f"recovery_{key}"] = 1 - res["donor"][f"relative_error_{key}"] / res["unrepaired"][f"relative_error_{key}"]
+    return res
+
+
 def retrieval(out, git_dir, tag, questions):
     pages_dir = os.path.join(out, "all-pages")
     if not os.path.isdir(pages_dir):
@@ -190,6 +233,7 @@ def main():
                 json.dump(update_cost(out, chunking, old_dir, new_dir), f)
         res[f"update_{chunking}"] = json.load(open(done))
     res["fidelity_content"] = fidelity(out, os.path.abspath(a.questions))
+    res["kv_error_content"] = kv_error(out)
     if not a.skip_retrieval:
         res["retrieval"] = retrieval(out, a.git_dir, a.new, os.path.abspath(a.questions))
     print(json.dumps(res, indent=2))

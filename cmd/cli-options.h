@@ -38,7 +38,7 @@ struct CliOptions {
   std::string on_error = "fail";
   IndexBuildOptions build;                // chunking (its chunk_tokens taken from chunk_tokens) and HNSW
   std::optional<int> chunk_tokens;        // build-index: 256; bench reuse: 512
-  std::string chunking = "fixed";         // build-index: fixed or content (retrieval/chunker.h)
+  std::optional<std::string> chunking;    // build-index: fixed or content (retrieval/chunker.h); unset: content         // build-index: fixed or content (retrieval/chunker.h)
   bool update = false;                    // build-index: bring the index at --out to the corpus (a new generation)
   // Model and device.
   DeviceFlags dev;

@@ -26,8 +26,8 @@ std::vector<Flag> index_flags() {
          return a->add_flag("--update", o.update, "Bring the index at --out to the corpus: unchanged chunks keep their embeddings, the rest are embedded; readers switch at once");
        }},
       {kBuildIndex, 0, 0, G::index, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--chunking", o.chunking, "Chunk boundaries: fixed windows named by position, or content-defined cuts named by their text (edits change only the chunks they touch)")
-             ->check(CLI::IsMember({"fixed", "content"}))->capture_default_str();
+         return a->add_option("--chunking", o.chunking, "Chunk boundaries: content-defined cuts named by their text, so edits change only the chunks they touch (the default), or fixed windows named by position")
+             ->check(CLI::IsMember({"fixed", "content"}));
        }},
       {kBuildIndex, 0, 0, G::index, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--chunk-overlap", o.build.chunking.chunk_overlap, "Tokens shared by consecutive chunks")

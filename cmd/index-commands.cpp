@@ -83,7 +83,7 @@ class IndexCommands : public CommandFamily {
     embedder.load(o_.embedder, *backend);
     IndexBuildOptions opt = o_.build;
     opt.chunking.chunk_tokens = o_.chunk_tokens.value_or(opt.chunking.chunk_tokens);
-    opt.chunking.chunking = parse_chunking(o_.chunking);
+    opt.chunking.chunking = parse_chunking(o_.chunking.value_or("content"));  // content: the default (bench/results, "Corpora that change")
     opt.tokenizer_fingerprint = tokenizer_fingerprint(gguf);
     opt.embedder_fingerprint = embedder.fingerprint();
 
@@ -104,7 +104,7 @@ class IndexCommands : public CommandFamily {
     if (bar) bar->finish();
     const double secs = std::chrono::duration<double>(clock::now() - t0).count();
     if (update && (m.chunking.chunking != opt.chunking.chunking || m.chunking.chunk_tokens != opt.chunking.chunk_tokens) &&
-        (o_.chunk_tokens || o_.chunking != "fixed"))
+        (o_.chunk_tokens || o_.chunking))
       std::fprintf(stderr, "ragkv: build-index --update: the index's own chunking (%s, %d tokens) was kept; build a new "
                    "index for other chunking\n", chunking_name(m.chunking.chunking), m.chunking.chunk_tokens);
 

@@ -99,7 +99,8 @@ std::string spm_gguf(const fs::path& tmp) {
   return read_file(p);
 }
 
-std::string chunk_file(const fs::path& tmp, bool variant, bool chain, const KvEncoding& encoding = {}) {
+// donor: a donor cache (core/rag/donor-reuse.h), its header naming the chunk it was built from.
+std::string chunk_file(const fs::path& tmp, bool variant, bool chain, const KvEncoding& encoding = {}, bool donor = false) {
   ChunkKvMeta m;
   m.model_fingerprint = "fuzz-model:0123456789abcdef";
   m.chunk_id = "doc#0";
@@ -111,6 +112,7 @@ std::string chunk_file(const fs::path& tmp, bool variant, bool chain, const KvEn
   const int32_t ids[3] = {5, 6, 7};
   m.token_hash = token_ids_hash(ids);
   m.first_pos = 9;
+  if (donor) m.donor = "doc#old@00000000000000ff";
   VariantStats stats;
   if (variant) {
     m.context = {"other#1", "third#0"};
@@ -144,6 +146,8 @@ void chunk_kv_seeds(const fs::path& tmp) {
   seed("chunk-kv", "canonical.q8.flags1", std::string(1, '\1') + q8);
   seed("chunk-kv", "variant.q4.flags1", std::string(1, '\1') + q4_variant);
   seed("chunk-kv", "truncated", std::string(1, '\1') + canonical.substr(0, canonical.size() - 5));
+  seed("chunk-kv", "donor.flags1", std::string(1, '\1') + chunk_file(tmp, false, false, {}, true));
+  seed("chunk-kv", "donor.q8.flags1", std::string(1, '\1') + chunk_file(tmp, false, false, KvEncoding::from_bits(8), true));
   const std::string store_json = nlohmann::json{{"format", "ragkv-store"},
                                                 {"format_version", 1},
                                                 {"model_fingerprint", "fuzz-model:0123456789abcdef"},

@@ -43,7 +43,7 @@ struct ChunkParams {
   int chunk_tokens = 256;      // window length in LLM tokens
   int chunk_overlap = 0;       // tokens repeated at the start of the next window, < chunk_tokens
   double snap_fraction = 0.2;  // a paragraph/sentence end in the window's last 20 % ends it there
-  Chunking chunking = Chunking::fixed;
+  Chunking chunking = Chunking::fixed;  // (the library's; `build-index` defaults to content)
 };
 void check_chunk_params(const ChunkParams& p);  // Error naming the bad parameter
 

@@ -39,14 +39,15 @@ std::string slurp(const fs::path& p) {
 
 constexpr auto q = &ragkv::test::shell_quote;
 
-// A built index of testdata/rag-mini in a fresh directory.
+// A built index of testdata/rag-mini in a fresh directory, in fixed windows: the records below name
+// its chunks by position ("Warsaw#0#0").
 struct MiniIndex {
   TempDir dir{"cli-rag"};
   fs::path index = dir.path / "index", store = dir.path / "store";
   fs::path queries = ragkv::test::testdata("rag-mini.queries.jsonl");
   MiniIndex() {
-    const Run r = run_ragkv("build-index --threads 2 --corpus " + q(ragkv::test::testdata("rag-mini.corpus.jsonl")) +
-                                     " --out " + q(index));
+    const Run r = run_ragkv("build-index --threads 2 --chunking fixed --corpus " +
+                            q(ragkv::test::testdata("rag-mini.corpus.jsonl")) + " --out " + q(index));
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   }
   Run run(const std::string& args) const { return run_ragkv(args); }

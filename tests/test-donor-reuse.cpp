@@ -153,7 +153,8 @@ double mse_rows(const std::vector<std::vector<float>>& a, const std::vector<std:
   return n ? s / double(n) : 0.0;
 }
 
-TEST_CASE("donor reuse on the default model: exact before the edit, repaired after it, a donor cache in the store") {
+TEST_CASE("donor reuse on the default model: exact before the edit, repaired after it, a donor cache in the store" *
+          doctest::test_suite("real-model")) {
   DonorFixture& f = donor_fixture();
   const CacheKeys keys(*f.model, *f.format);
   const KvStore fresh = KvStore::open_for_read(f.base_store("fresh", true), keys.model_fingerprint());
@@ -196,7 +197,7 @@ TEST_CASE("donor reuse on the default model: exact before the edit, repaired aft
   CHECK(error_after[1.0] < 0.05 * error_after[0.0]);  // every row after the edit recomputed: f16 rounding apart
 }
 
-TEST_CASE("donor reuse: prefix never uses a donor cache, reuse names it, a damaged donor is not used") {
+TEST_CASE("donor reuse: prefix never uses a donor cache, reuse names it" * doctest::test_suite("real-model")) {
   DonorFixture& f = donor_fixture();
   const CacheKeys keys(*f.model, *f.format);
   const fs::path p = f.base_store("answers");
@@ -221,8 +222,12 @@ TEST_CASE("donor reuse: prefix never uses a donor cache, reuse names it, a damag
   CHECK(re.provenance.at(0).donor.starts_with(f.edited[0].doc + "#0@"));
   CHECK(re.provenance.at(0).to_json()["source"] == "donor");
   CHECK(re.composed);
+}
 
-  // A donor whose cache fails its checks: the edited chunk is computed whole, its canonical cache stored.
+TEST_CASE("donor reuse: a donor whose cache fails its checks is not used, the chunk computed whole" *
+          doctest::test_suite("check")) {
+  DonorFixture& f = donor_fixture();
+  const CacheKeys keys(*f.model, *f.format);
   const fs::path q = f.base_store("damaged");
   const KvStore damaged = KvStore::open_for_read(q, keys.model_fingerprint());
   const Chunk& old = f.chunks[0];
