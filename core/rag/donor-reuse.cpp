@@ -6,8 +6,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <set>
-#include <unordered_set>
 
 #include "core/kv/segment-kv.h"
 #include "core/rag/fusor.h"
@@ -49,11 +47,23 @@ std::vector<AlignedSpan> align_tokens(std::span<const int32_t> now, std::span<co
 
 namespace {
 
-// Token bigrams of ids, as 64-bit keys: the cheap first filter before the alignment.
-std::unordered_set<uint64_t> bigrams(const std::vector<int32_t>& ids) {
-  std::unordered_set<uint64_t> s;
-  for (size_t i = 0; i + 1 < ids.size(); ++i) s.insert(uint64_t(uint32_t(ids[i])) << 32 | uint32_t(ids[i + 1]));
+// The distinct token bigrams of ids, as sorted 64-bit keys: the cheap first filter before the alignment.
+std::vector<uint64_t> bigrams(const std::vector<int32_t>& ids) {
+  std::vector<uint64_t> s;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) s.push_back(uint64_t(uint32_t(ids[i])) << 32 | uint32_t(ids[i + 1]));
+  std::sort(s.begin(), s.end());
+  s.erase(std::unique(s.begin(), s.end()), s.end());
   return s;
+}
+
+size_t shared_count(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
+  size_t n = 0;
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    if (a[i] < b[j]) ++i;
+    else if (b[j] < a[i]) ++j;
+    else ++n, ++i, ++j;
+  }
+  return n;
 }
 
 constexpr size_t kAligned = 3;  // donors aligned per chunk: the best three by shared bigrams
@@ -69,15 +79,17 @@ DonorFinder::DonorFinder(const PromptFormat& format, const CacheKeys& keys, cons
 std::optional<DonorMatch> DonorFinder::find(const Chunk& c, const std::vector<int32_t>& ids) const {
   const auto it = by_doc_.find(c.doc);
   if (it == by_doc_.end() || ids.size() < 2) return std::nullopt;
-  const std::unordered_set<uint64_t> mine = bigrams(ids);
+  const std::vector<uint64_t> mine = bigrams(ids);
   std::vector<std::pair<size_t, const Chunk*>> ranked;  // shared bigrams, candidate
   for (const Chunk* d : it->second) {
-    auto [ids_it, fresh] = ids_.try_emplace(d);
-    if (fresh) ids_it->second = format_.chunk_ids(*d);
-    const std::vector<int32_t>& dids = ids_it->second;
+    auto [t, fresh] = tokens_.try_emplace(d);
+    if (fresh) {
+      t->second.ids = format_.chunk_ids(*d);
+      t->second.bigrams = bigrams(t->second.ids);
+    }
+    const std::vector<int32_t>& dids = t->second.ids;
     if (d->id == c.id && dids == ids) continue;  // itself: its canonical cache is what is missing
-    size_t shared = 0;
-    for (const uint64_t b : bigrams(dids)) shared += mine.count(b);
+    const size_t shared = shared_count(mine, t->second.bigrams);
     if (shared == 0) continue;
     std::error_code ec;
     if (!std::filesystem::exists(store_.chunk_path(keys_.chunk(d->id, dids)), ec)) continue;
@@ -87,7 +99,7 @@ std::optional<DonorMatch> DonorFinder::find(const Chunk& c, const std::vector<in
   if (ranked.size() > kAligned) ranked.resize(kAligned);
   std::optional<DonorMatch> best;
   for (const auto& [bg, d] : ranked) {
-    const std::vector<int32_t>& dids = ids_.at(d);
+    const std::vector<int32_t>& dids = tokens_.at(d).ids;
     DonorMatch m;
     m.donor = d;
     m.key = keys_.chunk(d->id, dids);

@@ -80,7 +80,11 @@ class DonorFinder {
   const KvStore& store_;
   DonorParams params_;
   std::map<std::string, std::vector<const Chunk*>> by_doc_;
-  mutable std::map<const Chunk*, std::vector<int32_t>> ids_;  // tokenized on first use
+  struct Tokens {
+    std::vector<int32_t> ids;
+    std::vector<uint64_t> bigrams;  // distinct, sorted
+  };
+  mutable std::map<const Chunk*, Tokens> tokens_;  // tokenized on first use
 };
 
 // Builds chunk `chunk_id` (tokens ids) from match's donor cache into rows [n_prefix, n_prefix +
