@@ -17,6 +17,7 @@
 #include "core/backend/backend.h"
 #include "core/backend/cpu-backend.h"
 #include "core/eval/metrics.h"
+#include "core/format/checksum.h"
 #include "core/kv/kv-store.h"
 #include "core/kv/kv-tiers.h"
 #include "core/model/model.h"
@@ -99,6 +100,31 @@ TEST_CASE("rag: the prompt lays out prefix, chunks and question, each tokenized 
   CHECK(p.segments[2].begin == p.segments[1].end());
   CHECK(p.segments[3].end() == p.n_tokens());
   CHECK(f.format->chat());  // SmolLM2-Instruct: the question closes the user turn
+}
+
+TEST_CASE("rag: a prompt is built once, whatever the modes and lookups that take it" * doctest::test_suite("real-model")) {
+  Fixture& f = fixture();
+  RagAnswerer ans(*f.model, *f.format, nullptr);
+  const std::vector<const Chunk*> ctx = f.pick({0, 1});
+  const std::shared_ptr<const RagPrompt> p = ans.prompt(ctx, f.questions[0]);
+  CHECK(p->ids == f.format->build(ctx, f.questions[0]).ids);
+  CHECK(ans.prompt(ctx, f.questions[0]) == p);  // the same object
+  CHECK(ans.prompt_hash(f.questions[0], ctx) == checksum64(p->ids.data(), p->ids.size() * sizeof(int32_t)));
+  for (const ReuseMode m : {ReuseMode::full, ReuseMode::reuse}) ans.answer(f.questions[0], ctx, opts(m, 0.15, 1));
+  CHECK(ans.prompts_built() == 1);
+  // Another question, other chunks, another chunk text under the same id, a history: each its own.
+  CHECK(ans.prompt(ctx, f.questions[1])->ids == f.format->build(ctx, f.questions[1]).ids);
+  CHECK(ans.prompt(f.pick({1, 0}), f.questions[0])->ids == f.format->build(f.pick({1, 0}), f.questions[0]).ids);
+  Chunk edited = *ctx[0];
+  edited.text += " More.";
+  CHECK(ans.prompt({&edited, ctx[1]}, f.questions[0])->ids == f.format->build({&edited, ctx[1]}, f.questions[0]).ids);
+  const std::vector<PastTurn> history = {{ctx, f.questions[1], "Paris"}};
+  CHECK(ans.prompt({ctx[1]}, f.questions[0], history)->ids == f.format->build({ctx[1]}, f.questions[0], history).ids);
+  CHECK(ans.prompts_built() == 5);
+  // Past the memo's size the oldest prompt is built again.
+  for (size_t i = 0; i < RagAnswerer::kPromptMemo; ++i) ans.prompt(ctx, "question " + std::to_string(i));
+  CHECK(ans.prompt(ctx, f.questions[0]) != p);
+  CHECK(ans.prompt(ctx, f.questions[0])->ids == p->ids);
 }
 
 TEST_CASE("rag: prefix mode is bit-identical to full" * doctest::test_suite("real-model")) {

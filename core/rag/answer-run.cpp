@@ -164,7 +164,7 @@ void AnswerRun::fetch(size_t i) {
     contexts_[i] = retrieval_->wait(i);
     shapes_[i].path = {kPrefixChunkId};
     for (const Chunk* c : contexts_[i]->chunks) shapes_[i].path.push_back(c->id);
-    shapes_[i].prompt_tokens = e_.format().build(contexts_[i]->chunks, queries_[i].question).n_tokens();
+    shapes_[i].prompt_tokens = e_.answerer().prompt(contexts_[i]->chunks, queries_[i].question)->n_tokens();
   } catch (const Error& err) {
     contexts_[i].reset();
     wait_of_[i] = retrieval_->waited_ms() - waited;
@@ -259,7 +259,7 @@ std::vector<const Chunk*> AnswerRun::conversation_chunks(size_t qi, std::vector<
   // information lives on in the later answers that remain).
   opt.history = c.turns;
   const int64_t room = e_.model().config().n_ctx_train - o_.defaults.max_tokens;
-  while (!opt.history.empty() && e_.format().build(chunks, q.question, opt.history).n_tokens() > room)
+  while (!opt.history.empty() && e_.answerer().prompt(chunks, q.question, opt.history)->n_tokens() > room)
     opt.history.erase(opt.history.begin());
   history_of_[qi] = opt.history.size();
   opt.carried = c.carried;

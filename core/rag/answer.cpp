@@ -75,8 +75,46 @@ RagAnswerer::RagAnswerer(const Model& model, const PromptFormat& format, KvTiers
     : model_(model), format_(format), tiers_(tiers), ledger_(ledger), keys_(model, format) {}
 
 uint64_t RagAnswerer::prompt_hash(const std::string& question, const std::vector<const Chunk*>& chunks) const {
-  const RagPrompt prompt = format_.build(chunks, question);
-  return checksum64(prompt.ids.data(), prompt.ids.size() * sizeof(int32_t));
+  const std::shared_ptr<const RagPrompt> p = prompt(chunks, question);
+  return checksum64(p->ids.data(), p->ids.size() * sizeof(int32_t));
+}
+
+std::shared_ptr<const RagPrompt> RagAnswerer::prompt(const std::vector<const Chunk*>& chunks, const std::string& question,
+                                                     const std::vector<PastTurn>& history) const {
+  // The inputs, length-prefixed (no two lists give the same bytes): what the prompt is made of.
+  std::string key;
+  auto add = [&key](const std::string& s) {
+    const uint64_t n = s.size();
+    key.append(reinterpret_cast<const char*>(&n), sizeof n);
+    key += s;
+  };
+  auto add_chunks = [&](const std::vector<const Chunk*>& cs) {
+    add(std::to_string(cs.size()));
+    for (const Chunk* c : cs) {
+      add(c->id);
+      add(c->title);
+      add(c->text);
+    }
+  };
+  add_chunks(chunks);
+  add(question);
+  for (const PastTurn& t : history) {
+    add_chunks(t.chunks);
+    add(t.question);
+    add(t.answer);
+  }
+  const uint64_t h = checksum64(key.data(), key.size());
+  const std::lock_guard<std::mutex> lock(memo_mutex_);
+  if (const auto it = memo_.find(h); it != memo_.end() && it->second.key == key) return it->second.prompt;
+  auto built = std::make_shared<const RagPrompt>(format_.build(chunks, question, history));
+  ++prompts_built_;
+  if (memo_.count(h) == 0) memo_order_.push_back(h);
+  memo_[h] = {std::move(key), built};
+  while (memo_order_.size() > kPromptMemo) {
+    memo_.erase(memo_order_.front());
+    memo_order_.pop_front();
+  }
+  return built;
 }
 
 // The prompt's knowledge-tree segments in prompt order (RAGCache §5.1): the exact path it reused,
@@ -271,7 +309,8 @@ AnswerRecord RagAnswerer::finish(PrefilledAnswer&& p, DecodeResult&& d) {
 
 PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vector<const Chunk*>& chunks,
                                      const AnswerOptions& opt) {
-  const RagPrompt prompt = format_.build(chunks, question, opt.history);
+  const std::shared_ptr<const RagPrompt> built = prompt(chunks, question, opt.history);
+  const RagPrompt& prompt = *built;
   const int64_t n_ctx = prompt.n_tokens() + opt.gen.max_tokens;
   if (n_ctx > model_.config().n_ctx_train)
     fail("the prompt ({} tokens for {} chunks) plus {} new tokens exceeds the model's context of {} tokens",

@@ -4,9 +4,12 @@
 // the fusor (core/rag/fusor.h) and answered by greedy decoding.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -164,6 +167,13 @@ class RagAnswerer {
   const CacheKeys& keys() const { return keys_; }
   // XXH64 of the prompt's token ids: equal exactly when answer() would prefill the same tokens.
   uint64_t prompt_hash(const std::string& question, const std::vector<const Chunk*>& chunks) const;
+  // The prompt of (chunks, question, history), built (tokenized) once: the run's scheduling, its
+  // conversation fitting, eval's modes and the prefill all take it from here. The last
+  // kPromptMemo distinct prompts are kept (a run looks ahead at most its reorder window).
+  std::shared_ptr<const RagPrompt> prompt(const std::vector<const Chunk*>& chunks, const std::string& question,
+                                          const std::vector<PastTurn>& history = {}) const;
+  size_t prompts_built() const { return prompts_built_; }  // prompts tokenized so far (tests)
+  static constexpr size_t kPromptMemo = 256;
 
  private:
   // The knowledge-tree segments of a prefilled prompt, for KvTiers::record_prompt.
@@ -183,6 +193,16 @@ class RagAnswerer {
   VariantLedger* ledger_;
   CacheKeys keys_;
   Workspace ws_;
+  // prompt()'s memo: by a hash of its inputs (each chunk's id and text, the question, the
+  // history), oldest first out; the inputs themselves kept to rule out a hash collision.
+  struct MemoPrompt {
+    std::string key;
+    std::shared_ptr<const RagPrompt> prompt;
+  };
+  mutable std::mutex memo_mutex_;
+  mutable std::unordered_map<uint64_t, MemoPrompt> memo_;
+  mutable std::deque<uint64_t> memo_order_;
+  mutable size_t prompts_built_ = 0;
 };
 
 }  // namespace ragkv
