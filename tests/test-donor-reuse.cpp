@@ -112,11 +112,18 @@ struct DonorFixture : test::RagMini {
     }
   }
   // A store holding the previous version's caches (and, with fresh, the edited chunks' computed whole).
+  // (The previous version is computed once, into dir/previous; each store starts as a copy of it.)
   fs::path base_store(const std::string& name, bool fresh = false) {
-    const fs::path p = dir.path / name;
-    const KvStore s = KvStore::open_for_write(p, CacheKeys(*model, *format).store_info());
-    precompute_chunks(*model, *format, s, all());
-    if (fresh) precompute_chunks(*model, *format, s, edited_ptrs());
+    const fs::path previous = dir.path / "previous", p = dir.path / name;
+    if (!fs::exists(previous / "store.json")) {
+      const KvStore s = KvStore::open_for_write(previous, CacheKeys(*model, *format).store_info());
+      precompute_chunks(*model, *format, s, all());
+    }
+    fs::copy(previous, p, fs::copy_options::recursive);
+    if (fresh) {
+      const KvStore s = KvStore::open_for_write(p, CacheKeys(*model, *format).store_info());
+      precompute_chunks(*model, *format, s, edited_ptrs());
+    }
     return p;
   }
   std::vector<const Chunk*> edited_ptrs() const { return {&edited[0], &edited[1]}; }

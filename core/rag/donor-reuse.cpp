@@ -177,7 +177,6 @@ DonorBuild build_from_donor(const Model& model, const PromptFormat& format, cons
 
   DonorBuild b;
   b.computed_token_layers = r.stats.computed_token_layers;
-  b.changed_tokens = n - match.shared;
   for (int32_t row : r.stats.final_rows) b.repaired_tokens += plan.reused[size_t(row)];
   return b;
 }

@@ -60,7 +60,6 @@ struct DonorMatch {
 // What building one chunk from its donor cost.
 struct DonorBuild {
   int64_t computed_token_layers = 0;  // every row computed on every layer (the changed tokens, the repair)
-  int64_t changed_tokens = 0;         // tokens of the new chunk the donor has no KV for
   int64_t repaired_tokens = 0;        // aligned tokens recomputed on the last layer
 };
 
