@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "core/backend/backend.h"
@@ -293,6 +294,141 @@ TEST_CASE("quant kernels: an output row depends only on its own activation row (
     }
 }
 
+double wide_rounding_bound(const float* w, const float* x, int64_t k);
+
+// The prompt kernels' activation rows for m rows of k values, and their values as f32 (d · q).
+Acts prompt_acts(const PromptKernels& pk, const std::vector<float>& x, int64_t m, int64_t k) {
+  Acts a;
+  a.stride = pk.act_row_bytes(k);
+  a.bytes.resize(a.stride * size_t(m));
+  for (int64_t i = 0; i < m; ++i) pk.quantize_act(x.data() + i * k, a.bytes.data() + size_t(i) * a.stride, k);
+  return a;
+}
+
+TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels: 16-bit within its rounding of f32, 8-bit equal to the portable kernels, rows independent") {
+  const PromptKernels* p16 = prompt_kernels_vnni16();
+  const PromptKernels* p8 = prompt_kernels_vnni8();
+  if (!p16 || !p8) {
+    MESSAGE("this CPU has no AVX-512 VNNI: prompts take dequantised tiles into SGEMM here");
+    return;
+  }
+  const QuantKernels& sc = quant_kernels_scalar();
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+    // m: register tiles of 8 rows and tails; n: groups of 16 weight rows and a partial group.
+    for (const auto& [m, n, blocks] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 16, 2}, {8, 17, 1},
+                                        {13, 37, 3}, {33, 5, 2}}) {
+      CAPTURE(ggml_type_name(t));
+      CAPTURE(m);
+      CAPTURE(n);
+      const int64_t k = 256 * blocks;
+      const std::vector<uint8_t> w = random_rows(t, n, k, uint32_t(k + n + m));
+      const size_t row_bytes = ggml_row_bytes(t, k);
+      const std::vector<float> x = test::random_vec(size_t(m * k), uint64_t(m * 7 + k), 2.f);
+      std::vector<float> wf(size_t(n * k));
+      for (int64_t j = 0; j < n; ++j) dequantize_row(t, w.data() + size_t(j) * row_bytes, wf.data() + j * k, k);
+
+      // 8-bit: the activation bytes of the K-quant kernels, the same integer sums (f32 steps fused).
+      const Acts a = make_acts(sc, t, x, m, k), a8 = prompt_acts(*p8, x, m, k);
+      REQUIRE(a.bytes == a8.bytes);
+      std::vector<float> ys(size_t(m * n)), y8(size_t(m * n), -1.f);
+      gemm_for(sc, t)(m, n, k, a.bytes.data(), a.stride, w.data(), row_bytes, ys.data(), n);
+      prompt_gemm_for(*p8, t)(m, n, k, a8.bytes.data(), a8.stride, w.data(), row_bytes, y8.data(), n);
+      for (size_t i = 0; i < ys.size(); ++i) CHECK(std::fabs(ys[i] - y8[i]) <= 2e-5 * (std::fabs(ys[i]) + 1.f));
+
+      // 16-bit: the blocks of quantize_act32_wide, and the product of the unquantised rows within
+      // the 16-bit rounding bound (as the output head's Q8_0 kernel).
+      const Acts a16 = prompt_acts(*p16, x, m, k);
+      for (int64_t i = 0; i < m; ++i) {
+        std::vector<ActBlock32W> ref(size_t(k / 32));
+        sc.quantize_act32_wide(x.data() + i * k, ref.data(), k);
+        CHECK(std::memcmp(ref.data(), a16.bytes.data() + size_t(i) * a16.stride, ref.size() * sizeof(ActBlock32W)) == 0);
+      }
+      std::vector<float> y16(size_t(m * n), -1.f);
+      prompt_gemm_for(*p16, t)(m, n, k, a16.bytes.data(), a16.stride, w.data(), row_bytes, y16.data(), n);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const DotRef r = dot_ref(wf.data() + j * k, x.data() + i * k, k);
+          CHECK(std::fabs(y16[size_t(i * n + j)] - r.value) <=
+                wide_rounding_bound(wf.data() + j * k, x.data() + i * k, k) + 1e-6 * r.magnitude + 1e-7);
+        }
+
+      // Each row alone has its bits in the batch, in both tables.
+      for (const auto& [pk, acts, batch] : {std::tuple{p8, &a8, &y8}, std::tuple{p16, &a16, &y16}})
+        for (int64_t i = 0; i < m; ++i) {
+          std::vector<float> one(static_cast<size_t>(n));
+          prompt_gemm_for(*pk, t)(1, n, k, acts->bytes.data() + size_t(i) * acts->stride, acts->stride, w.data(),
+                                  row_bytes, one.data(), n);
+          CHECK(std::memcmp(one.data(), batch->data() + i * n, size_t(n) * sizeof(float)) == 0);
+        }
+    }
+  // Extreme values: every weight byte 0xff (Q6_K scales −128) and activations at ±full scale in
+  // every lane (the largest integer sums the kernels take): no overflow.
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    CAPTURE(ggml_type_name(t));
+    const int64_t m = 2, n = 3, k = 512;
+    std::vector<uint8_t> w = random_rows(t, n, k, 5);
+    const size_t row_bytes = ggml_row_bytes(t, k);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t b = 0; b < k / 256; ++b) {
+        uint8_t* blk = w.data() + size_t(j) * row_bytes + size_t(b) * ggml_block_bytes(t);
+        if (t == GgmlType::Q6_K) std::memset(blk, 0xff, 192), std::memset(blk + 192, 0x80, 16);
+        else std::memset(blk + 4, 0xff, ggml_block_bytes(t) - 4);
+      }
+    std::vector<float> x(size_t(m * k), 1.f);
+    for (int64_t c = 0; c < k; c += 2) x[size_t(k + c)] = -1.f;
+    std::vector<float> wf(size_t(n * k));
+    for (int64_t j = 0; j < n; ++j) dequantize_row(t, w.data() + size_t(j) * row_bytes, wf.data() + j * k, k);
+    for (const PromptKernels* pk : {p8, p16}) {
+      const Acts a = prompt_acts(*pk, x, m, k);
+      std::vector<float> y(size_t(m * n));
+      prompt_gemm_for(*pk, t)(m, n, k, a.bytes.data(), a.stride, w.data(), row_bytes, y.data(), n);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const DotRef r = dot_ref(wf.data() + j * k, x.data() + i * k, k);
+          CHECK(std::fabs(y[size_t(i * n + j)] - r.value) <= 1e-4 * r.magnitude + 1e-6);
+        }
+    }
+  }
+  const bool no_q8_0_kernel = prompt_gemm_for(*p16, GgmlType::Q8_0) == nullptr;  // Q8_0 keeps its own path
+  CHECK(no_q8_0_kernel);
+}
+
+TEST_CASE("quant kernels: the AVX-512 VNNI Q6_K head kernel is within 16-bit rounding of f32, each row alone as in a batch") {
+  const GemmFn head = gemm_q6_k_wide_vnni();
+  if (!head) {
+    MESSAGE("this CPU has no AVX-512 VNNI: a Q6_K head meets dequantised rows here");
+    return;
+  }
+  const QuantKernels& sc = quant_kernels_scalar();
+  for (const auto& [m, n, blocks] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {1, 9, 3}, {3, 5, 2}, {5, 7, 1},
+                                      {7, 3, 4}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    const int64_t k = 256 * blocks;
+    const std::vector<uint8_t> w = random_rows(GgmlType::Q6_K, n, k, uint32_t(k + n));
+    const size_t row_bytes = ggml_row_bytes(GgmlType::Q6_K, k);
+    const std::vector<float> x = test::random_vec(size_t(m * k), uint64_t(m + 3 * k), 2.f);
+    std::vector<float> wf(size_t(n * k));
+    for (int64_t j = 0; j < n; ++j) dequantize_row(GgmlType::Q6_K, w.data() + size_t(j) * row_bytes, wf.data() + j * k, k);
+    const size_t stride = act_row_bytes(ActFormat::q16_32, k);
+    std::vector<uint8_t> a(stride * size_t(m));
+    for (int64_t i = 0; i < m; ++i)
+      sc.quantize_act32_wide(x.data() + i * k, reinterpret_cast<ActBlock32W*>(a.data() + size_t(i) * stride), k);
+    std::vector<float> y(size_t(m * n));
+    head(m, n, k, a.data(), stride, w.data(), row_bytes, y.data(), n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const DotRef r = dot_ref(wf.data() + j * k, x.data() + i * k, k);
+        CHECK(std::fabs(y[size_t(i * n + j)] - r.value) <=
+              wide_rounding_bound(wf.data() + j * k, x.data() + i * k, k) + 1e-6 * r.magnitude + 1e-7);
+      }
+      std::vector<float> one(static_cast<size_t>(n));
+      head(1, n, k, a.data() + size_t(i) * stride, stride, w.data(), row_bytes, one.data(), n);
+      CHECK(std::memcmp(one.data(), y.data() + i * n, size_t(n) * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("quant kernels: the wide-activation Q8_0 head kernel gives a row the same bits alone and in a batch") {
   // A decode step of one sequence and a batch of several run different register tiles; each
   // output must still see the same operations in the same order.
@@ -418,8 +554,9 @@ TEST_CASE("quant kernels: a weight marked wide_activations keeps its activations
       for (size_t i = 0; i < ys[0].size(); ++i) CHECK(std::fabs(ys[0][i] - ys[1][i]) <= 2e-5 * (std::fabs(ys[0][i]) + 1.f));
   }
 
-  // The backend: a marked weight (Q8_0 by its 16-bit kernel, within the blocks' rounding bound;
-  // Q4_K and Q6_K parts by dequantised tiles, exactly f32) equals dequantised weights times f32
+  // The backend: a marked weight (Q8_0 by its 16-bit kernel, and Q6_K by its own where the CPU
+  // has AVX-512 VNNI, within the blocks' rounding bound; other Q4_K and Q6_K parts by dequantised
+  // tiles, exactly f32) equals dequantised weights times f32
   // activations in decode-sized calls even when the call allows 8-bit activations (block8), while
   // the same weight unmarked rounds them to 8 bits (and differs 100 times more); and with
   // Activations::f32 the unmarked weight equals the marked one exactly.
@@ -449,7 +586,8 @@ TEST_CASE("quant kernels: a weight marked wide_activations keeps its activations
         dequantize_row(t, data.data() + j * ggml_row_bytes(t, k), wf.data(), k);
         for (int64_t i = 0; i < n; ++i) {
           const auto [s, mag] = dot_ref(wf.data(), x.data() + i * k, k);
-          const double rounding = t == GgmlType::Q8_0 ? wide_rounding_bound(wf.data(), x.data() + i * k, k) : 0.0;
+          const bool wide16 = t == GgmlType::Q8_0 || (t == GgmlType::Q6_K && gemm_q6_k_wide_vnni() && prompt_kernels());
+          const double rounding = wide16 ? wide_rounding_bound(wf.data(), x.data() + i * k, k) : 0.0;
           CHECK(std::fabs(vm[i * rows + j] - s) <= rounding + 1e-6 * mag + 1e-7);
           worst_marked = std::max(worst_marked, std::fabs(vm[i * rows + j] - s) / (mag + 1e-7));
           worst_plain = std::max(worst_plain, std::fabs(vp[i * rows + j] - s) / (mag + 1e-7));

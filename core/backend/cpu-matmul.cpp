@@ -4,7 +4,9 @@
 // every activation row (the kernels hold up to four rows in registers per weight row, so a tile
 // of weight rows read once serves the whole batch: decode steps of many sequences read each
 // weight once). Every output depends only on its row of x and its row of W (quant-kernels.h).
-// That is Activations::block8 (decode steps). With wide activations (prompts, and weights marked
+// That is Activations::block8 (decode steps). Prompts on K-quant weights, where the CPU has
+// AVX-512 VNNI, take the prompt kernels (16-bit activation blocks against weights repacked per
+// call, quant-kernels.h). Otherwise, with wide activations (prompts, and weights marked
 // wide_activations such as the output head) quantised parts are dequantised tile by tile into
 // SGEMM, except in calls of fewer than kDequantGemmRows rows: on Q8_0/F16/BF16/F32 parts only
 // they run kernels on 16-bit activation blocks (Q8_0) or f32 activations (F16/BF16); with other
@@ -109,7 +111,24 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
     wide_kernels &= act_format(part.type) == ActFormat::f32 || part.type == GgmlType::Q8_0;
     all_f32 &= part.type == GgmlType::F32;
   }
+  // A prompt on K-quant weights, where the CPU has the prompt kernels: integer products on 16-bit
+  // activation blocks (or 8-bit ones, RAGKV_PREFILL_KERNELS=int8).
+  if (wide && !w.wide_activations && m >= kDequantGemmRows) {
+    if (const PromptKernels* pk = prompt_kernels()) {
+      bool all_k = true;
+      for (const CpuWeightPart& part : w.parts) all_k &= prompt_gemm_for(*pk, part.type) != nullptr;
+      if (all_k) {
+        run_prompt_kernels(x, w, outs, threads, *pk);
+        add_biases(outs, biases);
+        return;
+      }
+    }
+  }
   if (wide && !all_f32 && (m >= kDequantGemmRows || !wide_kernels)) {
+    if (m < kDequantRowsCalls && run_q6_k_wide(x, w, outs, threads)) {
+      add_biases(outs, biases);
+      return;
+    }
     if (m < kDequantRowsCalls) run_dequant_rows(x, w, outs, threads);
     else run_dequant_gemm(x, w, outs, threads);
     add_biases(outs, biases);
@@ -187,6 +206,64 @@ void CpuMatmul::add_biases(std::span<const Tensor> outs, std::span<const Weight*
     for (int64_t i = 0; i < y.rows; ++i)
       for (int64_t j = 0; j < y.cols; ++j) yp[i * y.cols + j] += b[j];
   }
+}
+
+// The prompt kernels (quant-kernels.h): the activation rows quantised once into the table's
+// blocks, then the threads take tiles of kPromptTileRows weight rows, each repacked by the kernel
+// once for all the activation rows.
+constexpr int64_t kPromptTileRows = 64;
+void CpuMatmul::run_prompt_kernels(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads,
+                                   const PromptKernels& pk) {
+  const int64_t m = x.rows, k = x.cols;
+  std::vector<Tile> tiles;
+  for (size_t p = 0; p < w.parts.size(); ++p)
+    for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += kPromptTileRows)
+      tiles.push_back({p, r0, std::min(kPromptTileRows, w.parts[p].rows - r0)});
+  const size_t row = pk.act_row_bytes(k);
+  if (act_prompt_.size() < size_t(m) * row) act_prompt_.resize(size_t(m) * row);
+  const float* xp = x.as<float>();
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; ++i) pk.quantize_act(xp + i * k, act_prompt_.data() + i * row, k);
+#pragma omp for schedule(dynamic, 1)
+    for (size_t t = 0; t < tiles.size(); ++t) {
+      const Tile& tl = tiles[t];
+      const CpuWeightPart& part = w.parts[tl.part];
+      const auto [y, ldy] = part_output(w, outs, tl.part);
+      prompt_gemm_for(pk, part.type)(m, tl.rows, k, act_prompt_.data(), row, part.data + tl.row0 * part.row_bytes,
+                                     part.row_bytes, y + tl.row0, ldy);
+    }
+  }
+}
+
+// A decode step's product with a Q6_K weight that keeps wide activations (a Q4_K_M file's output
+// head), where the CPU has AVX-512 VNNI: 16-bit activation blocks against the weight rows as they
+// are (gemm_q6_k_wide_vnni), not rows dequantised every step. False (nothing done) otherwise.
+bool CpuMatmul::run_q6_k_wide(const Tensor& x, const CpuWeight& w, std::span<const Tensor> outs, int threads) {
+  const GemmFn kernel = gemm_q6_k_wide_vnni();
+  if (!kernel || !prompt_kernels()) return false;  // RAGKV_PREFILL_KERNELS=f32 keeps the f32 rows too
+  for (const CpuWeightPart& part : w.parts)
+    if (part.type != GgmlType::Q6_K) return false;
+  const int64_t m = x.rows, k = x.cols;
+  const size_t b16 = act_row_bytes(ActFormat::q16_32, k);
+  if (act16_.size() < size_t(m) * b16) act16_.resize(size_t(m) * b16);
+  const float* xp = x.as<float>();
+  const QuantKernels& qk = quant_kernels();
+  for (int64_t i = 0; i < m; ++i)
+    qk.quantize_act32_wide(xp + i * k, reinterpret_cast<ActBlock32W*>(act16_.data() + i * b16), k);
+  std::vector<Tile> tiles;
+  for (size_t p = 0; p < w.parts.size(); ++p)
+    for (int64_t r0 = 0; r0 < w.parts[p].rows; r0 += 64) tiles.push_back({p, r0, std::min<int64_t>(64, w.parts[p].rows - r0)});
+  const bool parallel = threads > 1 && m * k * w.out_features >= kParallelMacs;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (parallel)
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    const Tile& tl = tiles[t];
+    const CpuWeightPart& part = w.parts[tl.part];
+    const auto [y, ldy] = part_output(w, outs, tl.part);
+    kernel(m, tl.rows, k, act16_.data(), b16, part.data + tl.row0 * part.row_bytes, part.row_bytes, y + tl.row0, ldy);
+  }
+  return true;
 }
 
 // Fewer activation rows than kDequantRowsCalls (a decode step's head on a type without wide

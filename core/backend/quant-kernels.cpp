@@ -16,6 +16,9 @@ namespace ragkv {
 // Defined in quant-kernels-avx2.cpp (compiled with -mavx2 -mfma -mf16c): a constant table, so
 // taking its address runs none of that file's code.
 extern const QuantKernels kQuantKernelsAvx2;
+// Defined in quant-kernels-vnni.cpp (compiled with AVX-512 F/BW/VL/VNNI), likewise.
+extern const PromptKernels kPromptKernelsVnni16, kPromptKernelsVnni8;
+extern const GemmFn kGemmQ6KWideVnni;
 
 ActFormat act_format(GgmlType t) {
   switch (t) {
@@ -97,6 +100,45 @@ const QuantKernels* quant_kernels_avx2() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return &kQuantKernelsAvx2;
 #endif
   return nullptr;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+bool has_vnni() {
+  __builtin_cpu_init();
+  return quant_kernels_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+}  // namespace
+
+const PromptKernels* prompt_kernels_vnni16() { return has_vnni() ? &kPromptKernelsVnni16 : nullptr; }
+const PromptKernels* prompt_kernels_vnni8() { return has_vnni() ? &kPromptKernelsVnni8 : nullptr; }
+GemmFn gemm_q6_k_wide_vnni() { return has_vnni() ? kGemmQ6KWideVnni : nullptr; }
+#else
+const PromptKernels* prompt_kernels_vnni16() { return nullptr; }
+const PromptKernels* prompt_kernels_vnni8() { return nullptr; }
+GemmFn gemm_q6_k_wide_vnni() { return nullptr; }
+#endif
+
+const PromptKernels* prompt_kernels() {
+  static const PromptKernels* chosen = [] () -> const PromptKernels* {
+    const char* cpu = std::getenv("RAGKV_CPU_KERNELS");
+    if (cpu && std::strcmp(cpu, "scalar") == 0) return nullptr;
+    const char* force = std::getenv("RAGKV_PREFILL_KERNELS");
+    if (force && std::strcmp(force, "f32") == 0) return nullptr;
+    if (force && std::strcmp(force, "int8") == 0) return prompt_kernels_vnni8();
+    return prompt_kernels_vnni16();
+  }();
+  return chosen;
+}
+
+GemmFn prompt_gemm_for(const PromptKernels& k, GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_K: return k.gemm_q4_k;
+    case GgmlType::Q5_K: return k.gemm_q5_k;
+    case GgmlType::Q6_K: return k.gemm_q6_k;
+    default: return nullptr;
+  }
 }
 
 const QuantKernels& quant_kernels() {

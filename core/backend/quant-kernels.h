@@ -103,6 +103,33 @@ struct QuantKernels {
       dequantize_q5_k, dequantize_q6_k;
 };
 
+// Prompt products on K-quant weights (Q4_K, Q5_K, Q6_K) for calls of many activation rows: the
+// weights are repacked per call, sixteen rows interleaved into the lanes of a vector, and
+// multiplied by integer dot products (AVX-512 VNNI, quant-kernels-vnni.cpp); each output still
+// depends only on its activation row and its weight row. Two tables: 16-bit activation blocks of
+// 32 values (the default: rounding 256 times finer than 8 bits, within the golden tolerances of
+// the f32 path) and 8-bit blocks of 256 (ActBlock256, llama.cpp's Q8_K precision: about twice as
+// fast, the same integer sums as the K-quant kernels above).
+struct PromptKernels {
+  const char* name;  // "avx512-vnni-16", "avx512-vnni-8"
+  size_t (*act_row_bytes)(int64_t k);                          // one activation row in the kernels' format
+  void (*quantize_act)(const float* x, uint8_t* row, int64_t k);  // k a multiple of 256
+  GemmFn gemm_q4_k, gemm_q5_k, gemm_q6_k;
+};
+// The tables when the CPU has AVX-512 F/BW/VL and VNNI, else null.
+const PromptKernels* prompt_kernels_vnni16();
+const PromptKernels* prompt_kernels_vnni8();
+// What the CPU backend uses for prompts: prompt_kernels_vnni16(); with RAGKV_PREFILL_KERNELS=int8
+// in the environment the 8-bit table; null (dequantised tiles into SGEMM, cpu-matmul.cpp) without
+// AVX-512 VNNI, with RAGKV_PREFILL_KERNELS=f32, or with RAGKV_CPU_KERNELS=scalar.
+const PromptKernels* prompt_kernels();
+// Q6_K weights against 16-bit activation blocks (ActBlock32W), row by row, as gemm_q8_0_wide: the
+// decode steps' products of weights that keep their activations wide (the Q6_K output head of a
+// Q4_K_M file) without dequantising the head every step. Null without AVX-512 VNNI.
+GemmFn gemm_q6_k_wide_vnni();
+// The prompt kernel for weights of type t, null for a type without one.
+GemmFn prompt_gemm_for(const PromptKernels& kernels, GgmlType t);
+
 // A row of weights of type t to f32 through the table's dequantiser where it has one, else
 // core/format/quant.h's dequantize_row: the same values either way.
 void dequantize_row_with(const QuantKernels& kernels, GgmlType t, const uint8_t* src, float* dst, int64_t k);

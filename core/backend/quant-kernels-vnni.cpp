@@ -1,0 +1,518 @@
+// The prompt kernels of quant-kernels.h on AVX-512 VNNI: K-quant weights (Q4_K, Q5_K, Q6_K)
+// against a prompt's activation rows by integer dot products. This file alone is compiled with
+// AVX-512 F/BW/VL/VNNI (CMakeLists.txt); quant-kernels.cpp hands its tables out only on a CPU that
+// has them. Like quant-kernels-avx2.cpp it includes no header with inline functions shared with
+// other files.
+//
+// A prompt meets every weight row many times, so the weights are repacked on the fly, once per
+// call, for all of its activation rows: sixteen weight rows at a time are unpacked and
+// interleaved so that each 32-bit lane u of a 512-bit vector holds consecutive values of row u,
+// with the super-block's scales as vectors with a lane per row. One instruction then multiplies
+// those values of sixteen rows by activation values broadcast to every lane, and each activation
+// row's result for the sixteen rows comes out as the lanes of one vector — the layout of
+// llama.cpp's repacked CPU kernels and ik_llama.cpp's, here built per call in a thread-local
+// buffer, so the weights stay as the file has them (nothing is copied to keep). A lane's
+// operations depend only on its weight row and its activation row, so an output has the same bits
+// whatever rows share the call.
+//
+// Two tables:
+// - 16-bit activations (the default): blocks of 32 values (ActBlock32W, then each block's sum),
+//   weights as int16 with the sub-block scale inside (sc · q; Q6_K sc · (q − 32)); vpdpwssd, two
+//   products per lane; each sub-block's integer sum scaled in f32 by d · a.d, Q4_K/Q5_K's mins
+//   subtracted as dmin · m · a.d · Σ a. Within 16-bit rounding of the f32 product.
+// - 8-bit activations: ActBlock256 (llama.cpp's Q8_K precision), weights as bytes; vpdpbusd, four
+//   products per lane; per super-block the portable kernels' integers exactly
+//   (quant-kernels-scalar.cpp): sumi = Σ_s sc_s · Σ_{v∈s} q_v · a_v and the offset term
+//   summ = Σ_s m_s · (Σ a over s) (Q6_K: −32 · Σ_s sc_s · Σ a, inside sumi), then
+//   y += (d · a.d) · sumi − (dmin · a.d) · summ in fused multiply-adds.
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "core/backend/quant-kernels.h"
+
+namespace ragkv {
+
+namespace {
+
+constexpr int kLanes = 16;  // weight rows per repacked group: one per 32-bit lane of a zmm
+constexpr int kRowTile = 8;  // activation rows in registers at once (3 zmm each)
+
+// int32 lanes to f32 (the unmasked intrinsic starts from an undefined vector, which GCC 12 warns of).
+inline __m512 to_f32(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
+
+// The sum of the sixteen lanes, in a fixed order.
+inline float hsum(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  __m256 h = _mm256_add_ps(_mm256_load_ps(t), _mm256_load_ps(t + 8));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return _cvtsh_ss(h);
+}
+
+// ---- 8-bit activations (RAGKV_PREFILL_KERNELS=int8); the unpackers serve both tables
+
+// One super-block of sixteen weight rows, repacked for 8-bit activations.
+// - vals[t]: lane u = values 4t … 4t + 3 of row u (bytes, 0 … 63);
+// - sc[s]: lane u = the scale of sub-block s of row u (32 values for Q4_K/Q5_K, 16 for Q6_K);
+// - off[p]: lane u = two int16 coefficients of the offset term over the activation's 16-value
+//   sums 2p and 2p + 1 (Q4_K/Q5_K: m_p, m_p; Q6_K: −32 · sc_2p, −32 · sc_2p+1);
+// - d, dmin: lane u = row u's super-block scales (Q6_K: dmin unused).
+struct Packed {
+  __m512i vals[64];
+  __m512i sc[16];
+  __m512i off[8];
+  __m512 d, dmin;
+};
+
+// Row u's 256 values and scales unpacked (the block layouts of core/format/quant.cpp).
+struct Unpacked {
+  alignas(64) uint8_t v[kLanes][256];
+  int32_t sc[16][kLanes];
+  int16_t off[8][kLanes][2];
+  float d[kLanes], dmin[kLanes];
+};
+
+inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+template <bool with_high>
+void unpack_q45_k(const uint8_t* w, int u, Unpacked& o) {
+  o.d[u] = f16_at(w);
+  o.dmin[u] = f16_at(w + 2);
+  for (int s = 0; s < 8; ++s) {
+    int sc, m;
+    scale_min_k4(s, w + 4, &sc, &m);
+    o.sc[s][u] = sc;
+    o.off[s][u][0] = o.off[s][u][1] = int16_t(m);
+  }
+  const uint8_t* qs = w + (with_high ? 48 : 16);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  for (int c = 0; c < 4; ++c) {  // 64-value chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+    __m256i lo = _mm256_and_si256(x, low4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
+    if constexpr (with_high) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+      const __m256i bit0 = _mm256_set1_epi8(1);
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), bit0), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), bit0), 4));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(o.v[u] + 64 * c), lo);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(o.v[u] + 64 * c + 32), hi);
+  }
+}
+
+void unpack_q6_k(const uint8_t* w, int u, Unpacked& o) {
+  const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+  o.d[u] = f16_at(w + 208);
+  o.dmin[u] = 0.f;
+  for (int s = 0; s < 16; ++s) o.sc[s][u] = sc[s];
+  for (int p = 0; p < 8; ++p) {
+    o.off[p][u][0] = int16_t(-32 * sc[2 * p]);
+    o.off[p][u][1] = int16_t(-32 * sc[2 * p + 1]);
+  }
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
+  for (int half = 0; half < 2; ++half) {  // elements l, l + 32, l + 64, l + 96 of each half
+    const uint8_t* ql = w + 64 * half;
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+    const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
+    uint8_t* v = o.v[u] + 128 * half;
+    const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
+    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
+    const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
+    const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v), q0);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v + 32), q1);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v + 64), q2);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v + 96), q3);
+  }
+}
+
+// The unpacked rows interleaved into lanes: vals[t] lane u = the 32-bit word t of row u, by 16 × 16
+// word transposes (rows beyond `rows` are zero).
+void interleave(const Unpacked& o, int nsub, Packed& p) {
+  const __m512i idx = _mm512_set_epi32(15 * 64, 14 * 64, 13 * 64, 12 * 64, 11 * 64, 10 * 64, 9 * 64, 8 * 64, 7 * 64,
+                                       6 * 64, 5 * 64, 4 * 64, 3 * 64, 2 * 64, 1 * 64, 0);
+  for (int t = 0; t < 64; ++t)
+    p.vals[t] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, idx, reinterpret_cast<const int*>(o.v[0]) + t, 4);
+  for (int s = 0; s < nsub; ++s) p.sc[s] = _mm512_loadu_si512(o.sc[s]);
+  for (int q = 0; q < 8; ++q) p.off[q] = _mm512_loadu_si512(o.off[q]);
+  p.d = _mm512_loadu_ps(o.d);
+  p.dmin = _mm512_loadu_ps(o.dmin);
+}
+
+enum class KType { q4_k, q5_k, q6_k };
+
+template <KType T>
+struct KTraits;
+template <>
+struct KTraits<KType::q4_k> {
+  static constexpr size_t bytes = 144;
+  static constexpr int nsub = 8;  // sub-blocks of 32 values: 8 words
+  static void unpack(const uint8_t* w, int u, Unpacked& o) { unpack_q45_k<false>(w, u, o); }
+};
+template <>
+struct KTraits<KType::q5_k> {
+  static constexpr size_t bytes = 176;
+  static constexpr int nsub = 8;
+  static void unpack(const uint8_t* w, int u, Unpacked& o) { unpack_q45_k<true>(w, u, o); }
+};
+template <>
+struct KTraits<KType::q6_k> {
+  static constexpr size_t bytes = 210;
+  static constexpr int nsub = 16;  // sub-blocks of 16 values: 4 words
+  static void unpack(const uint8_t* w, int u, Unpacked& o) { unpack_q6_k(w, u, o); }
+};
+
+// R activation rows (a[r], nb super-blocks each) against one repacked group of sixteen weight
+// rows: out[r][u] = the product of activation row r with weight row u.
+template <KType T, int R>
+void rows_against_group(const Packed* pk, const ActBlock256* const* a, int64_t nb, float (*out)[kLanes]) {
+  constexpr int nsub = KTraits<T>::nsub, words = 64 / nsub;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const Packed& p = pk[b];
+    __m512i sumi[R], part[R];
+    for (int r = 0; r < R; ++r) sumi[r] = _mm512_setzero_si512();
+    for (int s = 0; s < nsub; ++s) {
+      for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_si512();
+      for (int t = 0; t < words; ++t) {
+        const __m512i wv = p.vals[s * words + t];
+        for (int r = 0; r < R; ++r) {
+          int32_t a4;
+          std::memcpy(&a4, a[r][b].q + 4 * (s * words + t), 4);
+          part[r] = _mm512_dpbusd_epi32(part[r], wv, _mm512_set1_epi32(a4));
+        }
+      }
+      for (int r = 0; r < R; ++r) sumi[r] = _mm512_add_epi32(sumi[r], _mm512_mullo_epi32(part[r], p.sc[s]));
+    }
+    // The offset term over the activation's sixteen 16-value sums (part is free again).
+    for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_si512();
+    for (int q = 0; q < 8; ++q)
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, a[r][b].bsum + 2 * q, 4);
+        part[r] = _mm512_dpwssd_epi32(part[r], p.off[q], _mm512_set1_epi32(pair));
+      }
+    for (int r = 0; r < R; ++r) {
+      const __m512 ad = _mm512_set1_ps(a[r][b].d);
+      if constexpr (T == KType::q6_k) {
+        // Q6_K: the offset belongs to the integer sum (the portable kernel's sc · (dot − 32 · bsum)).
+        acc[r] = _mm512_fmadd_ps(to_f32(_mm512_add_epi32(sumi[r], part[r])), _mm512_mul_ps(p.d, ad), acc[r]);
+      } else {
+        acc[r] = _mm512_fmadd_ps(to_f32(sumi[r]), _mm512_mul_ps(p.d, ad), acc[r]);
+        acc[r] = _mm512_fnmadd_ps(to_f32(part[r]), _mm512_mul_ps(p.dmin, ad), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out[r], acc[r]);
+}
+
+template <KType T>
+void gemm_k_prompt(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+                   int64_t ldy) {
+  using Tr = KTraits<T>;
+  const int64_t nb = k / 256;
+  thread_local std::vector<Packed> packed;
+  thread_local std::vector<Unpacked> unpacked(1);
+  if (packed.size() < size_t(nb)) packed.resize(size_t(nb));
+  Unpacked& un = unpacked[0];
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    const int rows = int(n - j0 < kLanes ? n - j0 : kLanes);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (rows < kLanes) std::memset(&un, 0, sizeof un);  // rows past the weight's end: zero lanes
+      for (int u = 0; u < rows; ++u) Tr::unpack(w + (j0 + u) * ws + b * Tr::bytes, u, un);
+      interleave(un, Tr::nsub, packed[size_t(b)]);
+    }
+    for (int64_t i0 = 0; i0 < m; i0 += kRowTile) {
+      const int r = int(m - i0 < kRowTile ? m - i0 : kRowTile);
+      const ActBlock256* a[kRowTile];
+      for (int i = 0; i < kRowTile; ++i)
+        a[i] = reinterpret_cast<const ActBlock256*>(static_cast<const uint8_t*>(x) + (i0 + (i < r ? i : 0)) * xs);
+      float out[kRowTile][kLanes];
+      switch (r) {
+        case 8: rows_against_group<T, 8>(packed.data(), a, nb, out); break;
+        case 7: rows_against_group<T, 7>(packed.data(), a, nb, out); break;
+        case 6: rows_against_group<T, 6>(packed.data(), a, nb, out); break;
+        case 5: rows_against_group<T, 5>(packed.data(), a, nb, out); break;
+        case 4: rows_against_group<T, 4>(packed.data(), a, nb, out); break;
+        case 3: rows_against_group<T, 3>(packed.data(), a, nb, out); break;
+        case 2: rows_against_group<T, 2>(packed.data(), a, nb, out); break;
+        default: rows_against_group<T, 1>(packed.data(), a, nb, out); break;
+      }
+      for (int i = 0; i < r; ++i) std::memcpy(y + (i0 + i) * ldy + j0, out[i], size_t(rows) * sizeof(float));
+    }
+  }
+}
+
+// ---- 16-bit activations (the default): ActBlock32W blocks, then each block's sum
+
+// A prompt activation row of k values: k / 32 ActBlock32W blocks, then k / 32 int32 block sums
+// (Σ q over the block, for the K-quants' mins).
+size_t act16_row_bytes(int64_t k) { return size_t(k / 32) * (sizeof(ActBlock32W) + sizeof(int32_t)); }
+
+// max |x| over 32 values (eight lanes at a time; max is exact, so any order gives the same value).
+inline float abs_max32(const float* x) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
+  for (int i = 8; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+void quantize_act16(const float* x, uint8_t* row, int64_t k) {
+  auto* blocks = reinterpret_cast<ActBlock32W*>(row);
+  auto* sums = reinterpret_cast<int32_t*>(row + size_t(k / 32) * sizeof(ActBlock32W));
+  for (int64_t b = 0; b < k / 32; ++b, x += 32) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = abs_max32(x);
+    const __m512 id = _mm512_set1_ps(amax > 0.f ? 32767.f / amax : 0.f);
+    // Round to nearest even and saturate, as the portable table's quantize_act32_wide (a NaN packs
+    // to −32768 there, as INT_MIN saturates here). The masked forms: the unmasked ones start from
+    // an undefined vector, which GCC 12 warns of.
+    const __m512i q0 = _mm512_maskz_cvtps_epi32(0xffff, _mm512_mul_ps(v0, id));
+    const __m512i q1 = _mm512_maskz_cvtps_epi32(0xffff, _mm512_mul_ps(v1, id));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].q), _mm512_maskz_cvtsepi32_epi16(0xffff, q0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].q + 16), _mm512_maskz_cvtsepi32_epi16(0xffff, q1));
+    blocks[b].d = amax / 32767.f;
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) sum += blocks[b].q[i];
+    sums[b] = sum;
+  }
+}
+
+// One super-block of sixteen weight rows for 16-bit activations.
+// - w[t]: lane u = values 2t and 2t + 1 of row u as int16 with the sub-block scale inside:
+//   Q4_K/Q5_K sc_s · q (at most 31 · 63), Q6_K sc_s · (q − 32) (at most 128 · 32 in magnitude);
+// - d: lane u = row u's d; mins[c] (Q4_K/Q5_K): lane u = dmin · m_c of row u.
+// A sub-block's integer sum stays inside int32: 32 · 1953 · 32768 (Q5_K), 16 · 4096 · 32767 (Q6_K).
+struct Packed16 {
+  __m512i w[128];
+  __m512 d;
+  __m512 mins[8];
+};
+
+struct Unpacked16 {
+  alignas(64) int16_t v[kLanes][256];
+  float d[kLanes], mins[8][kLanes];
+};
+
+template <KType T>
+void unpack16(const uint8_t* w, int u, Unpacked& tmp, Unpacked16& o) {
+  KTraits<T>::unpack(w, u, tmp);
+  o.d[u] = tmp.d[u];
+  constexpr int len = 256 / KTraits<T>::nsub;
+  for (int s = 0; s < KTraits<T>::nsub; ++s) {
+    const int sc = tmp.sc[s][u];
+    for (int l = 0; l < len; ++l) {
+      const int q = tmp.v[u][s * len + l];
+      o.v[u][s * len + l] = int16_t(T == KType::q6_k ? sc * (q - 32) : sc * q);
+    }
+    if constexpr (T != KType::q6_k) o.mins[s][u] = tmp.dmin[u] * float(tmp.off[s][u][0]);
+  }
+}
+
+void interleave16(const Unpacked16& o, Packed16& p) {
+  const __m512i idx = _mm512_set_epi32(15 * 128, 14 * 128, 13 * 128, 12 * 128, 11 * 128, 10 * 128, 9 * 128, 8 * 128,
+                                       7 * 128, 6 * 128, 5 * 128, 4 * 128, 3 * 128, 2 * 128, 1 * 128, 0);
+  for (int t = 0; t < 128; ++t)
+    p.w[t] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, idx, reinterpret_cast<const int*>(o.v[0]) + t, 4);
+  p.d = _mm512_loadu_ps(o.d);
+  for (int c = 0; c < 8; ++c) p.mins[c] = _mm512_loadu_ps(o.mins[c]);
+}
+
+// R activation rows against one repacked group: per 32-value activation block c, the integer sums
+// of its sub-blocks (one for Q4_K/Q5_K, two of 16 values for Q6_K) are scaled in f32 by d · a.d,
+// and Q4_K/Q5_K's mins subtract dmin · m_c · a.d · Σ q.
+template <KType T, int R>
+void rows_against_group16(const Packed16* pk, const uint8_t* const* a, int64_t nb, float (*out)[kLanes]) {
+  constexpr int per_sub = T == KType::q6_k ? 8 : 16;  // words (int16 pairs) per integer sum
+  const int64_t nblk = nb * 8;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const Packed16& p = pk[b];
+    for (int c = 0; c < 8; ++c) {  // activation block 8b + c: values 32c … 32c + 31 of the super-block
+      __m512 scale[R];
+      for (int r = 0; r < R; ++r)
+        scale[r] = _mm512_mul_ps(p.d, _mm512_set1_ps(reinterpret_cast<const ActBlock32W*>(a[r])[8 * b + c].d));
+      for (int h = 0; h < 16 / per_sub; ++h) {
+        __m512i part[R];
+        for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_si512();
+        for (int t = 0; t < per_sub; ++t) {
+          const int word = 16 * c + per_sub * h + t;
+          const __m512i wv = p.w[word];
+          for (int r = 0; r < R; ++r) {
+            int32_t pair;
+            std::memcpy(&pair, reinterpret_cast<const ActBlock32W*>(a[r])[8 * b + c].q + 2 * (per_sub * h + t), 4);
+            part[r] = _mm512_dpwssd_epi32(part[r], wv, _mm512_set1_epi32(pair));
+          }
+        }
+        for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(to_f32(part[r]), scale[r], acc[r]);
+      }
+      if constexpr (T != KType::q6_k)
+        for (int r = 0; r < R; ++r) {
+          const auto* sums = reinterpret_cast<const int32_t*>(a[r] + size_t(nblk) * sizeof(ActBlock32W));
+          const float ad = reinterpret_cast<const ActBlock32W*>(a[r])[8 * b + c].d;
+          acc[r] = _mm512_fnmadd_ps(p.mins[c], _mm512_set1_ps(ad * float(sums[8 * b + c])), acc[r]);
+        }
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out[r], acc[r]);
+}
+
+template <KType T>
+void gemm_k_prompt16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+                     int64_t ldy) {
+  const int64_t nb = k / 256;
+  thread_local std::vector<Packed16> packed;
+  thread_local std::vector<Unpacked> unpacked(1);
+  thread_local std::vector<Unpacked16> unpacked16(1);
+  if (packed.size() < size_t(nb)) packed.resize(size_t(nb));
+  Unpacked* tmp = unpacked.data();
+  Unpacked16* un = unpacked16.data();
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    const int rows = int(n - j0 < kLanes ? n - j0 : kLanes);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (rows < kLanes) std::memset(un, 0, sizeof *un);  // rows past the weight's end: zero lanes
+      for (int u = 0; u < rows; ++u) unpack16<T>(w + (j0 + u) * ws + b * KTraits<T>::bytes, u, *tmp, *un);
+      interleave16(*un, packed[size_t(b)]);
+    }
+    for (int64_t i0 = 0; i0 < m; i0 += kRowTile) {
+      const int r = int(m - i0 < kRowTile ? m - i0 : kRowTile);
+      const uint8_t* a[kRowTile];
+      for (int i = 0; i < kRowTile; ++i) a[i] = static_cast<const uint8_t*>(x) + (i0 + (i < r ? i : 0)) * xs;
+      float out[kRowTile][kLanes];
+      switch (r) {
+        case 8: rows_against_group16<T, 8>(packed.data(), a, nb, out); break;
+        case 7: rows_against_group16<T, 7>(packed.data(), a, nb, out); break;
+        case 6: rows_against_group16<T, 6>(packed.data(), a, nb, out); break;
+        case 5: rows_against_group16<T, 5>(packed.data(), a, nb, out); break;
+        case 4: rows_against_group16<T, 4>(packed.data(), a, nb, out); break;
+        case 3: rows_against_group16<T, 3>(packed.data(), a, nb, out); break;
+        case 2: rows_against_group16<T, 2>(packed.data(), a, nb, out); break;
+        default: rows_against_group16<T, 1>(packed.data(), a, nb, out); break;
+      }
+      for (int i = 0; i < r; ++i) std::memcpy(y + (i0 + i) * ldy + j0, out[i], size_t(rows) * sizeof(float));
+    }
+  }
+}
+
+// ---- Q6_K weights against 16-bit activation blocks, row by row (the output head at decode)
+
+// Q6_K's 6-bit values of one half block (128 elements) as bytes 0 … 63: q[t] holds elements
+// 32t … 32t + 31 of the half (the layout of core/format/quant.cpp, as unpack_q6_k above).
+inline void q6_k_half(const uint8_t* w, int half, __m256i q[4]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
+  const uint8_t* ql = w + 64 * half;
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+  const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
+  q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
+  q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
+}
+
+// One weight row against R activation rows of ActBlock32W blocks: each 32 values of the row
+// become int16 sc · (q − 32) (two 16-value sub-blocks, at most 128 · 32 in magnitude), one
+// vpdpwssd per activation row gives its integer sums (32 · 4096 · 32767 < 2³¹ per lane pair),
+// scaled in f32 by d · a.d.
+template <int R>
+void row_q6_k_wide(const uint8_t* w, const ActBlock32W* const* a, int64_t nb, float* y, int64_t ldy) {
+  const __m512i off = _mm512_set1_epi16(32);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, w += 210) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 128), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 192), _MM_HINT_T0);
+    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+    const float d = f16_at(w + 208);
+    for (int half = 0; half < 2; ++half) {
+      __m256i q[4];
+      q6_k_half(w, half, q);
+      for (int t = 0; t < 4; ++t) {
+        const int g = 4 * half + t;  // values 32g … 32g + 31: sub-blocks 2g (lanes 0-15) and 2g + 1
+        const __m512i scv = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(sc[2 * g]), _mm512_set1_epi16(sc[2 * g + 1]));
+        const __m512i wv = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(q[t]), off), scv);
+        for (int r = 0; r < R; ++r) {
+          const ActBlock32W& ab = a[r][8 * b + g];
+          const __m512i av = _mm512_loadu_si512(ab.q);
+          const __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, av);
+          acc[r] = _mm512_fmadd_ps(to_f32(sum), _mm512_set1_ps(d * ab.d), acc[r]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]);
+}
+
+void gemm_q6_k_wide(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
+                    int64_t ldy) {
+  for (int64_t i0 = 0; i0 < m; i0 += 4) {
+    const int64_t r = m - i0 < 4 ? m - i0 : 4;
+    const ActBlock32W* a[4];
+    for (int64_t i = 0; i < 4; ++i)
+      a[i] = reinterpret_cast<const ActBlock32W*>(static_cast<const uint8_t*>(x) + (i0 + (i < r ? i : 0)) * xs);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* wj = w + j * ws;
+      float* yj = y + i0 * ldy + j;
+      switch (r) {
+        case 4: row_q6_k_wide<4>(wj, a, k / 256, yj, ldy); break;
+        case 3: row_q6_k_wide<3>(wj, a, k / 256, yj, ldy); break;
+        case 2: row_q6_k_wide<2>(wj, a, k / 256, yj, ldy); break;
+        default: row_q6_k_wide<1>(wj, a, k / 256, yj, ldy); break;
+      }
+    }
+  }
+}
+
+void quantize_act8(const float* x, uint8_t* row, int64_t k) {
+  quant_kernels().quantize_act256(x, reinterpret_cast<ActBlock256*>(row), k);
+}
+size_t act8_row_bytes(int64_t k) { return size_t(k / 256) * sizeof(ActBlock256); }
+
+}  // namespace
+
+extern const PromptKernels kPromptKernelsVnni16, kPromptKernelsVnni8;
+const PromptKernels kPromptKernelsVnni16 = {"avx512-vnni-16", act16_row_bytes, quantize_act16,
+                                            gemm_k_prompt16<KType::q4_k>, gemm_k_prompt16<KType::q5_k>,
+                                            gemm_k_prompt16<KType::q6_k>};
+extern const GemmFn kGemmQ6KWideVnni;
+const GemmFn kGemmQ6KWideVnni = gemm_q6_k_wide;
+const PromptKernels kPromptKernelsVnni8 = {"avx512-vnni-8", act8_row_bytes, quantize_act8,
+                                           gemm_k_prompt<KType::q4_k>, gemm_k_prompt<KType::q5_k>,
+                                           gemm_k_prompt<KType::q6_k>};
+
+}  // namespace ragkv
+#endif
