@@ -393,6 +393,33 @@ TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels: 16-bit within its rou
   CHECK(no_q8_0_kernel);
 }
 
+TEST_CASE("quant kernels: the AVX-512 VNNI Q4_K decode kernel equals the portable kernel, each row alone as in a batch") {
+  const GemmFn q4k = gemm_q4_k_decode_vnni();
+  if (!q4k) {
+    MESSAGE("this CPU has no AVX-512 VNNI: Q4_K decodes on the AVX2 table here");
+    return;
+  }
+  const QuantKernels& sc = quant_kernels_scalar();
+  for (const Case& c : kCases) {
+    CAPTURE(c.m);
+    CAPTURE(c.n);
+    const int64_t k = 256 * c.blocks;
+    const std::vector<uint8_t> w = random_rows(GgmlType::Q4_K, c.n, k, uint32_t(3 * k + c.n));
+    const size_t row_bytes = ggml_row_bytes(GgmlType::Q4_K, k);
+    const std::vector<float> x = test::random_vec(size_t(c.m * k), uint64_t(c.m + 11 * k), 2.f);
+    const Acts a = make_acts(sc, GgmlType::Q4_K, x, c.m, k);
+    std::vector<float> ys(size_t(c.m * c.n)), yv(size_t(c.m * c.n));
+    gemm_for(sc, GgmlType::Q4_K)(c.m, c.n, k, a.bytes.data(), a.stride, w.data(), row_bytes, ys.data(), c.n);
+    q4k(c.m, c.n, k, a.bytes.data(), a.stride, w.data(), row_bytes, yv.data(), c.n);
+    for (size_t i = 0; i < ys.size(); ++i) CHECK(std::fabs(ys[i] - yv[i]) <= 2e-5 * (std::fabs(ys[i]) + 1.f));
+    for (int64_t i = 0; i < c.m; ++i) {
+      std::vector<float> one(static_cast<size_t>(c.n));
+      q4k(1, c.n, k, a.bytes.data() + size_t(i) * a.stride, a.stride, w.data(), row_bytes, one.data(), c.n);
+      CHECK(std::memcmp(one.data(), yv.data() + i * c.n, size_t(c.n) * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("quant kernels: the AVX-512 VNNI Q6_K head kernel is within 16-bit rounding of f32, each row alone as in a batch") {
   const GemmFn head = gemm_q6_k_wide_vnni();
   if (!head) {

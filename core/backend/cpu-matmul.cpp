@@ -160,6 +160,9 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
 
   if (!tiles.empty()) {
     const QuantKernels& qk = quant_kernels();
+    // Q4_K at decode in 512-bit vectors where the CPU has AVX-512 VNNI (not with the portable
+    // table or the f32 comparisons forced: prompt_kernels() is null then).
+    const GemmFn q4_k_vnni = prompt_kernels() ? gemm_q4_k_decode_vnni() : nullptr;
     const size_t b32 = act_row_bytes(ActFormat::q8_32, k), b256 = act_row_bytes(ActFormat::q8_256, k),
                  b16 = act_row_bytes(ActFormat::q16_32, k);
     if (need32 && act32_.size() < size_t(m) * b32) act32_.resize(size_t(m) * b32);
@@ -188,7 +191,9 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
           case ActFormat::q16_32: acts = act16_.data(), stride = b16; break;
           default: acts = xp, stride = size_t(k) * sizeof(float); break;
         }
-        const GemmFn gemm = wide && part.type == GgmlType::Q8_0 ? qk.gemm_q8_0_wide : gemm_for(qk, part.type);
+        const GemmFn gemm = wide && part.type == GgmlType::Q8_0               ? qk.gemm_q8_0_wide
+                            : !wide && part.type == GgmlType::Q4_K && q4_k_vnni ? q4_k_vnni
+                                                                                : gemm_for(qk, part.type);
         gemm(m, tl.rows, k, acts, stride, part.data + tl.row0 * part.row_bytes, part.row_bytes, y + tl.row0, ldy);
       }
     }

@@ -44,15 +44,18 @@ constexpr int kRowTile = 8;  // activation rows in registers at once (3 zmm each
 // int32 lanes to f32 (the unmasked intrinsic starts from an undefined vector, which GCC 12 warns of).
 inline __m512 to_f32(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
 
-// The sum of the sixteen lanes, in a fixed order.
-inline float hsum(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  __m256 h = _mm256_add_ps(_mm256_load_ps(t), _mm256_load_ps(t + 8));
+// The sum of the lanes, in a fixed order.
+inline float hsum(__m256 h) {
   __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   q = _mm_add_ps(q, _mm_movehl_ps(q, q));
   q = _mm_add_ss(q, _mm_movehdup_ps(q));
   return _mm_cvtss_f32(q);
+}
+
+inline float hsum(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  return hsum(_mm256_add_ps(_mm256_load_ps(t), _mm256_load_ps(t + 8)));
 }
 
 inline float f16_at(const uint8_t* p) {
@@ -326,22 +329,57 @@ template <KType T>
 void unpack16(const uint8_t* w, int u, Unpacked& tmp, Unpacked16& o) {
   KTraits<T>::unpack(w, u, tmp);
   o.d[u] = tmp.d[u];
-  constexpr int len = 256 / KTraits<T>::nsub;
-  for (int s = 0; s < KTraits<T>::nsub; ++s) {
-    const int sc = tmp.sc[s][u];
-    for (int l = 0; l < len; ++l) {
-      const int q = tmp.v[u][s * len + l];
-      o.v[u][s * len + l] = int16_t(T == KType::q6_k ? sc * (q - 32) : sc * q);
+  // 32 values at a time as int16, times their scale (Q6_K: two 16-value sub-blocks, less 32).
+  for (int g = 0; g < 8; ++g) {
+    __m512i q = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(tmp.v[u] + 32 * g)));
+    __m512i scv;
+    if constexpr (T == KType::q6_k) {
+      q = _mm512_sub_epi16(q, _mm512_set1_epi16(32));
+      scv = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(int16_t(tmp.sc[2 * g][u])),
+                                    _mm512_set1_epi16(int16_t(tmp.sc[2 * g + 1][u])));
+    } else {
+      scv = _mm512_set1_epi16(int16_t(tmp.sc[g][u]));
+      o.mins[g][u] = tmp.dmin[u] * float(tmp.off[g][u][0]);
     }
-    if constexpr (T != KType::q6_k) o.mins[s][u] = tmp.dmin[u] * float(tmp.off[s][u][0]);
+    _mm512_store_si512(o.v[u] + 32 * g, _mm512_mullo_epi16(q, scv));
+  }
+}
+
+// 16 × 16 words transposed: out[c] lane u = in[u] lane c (unpack 32-bit, unpack 64-bit, then two
+// rounds of 128-bit lane shuffles; the masked forms, full masks: the unmasked ones start from an
+// undefined vector, which GCC 12 warns of).
+inline void transpose16(__m512i r[16], __m512i* out) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_maskz_unpacklo_epi32(0xffff, r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_maskz_unpackhi_epi32(0xffff, r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], 128-bit lane L: rows 4i … 4i + 3 of column 4L + j
+    r[4 * i] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0xdd);
+    t[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0xdd);
+  }
+  for (int j = 0; j < 4; ++j) {
+    out[j] = _mm512_maskz_shuffle_i32x4(0xffff, t[j], t[8 + j], 0x88);
+    out[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, t[j], t[8 + j], 0xdd);
+    out[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, t[4 + j], t[12 + j], 0x88);
+    out[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, t[4 + j], t[12 + j], 0xdd);
   }
 }
 
 void interleave16(const Unpacked16& o, Packed16& p) {
-  const __m512i idx = _mm512_set_epi32(15 * 128, 14 * 128, 13 * 128, 12 * 128, 11 * 128, 10 * 128, 9 * 128, 8 * 128,
-                                       7 * 128, 6 * 128, 5 * 128, 4 * 128, 3 * 128, 2 * 128, 1 * 128, 0);
-  for (int t = 0; t < 128; ++t)
-    p.w[t] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, idx, reinterpret_cast<const int*>(o.v[0]) + t, 4);
+  for (int blk = 0; blk < 8; ++blk) {  // words 16 · blk … 16 · blk + 15 of every row
+    __m512i r[16];
+    for (int u = 0; u < kLanes; ++u) r[u] = _mm512_load_si512(o.v[u] + 32 * blk);
+    transpose16(r, p.w + 16 * blk);
+  }
   p.d = _mm512_loadu_ps(o.d);
   for (int c = 0; c < 8; ++c) p.mins[c] = _mm512_loadu_ps(o.mins[c]);
 }
@@ -497,6 +535,105 @@ void gemm_q6_k_wide(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, c
   }
 }
 
+// ---- Q4_K weights against 8-bit activation blocks, row by row (decode steps)
+
+// A Q4_K super-block's eight 6-bit scales and mins (core/format/quant.cpp's packing) as bytes:
+// sc[0 … 7], then m[0 … 7] (the word shuffle of llama.cpp's AVX2 kernel, in our own words).
+inline __m128i q4_k_scales_mins(const uint8_t* q) {
+  uint32_t u[4];
+  std::memcpy(u, q, 12);
+  constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);  // m[4 … 7]
+  const uint32_t m0 = u[1] & low6;                            // m[0 … 3]
+  u[1] = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);          // sc[4 … 7]
+  u[2] = m0;
+  u[0] &= low6;                                                // sc[0 … 3]
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
+// The activation's 256 bytes of a super-block in the order the weight's nibbles come out of two
+// 64-byte loads: sub-blocks 0, 2, 1, 3, 4, 6, 5, 7 (low nibbles of chunks 0 and 1, their high
+// nibbles, then chunks 2 and 3).
+inline void permute_for_q4_k(const int8_t* q, int8_t* out) {
+  constexpr int order[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  for (int i = 0; i < 8; ++i) std::memcpy(out + 32 * i, q + 32 * order[i], 32);
+}
+
+// One Q4_K weight row against R activation rows (each super-block's q already permuted): per
+// 64-value vector, vpmaddubsw (pairs to i16) and vpdpwssd with the two sub-blocks' scales (to
+// i32); per super-block the mins against the activation's 16-value sums, then f32 as the AVX2
+// kernel: y += d · a.d · sumi − dmin · a.d · summ.
+template <int R>
+void row_q4_k_decode(const uint8_t* w, const ActBlock256* const* a, const int8_t* const* aq, int64_t nb, float* y,
+                     int64_t ldy) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  // vpermw indices: lanes 0-15 take scale i, lanes 16-31 scale j, for the four vectors' sub-blocks.
+  const __m512i pick[4] = {_mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2)),
+                           _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(1), _mm512_set1_epi16(3)),
+                           _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(6)),
+                           _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(5), _mm512_set1_epi16(7))};
+  __m512 acc[R];  // d · a.d · sumi, lane by lane
+  __m256 accm[R];  // − dmin · a.d · summ
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, w += 144) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 128), _MM_HINT_T0);
+    const float d = f16_at(w), dmin = f16_at(w + 2);
+    const __m128i sm = q4_k_scales_mins(w + 4);
+    const __m512i sc16 = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(sm));  // lanes 0-7: sc, 8-15: m
+    const __m512i x0 = _mm512_loadu_si512(w + 16), x1 = _mm512_loadu_si512(w + 80);
+    const __m512i q[4] = {_mm512_and_si512(x0, low4), _mm512_and_si512(_mm512_srli_epi16(x0, 4), low4),
+                          _mm512_and_si512(x1, low4), _mm512_and_si512(_mm512_srli_epi16(x1, 4), low4)};
+    __m512i scv[4];
+    for (int v = 0; v < 4; ++v) scv[v] = _mm512_permutexvar_epi16(pick[v], sc16);
+    // mins twice each (m0, m0, m1, m1, …) against the sixteen 16-value sums.
+    const __m256i mins2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_srli_si128(sm, 8), _mm_srli_si128(sm, 8)));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* qa = aq[r] + 256 * b;
+      __m512i isum = _mm512_setzero_si512();
+      for (int v = 0; v < 4; ++v)
+        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(q[v], _mm512_loadu_si512(qa + 64 * v)), scv[v]);
+      const ActBlock256& ab = a[r][b];
+      const __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.bsum)), mins2);
+      acc[r] = _mm512_fmadd_ps(to_f32(isum), _mm512_set1_ps(d * ab.d), acc[r]);
+      accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(-dmin * ab.d), accm[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r * ldy] = hsum(acc[r]) + hsum(accm[r]);
+}
+
+void gemm_q4_k_decode(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws,
+                      float* y, int64_t ldy) {
+  const int64_t nb = k / 256;
+  thread_local std::vector<int8_t> permuted;
+  if (permuted.size() < size_t(m * k)) permuted.resize(size_t(m * k));
+  for (int64_t i = 0; i < m; ++i) {
+    const auto* a = reinterpret_cast<const ActBlock256*>(static_cast<const uint8_t*>(x) + i * xs);
+    for (int64_t b = 0; b < nb; ++b) permute_for_q4_k(a[b].q, permuted.data() + i * k + 256 * b);
+  }
+  for (int64_t i0 = 0; i0 < m; i0 += 4) {
+    const int64_t r = m - i0 < 4 ? m - i0 : 4;
+    const ActBlock256* a[4];
+    const int8_t* aq[4];
+    for (int64_t i = 0; i < 4; ++i) {
+      const int64_t row = i0 + (i < r ? i : 0);
+      a[i] = reinterpret_cast<const ActBlock256*>(static_cast<const uint8_t*>(x) + row * xs);
+      aq[i] = permuted.data() + row * k;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* wj = w + j * ws;
+      float* yj = y + i0 * ldy + j;
+      switch (r) {
+        case 4: row_q4_k_decode<4>(wj, a, aq, nb, yj, ldy); break;
+        case 3: row_q4_k_decode<3>(wj, a, aq, nb, yj, ldy); break;
+        case 2: row_q4_k_decode<2>(wj, a, aq, nb, yj, ldy); break;
+        default: row_q4_k_decode<1>(wj, a, aq, nb, yj, ldy); break;
+      }
+    }
+  }
+}
+
 void quantize_act8(const float* x, uint8_t* row, int64_t k) {
   quant_kernels().quantize_act256(x, reinterpret_cast<ActBlock256*>(row), k);
 }
@@ -508,8 +645,9 @@ extern const PromptKernels kPromptKernelsVnni16, kPromptKernelsVnni8;
 const PromptKernels kPromptKernelsVnni16 = {"avx512-vnni-16", act16_row_bytes, quantize_act16,
                                             gemm_k_prompt16<KType::q4_k>, gemm_k_prompt16<KType::q5_k>,
                                             gemm_k_prompt16<KType::q6_k>};
-extern const GemmFn kGemmQ6KWideVnni;
+extern const GemmFn kGemmQ6KWideVnni, kGemmQ4KDecodeVnni;
 const GemmFn kGemmQ6KWideVnni = gemm_q6_k_wide;
+const GemmFn kGemmQ4KDecodeVnni = gemm_q4_k_decode;
 const PromptKernels kPromptKernelsVnni8 = {"avx512-vnni-8", act8_row_bytes, quantize_act8,
                                            gemm_k_prompt<KType::q4_k>, gemm_k_prompt<KType::q5_k>,
                                            gemm_k_prompt<KType::q6_k>};

@@ -18,7 +18,7 @@ namespace ragkv {
 extern const QuantKernels kQuantKernelsAvx2;
 // Defined in quant-kernels-vnni.cpp (compiled with AVX-512 F/BW/VL/VNNI), likewise.
 extern const PromptKernels kPromptKernelsVnni16, kPromptKernelsVnni8;
-extern const GemmFn kGemmQ6KWideVnni;
+extern const GemmFn kGemmQ6KWideVnni, kGemmQ4KDecodeVnni;
 
 ActFormat act_format(GgmlType t) {
   switch (t) {
@@ -114,10 +114,12 @@ bool has_vnni() {
 const PromptKernels* prompt_kernels_vnni16() { return has_vnni() ? &kPromptKernelsVnni16 : nullptr; }
 const PromptKernels* prompt_kernels_vnni8() { return has_vnni() ? &kPromptKernelsVnni8 : nullptr; }
 GemmFn gemm_q6_k_wide_vnni() { return has_vnni() ? kGemmQ6KWideVnni : nullptr; }
+GemmFn gemm_q4_k_decode_vnni() { return has_vnni() ? kGemmQ4KDecodeVnni : nullptr; }
 #else
 const PromptKernels* prompt_kernels_vnni16() { return nullptr; }
 const PromptKernels* prompt_kernels_vnni8() { return nullptr; }
 GemmFn gemm_q6_k_wide_vnni() { return nullptr; }
+GemmFn gemm_q4_k_decode_vnni() { return nullptr; }
 #endif
 
 const PromptKernels* prompt_kernels() {
