@@ -191,8 +191,8 @@ std::vector<Flag> generation_flags() {
   };
 }
 
-// Store and tiers.
-std::vector<Flag> store_tier_flags() {
+// The KV tiers between queries and their budgets.
+std::vector<Flag> tier_flags() {
   return {
       {kAnswer, 0, 0, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--host-budget", o.cache.host_bytes, "Bytes of chunk KV kept in host memory between queries (default: a quarter of the free memory, at most 8GiB)")
@@ -226,6 +226,12 @@ std::vector<Flag> store_tier_flags() {
       {kAnswer, 0, kAnswer, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_flag("--write-back", o.write_back, "Store each chunk a prompt computes as the Cache-Craft variant of the chunks before it, within the variant budget");
        }},
+  };
+}
+
+// The store's caches, variants and sharing (same help group as the tiers).
+std::vector<Flag> store_flags() {
+  return {
       {kPrecompute | kBenchReuse, 0, 0, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--kv-bits", o.kv_bits, "KV encoding of the chunk caches: 16 (f16), 8 or 4 bits (precompute: one, default the store's own; bench reuse: a list, default 16)")
              ->delimiter(',')->check(CLI::IsMember({16, 8, 4}));
@@ -337,7 +343,8 @@ std::vector<Flag> gate_flags() {
 
 std::vector<Flag> engine_flags() {
   std::vector<Flag> all;
-  for (auto part : {input_flags, retrieval_flags, model_device_flags, mode_flags, generation_flags, store_tier_flags, scheduling_flags, gate_flags})
+  for (auto part : {input_flags, retrieval_flags, model_device_flags, mode_flags, generation_flags, tier_flags, store_flags,
+                    scheduling_flags, gate_flags})
     for (Flag& f : part()) all.push_back(std::move(f));
   return all;
 }

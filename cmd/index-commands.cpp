@@ -57,24 +57,29 @@ class IndexCommands : public CommandFamily {
   }
 
  private:
+  // Files of other types in the corpus directories: counted per extension and named on stderr.
+  static nlohmann::json report_other_files(const Corpus& corpus) {
+    nlohmann::json other = nlohmann::json::object();
+    if (corpus.other_files.empty()) return other;
+    size_t n = 0;
+    std::string kinds;
+    for (const auto& [ext, count] : corpus.other_files) {
+      other[ext.empty() ? "(none)" : ext] = count;
+      kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", count, ext.empty() ? "without extension" : ext);
+      n += count;
+    }
+    std::fprintf(stderr, "ragkv: build-index: %zu files of other types not indexed (%s; e.g. %s); --ext adds extensions read as text\n",
+                 n, kinds.c_str(), fmt::format("{}", fmt::join(corpus.other_file_examples, ", ")).c_str());
+    return other;
+  }
+
   void run_build_index() {
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     const std::vector<std::filesystem::path> inputs(o_.corpus.begin(), o_.corpus.end());
     const Corpus corpus = load_corpus(inputs, parse_on_error(o_.on_error), text_extensions(o_.ext));
     for (const auto& p : corpus.skipped) std::fprintf(stderr, "ragkv: skipped %s\n", p.message.c_str());
-    nlohmann::json other = nlohmann::json::object();
-    if (!corpus.other_files.empty()) {  // files of other types in the corpus directories: counted and named
-      size_t n = 0;
-      std::string kinds;
-      for (const auto& [ext, count] : corpus.other_files) {
-        other[ext.empty() ? "(none)" : ext] = count;
-        kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", count, ext.empty() ? "without extension" : ext);
-        n += count;
-      }
-      std::fprintf(stderr, "ragkv: build-index: %zu files of other types not indexed (%s; e.g. %s); --ext adds extensions read as text\n",
-                   n, kinds.c_str(), fmt::format("{}", fmt::join(corpus.other_file_examples, ", ")).c_str());
-    }
+    const nlohmann::json other = report_other_files(corpus);
 
     GgufFile gguf(o_.model);
     const auto tok = Tokenizer::from_gguf(gguf);

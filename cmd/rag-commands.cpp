@@ -57,6 +57,14 @@ class RagCommands : public CommandFamily {
   AnswerRunOptions answer_options(const RagEngine& engine) const;
   EvalRunOptions eval_options() const;
   KvStore open_store(const CacheKeys& keys) const;
+  std::vector<const Chunk*> precompute_selection(const IndexDir& index, const ContextRetriever& retriever,
+                                                 const std::optional<QueryFile>& qf, const Shard& shard,
+                                                 const KvStore& store, const CacheKeys& keys,
+                                                 const PromptFormat& format) const;
+  std::pair<VariantComputeStats, const char*> precompute_variant_caches(
+      const Model& model, const PromptFormat& format, const KvStore& store, const IndexDir& index,
+      const ContextRetriever& retriever, const std::vector<const Chunk*>& chunks,
+      const std::optional<QueryFile>& warmup, const Shard& shard, ClaimSet& claims) const;
   int run_precompute();
   int run_answer();
   int run_eval();
@@ -175,6 +183,50 @@ KvStore RagCommands::open_store(const CacheKeys& keys) const {
   return store;
 }
 
+// The chunks precompute computes: every chunk, or those the queries use (first use order), then
+// --limit; with many processes (a job array), this one's by content key, never another shard's.
+std::vector<const Chunk*> RagCommands::precompute_selection(const IndexDir& index, const ContextRetriever& retriever,
+                                                            const std::optional<QueryFile>& qf, const Shard& shard,
+                                                            const KvStore& store, const CacheKeys& keys,
+                                                            const PromptFormat& format) const {
+  std::vector<const Chunk*> chunks;
+  if (qf)
+    chunks = chunks_used_by(retriever, qf->queries);
+  else
+    for (const Chunk& c : index.chunks()) chunks.push_back(&c);
+  if (o_.limit > 0 && chunks.size() > o_.limit) chunks.resize(o_.limit);
+  const size_t selected = chunks.size();
+  if (shard.sharded()) {
+    std::erase_if(chunks, [&](const Chunk* c) {
+      return !shard.owns(checksum64(store.chunk_path(keys.chunk(c->id, format.chunk_ids(*c))).filename().string()));
+    });
+    std::fprintf(stderr, "precompute: shard %s (%s): %zu of the %zu chunks selected\n", shard.name().c_str(),
+                 shard.source.c_str(), chunks.size(), selected);
+  }
+  return chunks;
+}
+
+// Cache-Craft variants (DESIGN.md §4): the warm-up queries' prompts, or each selected chunk after
+// its nearest neighbours in the index (neighbour sequences end in this shard's chunks; warm-up
+// sequences are shared out by position). Returns the stats and where the sequences came from.
+std::pair<VariantComputeStats, const char*> RagCommands::precompute_variant_caches(
+    const Model& model, const PromptFormat& format, const KvStore& store, const IndexDir& index,
+    const ContextRetriever& retriever, const std::vector<const Chunk*>& chunks, const std::optional<QueryFile>& warmup,
+    const Shard& shard, ClaimSet& claims) const {
+  auto sequences = warmup ? warmup_sequences(retriever, warmup->queries) : neighbour_sequences(index, chunks, o_.neighbours);
+  if (warmup && shard.sharded())
+    for (size_t i = sequences.size(); i-- > 0;)
+      if (i % shard.count != shard.index) sequences.erase(sequences.begin() + std::ptrdiff_t(i));
+  std::optional<Progress> vbar;
+  VariantLedger ledger(store);
+  const VariantComputeStats vs = precompute_variants(model, format, store, sequences, !warmup, &ledger, [&](size_t done, size_t total) {
+    if (!vbar) vbar.emplace(warmup ? "precompute: warm-up variants" : "precompute: neighbour variants", int64_t(total), "variants");
+    vbar->set(int64_t(done));
+  }, &claims);
+  if (vbar) vbar->finish();
+  return {vs, warmup ? "warmup" : sequences.empty() ? "none" : "neighbours"};
+}
+
 int RagCommands::run_precompute() {
   auto backend = o_.dev.make_backend();
   std::optional<QueryFile> qf, warmup;
@@ -195,24 +247,9 @@ int RagCommands::run_precompute() {
   const CacheKeys keys(model, format);
   const KvStore store = open_store(keys);
 
-  // Selection: every chunk, or those the queries use (first use order), then --limit.
   const ContextRetriever retriever(index, embedder.get(), o_.top_k);
-  std::vector<const Chunk*> chunks;
-  if (qf)
-    chunks = chunks_used_by(retriever, qf->queries);
-  else
-    for (const Chunk& c : index.chunks()) chunks.push_back(&c);
-  if (o_.limit > 0 && chunks.size() > o_.limit) chunks.resize(o_.limit);
-  // Many processes (a job array): this one's chunks by content key, never another shard's.
   const Shard shard = resolve_shard(o_.shard, o_.shard_count);
-  const size_t selected = chunks.size();
-  if (shard.sharded()) {
-    std::erase_if(chunks, [&](const Chunk* c) {
-      return !shard.owns(checksum64(store.chunk_path(keys.chunk(c->id, format.chunk_ids(*c))).filename().string()));
-    });
-    std::fprintf(stderr, "precompute: shard %s (%s): %zu of the %zu chunks selected\n", shard.name().c_str(),
-                 shard.source.c_str(), chunks.size(), selected);
-  }
+  const std::vector<const Chunk*> chunks = precompute_selection(index, retriever, qf, shard, store, keys, format);
 
   // Edited chunks (after build-index --update): built from the previous generation's caches.
   std::vector<Chunk> previous_chunks;
@@ -236,22 +273,8 @@ int RagCommands::run_precompute() {
   }, &claims, donors ? &*donors : nullptr);
   if (bar) bar->finish();
 
-  // Cache-Craft variants (DESIGN.md §4): the warm-up queries' prompts, or each selected chunk
-  // after its nearest neighbours in the index.
-  // (Neighbour sequences end in this shard's chunks; warm-up sequences are shared out by position.)
-  auto sequences = warmup ? warmup_sequences(retriever, warmup->queries) : neighbour_sequences(index, chunks, o_.neighbours);
-  if (warmup && shard.sharded())
-    for (size_t i = sequences.size(); i-- > 0;)
-      if (i % shard.count != shard.index) sequences.erase(sequences.begin() + std::ptrdiff_t(i));
-  std::optional<Progress> vbar;
-  VariantLedger ledger(store);
-  const VariantComputeStats vs = precompute_variants(model, format, store, sequences, !warmup, &ledger, [&](size_t done, size_t total) {
-    if (!vbar) vbar.emplace(warmup ? "precompute: warm-up variants" : "precompute: neighbour variants", int64_t(total), "variants");
-    vbar->set(int64_t(done));
-  }, &claims);
-  if (vbar) vbar->finish();
-  json summary = precompute_summary(store, o_.store, model, keys, chunks.size(), st, vs,
-                                    warmup ? "warmup" : sequences.empty() ? "none" : "neighbours");
+  const auto [vs, variant_source] = precompute_variant_caches(model, format, store, index, retriever, chunks, warmup, shard, claims);
+  json summary = precompute_summary(store, o_.store, model, keys, chunks.size(), st, vs, variant_source);
   if (shard.sharded()) summary["shard"] = {{"index", shard.index}, {"count", shard.count}, {"from", shard.source}};
   if (store.remote()) summary["remote"] = store.remote()->stats().to_json();
   summary["donors"] = {{"reuse", o_.donor_reuse}, {"repair", o_.donor_repair}, {"previous_chunks", previous_chunks.size()}};
