@@ -125,7 +125,9 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
     }
   }
   if (wide && !all_f32 && (m >= kDequantGemmRows || !wide_kernels)) {
-    if (m < kDequantRowsCalls && run_q6_k_wide(x, w, outs, threads)) {
+    // Like the Q8_0 kernel, the Q6_K one serves every call under kDequantGemmRows rows, so a row's
+    // result is the same in any decode batch of up to 31 sequences.
+    if (m < kDequantGemmRows && run_q6_k_wide(x, w, outs, threads)) {
       add_biases(outs, biases);
       return;
     }

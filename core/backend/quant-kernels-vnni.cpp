@@ -153,13 +153,43 @@ void unpack_q6_k(const uint8_t* w, int u, Unpacked& o) {
   }
 }
 
-// The unpacked rows interleaved into lanes: vals[t] lane u = the 32-bit word t of row u, by 16 × 16
-// word transposes (rows beyond `rows` are zero).
+// 16 × 16 words transposed: out[c] lane u = in[u] lane c (unpack 32-bit, unpack 64-bit, then two
+// rounds of 128-bit lane shuffles; the masked forms, full masks: the unmasked ones start from an
+// undefined vector, which GCC 12 warns of).
+inline void transpose16(__m512i r[16], __m512i* out) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_maskz_unpacklo_epi32(0xffff, r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_maskz_unpackhi_epi32(0xffff, r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], 128-bit lane L: rows 4i … 4i + 3 of column 4L + j
+    r[4 * i] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0xdd);
+    t[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0xdd);
+  }
+  for (int j = 0; j < 4; ++j) {
+    out[j] = _mm512_maskz_shuffle_i32x4(0xffff, t[j], t[8 + j], 0x88);
+    out[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, t[j], t[8 + j], 0xdd);
+    out[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, t[4 + j], t[12 + j], 0x88);
+    out[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, t[4 + j], t[12 + j], 0xdd);
+  }
+}
+
+// The unpacked rows interleaved into lanes: vals[t] lane u = the 32-bit word t of row u (rows
+// beyond the weight's end are zero).
 void interleave(const Unpacked& o, int nsub, Packed& p) {
-  const __m512i idx = _mm512_set_epi32(15 * 64, 14 * 64, 13 * 64, 12 * 64, 11 * 64, 10 * 64, 9 * 64, 8 * 64, 7 * 64,
-                                       6 * 64, 5 * 64, 4 * 64, 3 * 64, 2 * 64, 1 * 64, 0);
-  for (int t = 0; t < 64; ++t)
-    p.vals[t] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, idx, reinterpret_cast<const int*>(o.v[0]) + t, 4);
+  for (int blk = 0; blk < 4; ++blk) {  // words 16 · blk … 16 · blk + 15 of every row
+    __m512i r[16];
+    for (int u = 0; u < kLanes; ++u) r[u] = _mm512_load_si512(o.v[u] + 64 * blk);
+    transpose16(r, p.vals + 16 * blk);
+  }
   for (int s = 0; s < nsub; ++s) p.sc[s] = _mm512_loadu_si512(o.sc[s]);
   for (int q = 0; q < 8; ++q) p.off[q] = _mm512_loadu_si512(o.off[q]);
   p.d = _mm512_loadu_ps(o.d);
@@ -342,35 +372,6 @@ void unpack16(const uint8_t* w, int u, Unpacked& tmp, Unpacked16& o) {
       o.mins[g][u] = tmp.dmin[u] * float(tmp.off[g][u][0]);
     }
     _mm512_store_si512(o.v[u] + 32 * g, _mm512_mullo_epi16(q, scv));
-  }
-}
-
-// 16 × 16 words transposed: out[c] lane u = in[u] lane c (unpack 32-bit, unpack 64-bit, then two
-// rounds of 128-bit lane shuffles; the masked forms, full masks: the unmasked ones start from an
-// undefined vector, which GCC 12 warns of).
-inline void transpose16(__m512i r[16], __m512i* out) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_maskz_unpacklo_epi32(0xffff, r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_maskz_unpackhi_epi32(0xffff, r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // r[4i + j], 128-bit lane L: rows 4i … 4i + 3 of column 4L + j
-    r[4 * i] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0x88);
-    t[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0xdd);
-    t[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0x88);
-    t[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0xdd);
-  }
-  for (int j = 0; j < 4; ++j) {
-    out[j] = _mm512_maskz_shuffle_i32x4(0xffff, t[j], t[8 + j], 0x88);
-    out[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, t[j], t[8 + j], 0xdd);
-    out[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, t[4 + j], t[12 + j], 0x88);
-    out[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, t[4 + j], t[12 + j], 0xdd);
   }
 }
 
