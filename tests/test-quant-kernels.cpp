@@ -309,7 +309,7 @@ TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels: 16-bit within its rou
   const PromptKernels* p16 = prompt_kernels_vnni16();
   const PromptKernels* p8 = prompt_kernels_vnni8();
   if (!p16 || !p8) {
-    MESSAGE("this CPU has no AVX-512 VNNI: prompts take dequantised tiles into SGEMM here");
+    MESSAGE("skipped: this CPU has no AVX-512 VNNI (prompts take dequantised tiles into SGEMM here)");
     return;
   }
   const QuantKernels& sc = quant_kernels_scalar();
@@ -396,7 +396,7 @@ TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels: 16-bit within its rou
 TEST_CASE("quant kernels: the AVX-512 VNNI Q4_K decode kernel equals the portable kernel, each row alone as in a batch") {
   const GemmFn q4k = gemm_q4_k_decode_vnni();
   if (!q4k) {
-    MESSAGE("this CPU has no AVX-512 VNNI: Q4_K decodes on the AVX2 table here");
+    MESSAGE("skipped: this CPU has no AVX-512 VNNI (Q4_K decodes on the AVX2 table here)");
     return;
   }
   const QuantKernels& sc = quant_kernels_scalar();
@@ -423,7 +423,7 @@ TEST_CASE("quant kernels: the AVX-512 VNNI Q4_K decode kernel equals the portabl
 TEST_CASE("quant kernels: the AVX-512 VNNI Q6_K head kernel is within 16-bit rounding of f32, each row alone as in a batch") {
   const GemmFn head = gemm_q6_k_wide_vnni();
   if (!head) {
-    MESSAGE("this CPU has no AVX-512 VNNI: a Q6_K head meets dequantised rows here");
+    MESSAGE("skipped: this CPU has no AVX-512 VNNI (a Q6_K head meets dequantised rows here)");
     return;
   }
   const QuantKernels& sc = quant_kernels_scalar();
