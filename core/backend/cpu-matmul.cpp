@@ -112,8 +112,11 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
     all_f32 &= part.type == GgmlType::F32;
   }
   // A prompt on K-quant weights, where the CPU has the prompt kernels: integer products on 16-bit
-  // activation blocks (or 8-bit ones, RAGKV_PREFILL_KERNELS=int8).
-  if (wide && !w.wide_activations && m >= kDequantGemmRows) {
+  // activation blocks (or 8-bit ones, RAGKV_PREFILL_KERNELS=int8), for calls of any row count —
+  // faster than the f32 paths from one row on (8B-shaped Q4_K_M, 2 threads: 1.16 → 1.46 tokens/s
+  // for a 1-token prompt, 2.8 → 8.3 for 8 tokens, 5.7 → 14.7 for 24), and a row's result is then
+  // the same whatever the call's row count (full's rows and blend's recomputed ones alike).
+  if (wide && !w.wide_activations) {
     if (const PromptKernels* pk = prompt_kernels()) {
       bool all_k = true;
       for (const CpuWeightPart& part : w.parts) all_k &= prompt_gemm_for(*pk, part.type) != nullptr;
