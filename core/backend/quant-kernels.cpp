@@ -104,10 +104,13 @@ const QuantKernels* quant_kernels_avx2() {
 
 #if defined(__x86_64__) || defined(__i386__)
 namespace {
-bool has_vnni() {
-  __builtin_cpu_init();
-  return quant_kernels_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+bool has_vnni() {  // asked once (every decode step's products ask)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return quant_kernels_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
 }
 }  // namespace
 

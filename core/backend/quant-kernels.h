@@ -129,8 +129,8 @@ const PromptKernels* prompt_kernels();
 GemmFn gemm_q6_k_wide_vnni();
 // Q4_K weights against 8-bit activation blocks (ActBlock256) in 512-bit vectors, the decode
 // steps' kernel where the CPU has AVX-512 VNNI: the same integer sums as the tables' gemm_q4_k
-// (whose AVX2 form spent most of a step unpacking scales: an 8B-shaped Q4_K_M decode ran 45 % in
-// it). Null without AVX-512 VNNI.
+// (an 8B-shaped Q4_K_M decode spent 45 % of its time in the AVX2 one, most of that unpacking
+// scales). Null without AVX-512 VNNI.
 GemmFn gemm_q4_k_decode_vnni();
 // The prompt kernel for weights of type t, null for a type without one.
 GemmFn prompt_gemm_for(const PromptKernels& kernels, GgmlType t);
