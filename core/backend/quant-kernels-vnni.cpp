@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/backend/quant-kernels.h"
@@ -43,6 +44,25 @@ constexpr int kRowTile = 8;  // activation rows in registers at once (3 zmm each
 
 // int32 lanes to f32 (the unmasked intrinsic starts from an undefined vector, which GCC 12 warns of).
 inline __m512 to_f32(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
+
+// The weights' cache lines a block of `bytes` bytes at p spans, 4 KiB ahead (the decode kernels'
+// stream; quant-kernels-avx2.cpp measured the distance).
+template <size_t bytes>
+inline void prefetch_ahead(const uint8_t* p) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + 4096 + o), _MM_HINT_T0);
+}
+
+// Calls f(std::integral_constant<int, R>{}) with R = min(n, N): the row-count dispatch of the
+// register-tiled kernels below.
+template <int N, class F>
+inline void with_rows(int n, F f) {
+  if constexpr (N > 1) {
+    if (n >= N) return f(std::integral_constant<int, N>{});
+    with_rows<N - 1>(n, f);
+  } else {
+    f(std::integral_constant<int, 1>{});
+  }
+}
 
 // The sum of the lanes, in a fixed order.
 inline float hsum(__m256 h) {
@@ -123,6 +143,24 @@ void unpack_q45_k(const uint8_t* w, int u, Unpacked& o) {
   }
 }
 
+// Q6_K's 6-bit values of one half block (128 elements) as bytes 0 … 63: q[t] holds elements
+// 32t … 32t + 31 of the half (the layout of core/format/quant.cpp; quant-kernels-avx2.cpp has its
+// own copy, compiled for AVX2 alone).
+inline void q6_k_half(const uint8_t* w, int half, __m256i q[4]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
+  const uint8_t* ql = w + 64 * half;
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+  const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
+  q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
+  q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
+}
+
 void unpack_q6_k(const uint8_t* w, int u, Unpacked& o) {
   const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
   o.d[u] = f16_at(w + 208);
@@ -132,24 +170,10 @@ void unpack_q6_k(const uint8_t* w, int u, Unpacked& o) {
     o.off[p][u][0] = int16_t(-32 * sc[2 * p]);
     o.off[p][u][1] = int16_t(-32 * sc[2 * p + 1]);
   }
-  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
-  for (int half = 0; half < 2; ++half) {  // elements l, l + 32, l + 64, l + 96 of each half
-    const uint8_t* ql = w + 64 * half;
-    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-    const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
-    uint8_t* v = o.v[u] + 128 * half;
-    const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
-    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
-    const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
-    const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(v), q0);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(v + 32), q1);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(v + 64), q2);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(v + 96), q3);
+  for (int half = 0; half < 2; ++half) {
+    __m256i q[4];
+    q6_k_half(w, half, q);
+    for (int t = 0; t < 4; ++t) _mm256_store_si256(reinterpret_cast<__m256i*>(o.v[u] + 128 * half + 32 * t), q[t]);
   }
 }
 
@@ -222,7 +246,9 @@ struct KTraits<KType::q6_k> {
 // R activation rows (a[r], nb super-blocks each) against one repacked group of sixteen weight
 // rows: out[r][u] = the product of activation row r with weight row u.
 template <KType T, int R>
-void rows_against_group(const Packed* pk, const ActBlock256* const* a, int64_t nb, float (*out)[kLanes]) {
+void rows_against_group(const Packed* pk, const uint8_t* const* rows, int64_t nb, float (*out)[kLanes]) {
+  const ActBlock256* a[R];
+  for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const ActBlock256*>(rows[r]);
   constexpr int nsub = KTraits<T>::nsub, words = 64 / nsub;
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -264,41 +290,45 @@ void rows_against_group(const Packed* pk, const ActBlock256* const* a, int64_t n
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out[r], acc[r]);
 }
 
+// The prompt products' driver, for either table: for each group of sixteen weight rows, every
+// super-block repacked once (repack(j0, rows, b, packed[b]), rows past the weight's end zero),
+// then the activation rows kRowTile at a time against it (rows(R, packed, a, out)).
+template <class PackedT, class Repack, class Rows>
+void gemm_repacked(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, float* y, int64_t ldy, Repack repack,
+                   Rows rows_fn) {
+  const int64_t nb = k / 256;
+  thread_local std::vector<PackedT> packed;
+  if (packed.size() < size_t(nb)) packed.resize(size_t(nb));
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    const int rows = int(n - j0 < kLanes ? n - j0 : kLanes);
+    for (int64_t b = 0; b < nb; ++b) repack(j0, rows, b, packed[size_t(b)]);
+    for (int64_t i0 = 0; i0 < m; i0 += kRowTile) {
+      const int r = int(m - i0 < kRowTile ? m - i0 : kRowTile);
+      const uint8_t* a[kRowTile];
+      for (int i = 0; i < kRowTile; ++i) a[i] = static_cast<const uint8_t*>(x) + (i0 + (i < r ? i : 0)) * xs;
+      float out[kRowTile][kLanes];
+      with_rows<kRowTile>(r, [&](auto R) { rows_fn(R, packed.data(), a, out); });
+      for (int i = 0; i < r; ++i) std::memcpy(y + (i0 + i) * ldy + j0, out[i], size_t(rows) * sizeof(float));
+    }
+  }
+}
+
 template <KType T>
 void gemm_k_prompt(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
                    int64_t ldy) {
   using Tr = KTraits<T>;
-  const int64_t nb = k / 256;
-  thread_local std::vector<Packed> packed;
   thread_local std::vector<Unpacked> unpacked(1);
-  if (packed.size() < size_t(nb)) packed.resize(size_t(nb));
   Unpacked& un = unpacked[0];
-  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
-    const int rows = int(n - j0 < kLanes ? n - j0 : kLanes);
-    for (int64_t b = 0; b < nb; ++b) {
-      if (rows < kLanes) std::memset(&un, 0, sizeof un);  // rows past the weight's end: zero lanes
-      for (int u = 0; u < rows; ++u) Tr::unpack(w + (j0 + u) * ws + b * Tr::bytes, u, un);
-      interleave(un, Tr::nsub, packed[size_t(b)]);
-    }
-    for (int64_t i0 = 0; i0 < m; i0 += kRowTile) {
-      const int r = int(m - i0 < kRowTile ? m - i0 : kRowTile);
-      const ActBlock256* a[kRowTile];
-      for (int i = 0; i < kRowTile; ++i)
-        a[i] = reinterpret_cast<const ActBlock256*>(static_cast<const uint8_t*>(x) + (i0 + (i < r ? i : 0)) * xs);
-      float out[kRowTile][kLanes];
-      switch (r) {
-        case 8: rows_against_group<T, 8>(packed.data(), a, nb, out); break;
-        case 7: rows_against_group<T, 7>(packed.data(), a, nb, out); break;
-        case 6: rows_against_group<T, 6>(packed.data(), a, nb, out); break;
-        case 5: rows_against_group<T, 5>(packed.data(), a, nb, out); break;
-        case 4: rows_against_group<T, 4>(packed.data(), a, nb, out); break;
-        case 3: rows_against_group<T, 3>(packed.data(), a, nb, out); break;
-        case 2: rows_against_group<T, 2>(packed.data(), a, nb, out); break;
-        default: rows_against_group<T, 1>(packed.data(), a, nb, out); break;
-      }
-      for (int i = 0; i < r; ++i) std::memcpy(y + (i0 + i) * ldy + j0, out[i], size_t(rows) * sizeof(float));
-    }
-  }
+  gemm_repacked<Packed>(
+      m, n, k, x, xs, y, ldy,
+      [&](int64_t j0, int rows, int64_t b, Packed& p) {
+        if (rows < kLanes) std::memset(&un, 0, sizeof un);
+        for (int u = 0; u < rows; ++u) Tr::unpack(w + (j0 + u) * ws + b * Tr::bytes, u, un);
+        interleave(un, Tr::nsub, p);
+      },
+      [&](auto R, const Packed* pk, const uint8_t* const* a, float (*out)[kLanes]) {
+        rows_against_group<T, decltype(R)::value>(pk, a, k / 256, out);
+      });
 }
 
 // ---- 16-bit activations (the default): ActBlock32W blocks, then each block's sum
@@ -428,58 +458,23 @@ void rows_against_group16(const Packed16* pk, const uint8_t* const* a, int64_t n
 template <KType T>
 void gemm_k_prompt16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws, float* y,
                      int64_t ldy) {
-  const int64_t nb = k / 256;
-  thread_local std::vector<Packed16> packed;
   thread_local std::vector<Unpacked> unpacked(1);
   thread_local std::vector<Unpacked16> unpacked16(1);
-  if (packed.size() < size_t(nb)) packed.resize(size_t(nb));
-  Unpacked* tmp = unpacked.data();
-  Unpacked16* un = unpacked16.data();
-  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
-    const int rows = int(n - j0 < kLanes ? n - j0 : kLanes);
-    for (int64_t b = 0; b < nb; ++b) {
-      if (rows < kLanes) std::memset(un, 0, sizeof *un);  // rows past the weight's end: zero lanes
-      for (int u = 0; u < rows; ++u) unpack16<T>(w + (j0 + u) * ws + b * KTraits<T>::bytes, u, *tmp, *un);
-      interleave16(*un, packed[size_t(b)]);
-    }
-    for (int64_t i0 = 0; i0 < m; i0 += kRowTile) {
-      const int r = int(m - i0 < kRowTile ? m - i0 : kRowTile);
-      const uint8_t* a[kRowTile];
-      for (int i = 0; i < kRowTile; ++i) a[i] = static_cast<const uint8_t*>(x) + (i0 + (i < r ? i : 0)) * xs;
-      float out[kRowTile][kLanes];
-      switch (r) {
-        case 8: rows_against_group16<T, 8>(packed.data(), a, nb, out); break;
-        case 7: rows_against_group16<T, 7>(packed.data(), a, nb, out); break;
-        case 6: rows_against_group16<T, 6>(packed.data(), a, nb, out); break;
-        case 5: rows_against_group16<T, 5>(packed.data(), a, nb, out); break;
-        case 4: rows_against_group16<T, 4>(packed.data(), a, nb, out); break;
-        case 3: rows_against_group16<T, 3>(packed.data(), a, nb, out); break;
-        case 2: rows_against_group16<T, 2>(packed.data(), a, nb, out); break;
-        default: rows_against_group16<T, 1>(packed.data(), a, nb, out); break;
-      }
-      for (int i = 0; i < r; ++i) std::memcpy(y + (i0 + i) * ldy + j0, out[i], size_t(rows) * sizeof(float));
-    }
-  }
+  Unpacked& tmp = unpacked[0];
+  Unpacked16& un = unpacked16[0];
+  gemm_repacked<Packed16>(
+      m, n, k, x, xs, y, ldy,
+      [&](int64_t j0, int rows, int64_t b, Packed16& p) {
+        if (rows < kLanes) std::memset(&un, 0, sizeof un);
+        for (int u = 0; u < rows; ++u) unpack16<T>(w + (j0 + u) * ws + b * KTraits<T>::bytes, u, tmp, un);
+        interleave16(un, p);
+      },
+      [&](auto R, const Packed16* pk, const uint8_t* const* a, float (*out)[kLanes]) {
+        rows_against_group16<T, decltype(R)::value>(pk, a, k / 256, out);
+      });
 }
 
 // ---- Q6_K weights against 16-bit activation blocks, row by row (the output head at decode)
-
-// Q6_K's 6-bit values of one half block (128 elements) as bytes 0 … 63: q[t] holds elements
-// 32t … 32t + 31 of the half (the layout of core/format/quant.cpp, as unpack_q6_k above).
-inline void q6_k_half(const uint8_t* w, int half, __m256i q[4]) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
-  const uint8_t* ql = w + 64 * half;
-  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-  const __m256i hh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
-  q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hh, low2), 4));
-  q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), low2), 4));
-  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), low2), 4));
-  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), low2), 4));
-}
 
 // One weight row against R activation rows of ActBlock32W blocks: each 32 values of the row
 // become int16 sc · (q − 32) (two 16-value sub-blocks, at most 128 · 32 in magnitude), one
@@ -491,10 +486,7 @@ void row_q6_k_wide(const uint8_t* w, const ActBlock32W* const* a, int64_t nb, fl
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, w += 210) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 64), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 128), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 192), _MM_HINT_T0);
+    prefetch_ahead<210>(w);
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
     const float d = f16_at(w + 208);
     for (int half = 0; half < 2; ++half) {
@@ -526,12 +518,7 @@ void gemm_q6_k_wide(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, c
     for (int64_t j = 0; j < n; ++j) {
       const uint8_t* wj = w + j * ws;
       float* yj = y + i0 * ldy + j;
-      switch (r) {
-        case 4: row_q6_k_wide<4>(wj, a, k / 256, yj, ldy); break;
-        case 3: row_q6_k_wide<3>(wj, a, k / 256, yj, ldy); break;
-        case 2: row_q6_k_wide<2>(wj, a, k / 256, yj, ldy); break;
-        default: row_q6_k_wide<1>(wj, a, k / 256, yj, ldy); break;
-      }
+      with_rows<4>(int(r), [&](auto R) { row_q6_k_wide<decltype(R)::value>(wj, a, k / 256, yj, ldy); });
     }
   }
 }
@@ -577,9 +564,7 @@ void row_q4_k_decode(const uint8_t* w, const ActBlock256* const* a, const int8_t
   __m256 accm[R];  // − dmin · a.d · summ
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, w += 144) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 64), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096 + 128), _MM_HINT_T0);
+    prefetch_ahead<144>(w);
     const float d = f16_at(w), dmin = f16_at(w + 2);
     const __m128i sm = q4_k_scales_mins(w + 4);
     const __m512i sc16 = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(sm));  // lanes 0-7: sc, 8-15: m
@@ -625,12 +610,7 @@ void gemm_q4_k_decode(int64_t m, int64_t n, int64_t k, const void* x, size_t xs,
     for (int64_t j = 0; j < n; ++j) {
       const uint8_t* wj = w + j * ws;
       float* yj = y + i0 * ldy + j;
-      switch (r) {
-        case 4: row_q4_k_decode<4>(wj, a, aq, nb, yj, ldy); break;
-        case 3: row_q4_k_decode<3>(wj, a, aq, nb, yj, ldy); break;
-        case 2: row_q4_k_decode<2>(wj, a, aq, nb, yj, ldy); break;
-        default: row_q4_k_decode<1>(wj, a, aq, nb, yj, ldy); break;
-      }
+      with_rows<4>(int(r), [&](auto R) { row_q4_k_decode<decltype(R)::value>(wj, a, aq, nb, yj, ldy); });
     }
   }
 }
