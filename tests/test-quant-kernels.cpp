@@ -13,6 +13,7 @@
 
 #include "core/backend/backend.h"
 #include "core/backend/cpu-backend.h"
+#include "core/backend/cpu-weight.h"
 #include "core/backend/quant-kernels.h"
 #include "core/format/fp16.h"
 #include "core/format/gguf.h"
@@ -420,6 +421,93 @@ TEST_CASE("quant kernels: the AVX-512 VNNI Q4_K decode kernel equals the portabl
   }
 }
 
+// Q4_K rows in the Q4KRows16 layout, 64-aligned as the backend keeps them.
+struct Rows16 {
+  std::vector<uint8_t> bytes;
+  uint8_t* data() { return bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64; }
+};
+Rows16 repack_rows16(const Q4KRows16& p, const std::vector<uint8_t>& w, int64_t n, int64_t k) {
+  Rows16 r;
+  r.bytes.assign(p.bytes(n, k) + 64, 0xa5);
+  p.repack(w.data(), ggml_row_bytes(GgmlType::Q4_K, k), n, k, r.data());
+  return r;
+}
+
+TEST_CASE("quant kernels: Q4_K rows repacked at load (Q4KRows16): decode equals the portable kernel, prompts the 16-bit table's bits, rows independent") {
+  const Q4KRows16* p = q4_k_rows16();
+  const PromptKernels* p16 = prompt_kernels_vnni16();
+  const PromptKernels* p8 = prompt_kernels_vnni8();
+  if (!p || !p16 || !p8) {
+    MESSAGE("skipped: this CPU has no AVX-512 VNNI (Q4_K weights stay as the file has them here)");
+    return;
+  }
+  const QuantKernels& sc = quant_kernels_scalar();
+  // n: whole groups of 16, partial ones, several groups; m: register tiles of 4 rows and tails.
+  for (const auto& [m, n, blocks] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {2, 16, 2}, {5, 17, 1},
+                                      {4, 40, 3}, {9, 33, 2}, {13, 7, 1}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    const int64_t k = 256 * blocks;
+    const std::vector<uint8_t> w = random_rows(GgmlType::Q4_K, n, k, uint32_t(5 * k + n + m));
+    const size_t row_bytes = ggml_row_bytes(GgmlType::Q4_K, k);
+    Rows16 r16 = repack_rows16(*p, w, n, k);
+    const size_t group = p->group_bytes(k);
+    const std::vector<float> x = test::random_vec(size_t(m * k), uint64_t(3 * m + k), 2.f);
+
+    // Decode: the portable kernel's integer sums, its f32 steps to rounding.
+    const Acts a = make_acts(sc, GgmlType::Q4_K, x, m, k);
+    std::vector<float> ys(size_t(m * n)), yr(size_t(m * n), -1.f);
+    gemm_for(sc, GgmlType::Q4_K)(m, n, k, a.bytes.data(), a.stride, w.data(), row_bytes, ys.data(), n);
+    p->gemm(m, n, k, a.bytes.data(), a.stride, r16.data(), group, yr.data(), n);
+    for (size_t i = 0; i < ys.size(); ++i) CHECK(std::fabs(ys[i] - yr[i]) <= 2e-5 * (std::fabs(ys[i]) + 1.f));
+    // The 8-bit prompt table's kernel on the layout is that kernel.
+    CHECK((p8->gemm_q4_k_rows16 == p->gemm));
+
+    // Prompts: the 16-bit table on the layout has the bits of the table on the file's rows.
+    const Acts a16 = prompt_acts(*p16, x, m, k);
+    std::vector<float> yf(size_t(m * n)), yp(size_t(m * n), -1.f);
+    p16->gemm_q4_k(m, n, k, a16.bytes.data(), a16.stride, w.data(), row_bytes, yf.data(), n);
+    p16->gemm_q4_k_rows16(m, n, k, a16.bytes.data(), a16.stride, r16.data(), group, yp.data(), n);
+    CHECK(std::memcmp(yf.data(), yp.data(), yf.size() * sizeof(float)) == 0);
+
+    // Each activation row alone has its bits in the batch; a call from a later group (a tile)
+    // gives those rows' bits.
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<float> one(static_cast<size_t>(n));
+      p->gemm(1, n, k, a.bytes.data() + size_t(i) * a.stride, a.stride, r16.data(), group, one.data(), n);
+      CHECK(std::memcmp(one.data(), yr.data() + i * n, size_t(n) * sizeof(float)) == 0);
+    }
+    if (n > 16) {
+      std::vector<float> tail(size_t(m * (n - 16)));
+      p->gemm(m, n - 16, k, a.bytes.data(), a.stride, r16.data() + group, group, tail.data(), n - 16);
+      for (int64_t i = 0; i < m; ++i)
+        CHECK(std::memcmp(tail.data() + i * (n - 16), yr.data() + i * n + 16, size_t(n - 16) * sizeof(float)) == 0);
+    }
+  }
+  // Extreme blocks: every byte after d and dmin 0xff (scales and mins 63, every value 15) against
+  // activations at ±full scale: no overflow, the double-precision product to f32 rounding.
+  const int64_t m = 2, n = 3, k = 512;
+  std::vector<uint8_t> w = random_rows(GgmlType::Q4_K, n, k, 9);
+  const size_t row_bytes = ggml_row_bytes(GgmlType::Q4_K, k);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t b = 0; b < k / 256; ++b) std::memset(w.data() + size_t(j) * row_bytes + size_t(b) * 144 + 4, 0xff, 140);
+  Rows16 r16 = repack_rows16(*p, w, n, k);
+  std::vector<float> x(size_t(m * k), 1.f);
+  for (int64_t c = 0; c < k; c += 2) x[size_t(k + c)] = -1.f;
+  std::vector<float> wf(size_t(n * k));
+  for (int64_t j = 0; j < n; ++j) dequantize_row(GgmlType::Q4_K, w.data() + size_t(j) * row_bytes, wf.data() + j * k, k);
+  for (const PromptKernels* pk : {p8, p16}) {
+    const Acts a = prompt_acts(*pk, x, m, k);
+    std::vector<float> y(size_t(m * n));
+    pk->gemm_q4_k_rows16(m, n, k, a.bytes.data(), a.stride, r16.data(), p->group_bytes(k), y.data(), n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const DotRef r = dot_ref(wf.data() + j * k, x.data() + i * k, k);
+        CHECK(std::fabs(y[size_t(i * n + j)] - r.value) <= 1e-4 * r.magnitude + 1e-6);
+      }
+  }
+}
+
 TEST_CASE("quant kernels: the AVX-512 VNNI Q6_K head kernel is within 16-bit rounding of f32, each row alone as in a batch") {
   const GemmFn head = gemm_q6_k_wide_vnni();
   if (!head) {
@@ -496,9 +584,14 @@ TEST_CASE("quant kernels: the CPU backend's matmul on quantised and stacked weig
   const std::vector<float> x = test::random_vec(size_t(n * k), 3);
   Tensor X = test::upload(*b, x, n, k);
   const GgufTensor* ptrs[3] = {&ts[0], &ts[1], &ts[2]};
-  for (const WeightMemory mem : {WeightMemory::copy, WeightMemory::in_place}) {
+  for (const WeightMemory mem : {WeightMemory::copy, WeightMemory::in_place, WeightMemory::kernel_layout}) {
+    CAPTURE(int(mem));
     auto stack = b->load_weight_stack(ptrs, "stack", mem);
     REQUIRE(stack->out_features == 67 + 5 + 130);
+    // The Q4_K part in the kernels' layout exactly where they run (and only that part).
+    const bool rows16 = mem == WeightMemory::kernel_layout && q4_k_rows16() && prompt_kernels();
+    CHECK((cpu_weight(*stack).parts[0].rows16 != nullptr) == rows16);
+    CHECK(cpu_weight(*stack).parts[2].rows16 == nullptr);
     Tensor outs[3] = {b->alloc(DType::f32, n, rows[0]), b->alloc(DType::f32, n, rows[1]), b->alloc(DType::f32, n, rows[2])};
     b->matmul_parts(X, *stack, outs, {}, Activations::block8);
     Tensor whole = b->alloc(DType::f32, n, stack->out_features);
@@ -527,6 +620,35 @@ TEST_CASE("quant kernels: the CPU backend's matmul on quantised and stacked weig
         }
       }
       first += rows[p];
+    }
+  }
+}
+
+TEST_CASE("quant kernels: a Q4_K weight in the kernels' layout gives a prompt the bits of the weight in place") {
+  auto b = make_cpu_backend(2);
+  const int64_t k = 768, rows = 50;
+  const std::vector<uint8_t> data = random_rows(GgmlType::Q4_K, rows, k, 21);
+  GgufTensor t;
+  t.name = "w";
+  t.type = GgmlType::Q4_K;
+  t.ne = {k, rows};
+  t.nbytes = data.size();
+  t.data = data.data();
+  auto in_place = b->load_weight(t, WeightMemory::in_place);
+  auto layout = b->load_weight(t, WeightMemory::kernel_layout);
+  for (const int64_t n : {1, 3, 40}) {
+    CAPTURE(n);
+    Tensor X = test::upload(*b, test::random_vec(size_t(n * k), uint64_t(n)), n, k);
+    for (const Activations act : {Activations::f32, Activations::block8}) {
+      Tensor y1 = b->alloc(DType::f32, n, rows), y2 = b->alloc(DType::f32, n, rows);
+      b->matmul(X, *in_place, y1, nullptr, act);
+      b->matmul(X, *layout, y2, nullptr, act);
+      const std::vector<float> v1 = test::download(*b, y1), v2 = test::download(*b, y2);
+      if (act == Activations::f32) {
+        CHECK(v1 == v2);  // prompts: the same int16 values and steps
+      } else {
+        for (size_t i = 0; i < v1.size(); ++i) CHECK(std::fabs(v1[i] - v2[i]) <= 2e-5 * (std::fabs(v1[i]) + 1.f));
+      }
     }
   }
 }

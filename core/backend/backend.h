@@ -29,8 +29,11 @@ enum class DeviceKind : uint8_t { cpu, cuda };
 
 // Whether a backend may compute on a weight tensor's bytes where they lie (load_weight): in_place
 // when the caller keeps the mapped file open for the weight's lifetime (Model keeps its GGUF), so
-// the CPU backend neither copies nor dequantises it; copy otherwise.
-enum class WeightMemory : uint8_t { copy, in_place };
+// the CPU backend neither copies nor dequantises it; copy otherwise. kernel_layout: as in_place,
+// for a weight used only in products (never embed's rows), which a backend may then keep in its
+// kernels' own layout instead, releasing the file's pages where the tensor is file_mapped (the
+// CPU backend's Q4_K rows on AVX-512 VNNI, cpu-weight.h).
+enum class WeightMemory : uint8_t { copy, in_place, kernel_layout };
 
 // What a product may do to its activations. f32: use them as they are, so a row's result does not
 // depend on how rows are grouped into calls (prompts: full, prefix and blend agree on the rows

@@ -6,7 +6,8 @@
 // weight once). Every output depends only on its row of x and its row of W (quant-kernels.h).
 // That is Activations::block8 (decode steps). Prompts on K-quant weights, where the CPU has
 // AVX-512 VNNI, take the prompt kernels (16-bit activation blocks against weights repacked per
-// call, quant-kernels.h). Otherwise, with wide activations (prompts, and weights marked
+// call, quant-kernels.h); Q4_K parts repacked at load (CpuWeightPart::rows16) meet the kernels
+// for that layout in both. Otherwise, with wide activations (prompts, and weights marked
 // wide_activations such as the output head) quantised parts are dequantised tile by tile into
 // SGEMM, except in calls of fewer than kDequantGemmRows rows: on Q8_0/F16/BF16/F32 parts only
 // they run kernels on 16-bit activation blocks (Q8_0) or f32 activations (F16/BF16); with other
@@ -40,6 +41,20 @@ struct PartOutput {
 PartOutput part_output(const CpuWeight& w, std::span<const Tensor> outs, size_t p) {
   if (outs.size() == 1) return {outs[0].as<float>() + w.parts[p].first_row, outs[0].cols};
   return {outs[p].as<float>(), outs[p].cols};
+}
+
+// Where a tile's weight rows start for its kernel, and the stride its kernel steps by: the part's
+// Q4KRows16 groups where it has them (tiles start at multiples of 16 rows), else the file's rows.
+struct TileRows {
+  const uint8_t* w;
+  size_t stride;
+};
+TileRows tile_rows(const CpuWeightPart& part, const Tile& tl, int64_t k) {
+  if (part.rows16) {
+    const size_t group = q4_k_rows16()->group_bytes(k);
+    return {part.rows16 + size_t(tl.row0 / 16) * group, group};
+  }
+  return {part.data + tl.row0 * part.row_bytes, part.row_bytes};
 }
 
 // A tile's weight rows as f32, k values each, k apart: an F32 part's own rows, else the rows
@@ -196,10 +211,12 @@ void CpuMatmul::run(const Tensor& x, const CpuWeight& w, std::span<const Tensor>
           case ActFormat::q16_32: acts = act16_.data(), stride = b16; break;
           default: acts = xp, stride = size_t(k) * sizeof(float); break;
         }
-        const GemmFn gemm = wide && part.type == GgmlType::Q8_0               ? qk.gemm_q8_0_wide
+        const GemmFn gemm = part.rows16                                         ? q4_k_rows16()->gemm
+                            : wide && part.type == GgmlType::Q8_0               ? qk.gemm_q8_0_wide
                             : !wide && part.type == GgmlType::Q4_K && q4_k_vnni ? q4_k_vnni
                                                                                 : gemm_for(qk, part.type);
-        gemm(m, tl.rows, k, acts, stride, part.data + tl.row0 * part.row_bytes, part.row_bytes, y + tl.row0, ldy);
+        const auto [wr, ws] = tile_rows(part, tl, k);
+        gemm(m, tl.rows, k, acts, stride, wr, ws, y + tl.row0, ldy);
       }
     }
   }
@@ -241,8 +258,9 @@ void CpuMatmul::run_prompt_kernels(const Tensor& x, const CpuWeight& w, std::spa
       const Tile& tl = tiles[t];
       const CpuWeightPart& part = w.parts[tl.part];
       const auto [y, ldy] = part_output(w, outs, tl.part);
-      prompt_gemm_for(pk, part.type)(m, tl.rows, k, act_prompt_.data(), row, part.data + tl.row0 * part.row_bytes,
-                                     part.row_bytes, y + tl.row0, ldy);
+      const GemmFn gemm = part.rows16 ? pk.gemm_q4_k_rows16 : prompt_gemm_for(pk, part.type);
+      const auto [wr, ws] = tile_rows(part, tl, k);
+      gemm(m, tl.rows, k, act_prompt_.data(), row, wr, ws, y + tl.row0, ldy);
     }
   }
 }

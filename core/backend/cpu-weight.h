@@ -1,13 +1,17 @@
 // How the CPU backend holds a weight: each part (one tensor, or each matrix of a stack) keeps its
 // GGUF type and bytes — where they lie in the mapped model file when the caller allows it
-// (WeightMemory::in_place), else copied — so memory stays the file's size. F32 matrices are used
-// by SGEMM as they are; vectors (norm weights, biases) are also kept as f32 for the row ops.
+// (WeightMemory::in_place), else copied — so memory stays the file's size. With
+// WeightMemory::kernel_layout, Q4_K parts are repacked for the AVX-512 VNNI kernels where the CPU
+// has them and the file's pages released, so memory still stays about the file's size. F32
+// matrices are used by SGEMM as they are; vectors (norm weights, biases) are also kept as f32 for
+// the row ops.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "core/backend/backend.h"
 #include "core/format/quant.h"
+#include "core/util/page-memory.h"
 
 namespace ragkv {
 
@@ -17,6 +21,10 @@ struct CpuWeightPart {
   size_t row_bytes = 0;
   int64_t rows = 0;
   int64_t first_row = 0;          // its first row in the stack
+  // The rows in the Q4KRows16 layout (quant-kernels.h), kept by the weight's kernel_layout, when
+  // loaded with WeightMemory::kernel_layout on a CPU with those kernels: the products read these
+  // (data stays valid, its pages released: cpu-backend.cpp).
+  const uint8_t* rows16 = nullptr;
 };
 
 class CpuWeight : public Weight {
@@ -25,6 +33,7 @@ class CpuWeight : public Weight {
   std::vector<uint8_t> owned;     // the parts' bytes when copied (WeightMemory::copy), each part at a
                                   // multiple of 64 bytes (F32 parts are read as floats)
   std::vector<float> values;      // a vector weight (one row) as f32: norm weights, biases
+  PageMemory kernel_layout;       // the parts' rows16 groups, each part at a multiple of 64 bytes
 };
 
 inline const CpuWeight& cpu_weight(const Weight& w) { return static_cast<const CpuWeight&>(w); }

@@ -11,9 +11,14 @@
 // those values of sixteen rows by activation values broadcast to every lane, and each activation
 // row's result for the sixteen rows comes out as the lanes of one vector — the layout of
 // llama.cpp's repacked CPU kernels and ik_llama.cpp's, here built per call in a thread-local
-// buffer, so the weights stay as the file has them (nothing is copied to keep). A lane's
-// operations depend only on its weight row and its activation row, so an output has the same bits
-// whatever rows share the call.
+// buffer from the weights as the file has them. A lane's operations depend only on its weight row
+// and its activation row, so an output has the same bits whatever rows share the call.
+//
+// Q4_K weights, most of a Q4_K_M file, may instead be repacked once at load (Q4KRows16: the CPU
+// backend does so for the layers' matrices and releases the file's pages). Decode steps then run
+// on sixteen rows per instruction without unpacking any scales per row (an 8B-shaped decode
+// spent most of its time in that unpacking), and prompts build their 16-bit groups from the
+// repacked nibbles, with the bits they would have from the file's rows.
 //
 // Two tables:
 // - 16-bit activations (the default): blocks of 32 values (ActBlock32W, then each block's sum),
@@ -615,6 +620,178 @@ void gemm_q4_k_decode(int64_t m, int64_t n, int64_t k, const void* x, size_t xs,
   }
 }
 
+// ---- Q4_K weights repacked at load (Q4KRows16, quant-kernels.h)
+
+// One super-block of sixteen Q4_K rows as repack_q4_k_rows16 lays it out: 2368 bytes, 64-aligned
+// in the groups' buffer. nib[s][q] byte 4u + t: low nibble value 32s + 4q + t of row u, high
+// nibble value 32s + 16 + 4q + t — so that after masking each 32-bit lane holds four consecutive
+// values of one row, ready for vpdpbusd against four activation bytes broadcast.
+struct Q4KGroupBlock {
+  uint16_t d[kLanes], dmin[kLanes];  // f16, as the file has them
+  uint8_t sc[8][kLanes], m[8][kLanes];
+  uint8_t nib[8][4][64];
+};
+static_assert(sizeof(Q4KGroupBlock) == 2368 && sizeof(Q4KGroupBlock) % 64 == 0);
+
+// Sixteen bytes widened to int32 lanes, sixteen f16 to f32 (the masked forms, full masks: the
+// unmasked ones start from an undefined vector, which GCC 12 warns of).
+inline __m512i bytes_to_i32(const uint8_t* p) {
+  return _mm512_maskz_cvtepu8_epi32(0xffff, _mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m512 f16_to_f32(const uint16_t* p) {
+  return _mm512_maskz_cvtph_ps(0xffff, _mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+size_t q4_k_rows16_group_bytes(int64_t k) { return size_t(k / 256) * sizeof(Q4KGroupBlock); }
+size_t q4_k_rows16_bytes(int64_t rows, int64_t k) { return size_t((rows + kLanes - 1) / kLanes) * q4_k_rows16_group_bytes(k); }
+
+void repack_q4_k_rows16(const uint8_t* w, size_t ws, int64_t rows, int64_t k, uint8_t* out) {
+  const int64_t nb = k / 256, groups = (rows + kLanes - 1) / kLanes;
+  auto* gb = reinterpret_cast<Q4KGroupBlock*>(out);
+  Unpacked un;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      Q4KGroupBlock& o = gb[g * nb + b];
+      std::memset(&o, 0, sizeof o);
+      for (int u = 0; u < kLanes && g * kLanes + u < rows; ++u) {
+        const uint8_t* blk = w + (g * kLanes + u) * ws + b * 144;
+        unpack_q45_k<false>(blk, u, un);  // values in order, 0 … 15
+        std::memcpy(&o.d[u], blk, 2);
+        std::memcpy(&o.dmin[u], blk + 2, 2);
+        for (int s = 0; s < 8; ++s) {
+          o.sc[s][u] = uint8_t(un.sc[s][u]);
+          o.m[s][u] = uint8_t(un.off[s][u][0]);
+          const uint8_t* v = un.v[u] + 32 * s;
+          uint8_t pairs[16];  // value 32s + i in the low nibble, 32s + 16 + i in the high one
+          for (int i = 0; i < 16; ++i) pairs[i] = uint8_t(v[i] | (v[16 + i] << 4));
+          for (int q = 0; q < 4; ++q) std::memcpy(&o.nib[s][q][4 * u], pairs + 4 * q, 4);
+        }
+      }
+    }
+}
+
+// R activation rows (ActBlock256; bs32[r][8b + s] = the sum of a row's sub-block s of super-block
+// b) against one group: per super-block the portable kernel's integers (quant-kernels-scalar.cpp),
+// sumi = Σ_s sc_s · Σ_{v∈s} q_v · a_v and summ = Σ_s m_s · Σ_{v∈s} a_v, lane u for row u, then
+// y += (d · a.d) · sumi − (dmin · a.d) · summ.
+template <int R>
+void rows_against_q4_k_group(const Q4KGroupBlock* gb, const ActBlock256* const* a, const int32_t* const* bs32,
+                             int64_t nb, float (*out)[kLanes]) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const Q4KGroupBlock& p = gb[b];
+    __m512i sumi[R], summ[R];
+    for (int r = 0; r < R; ++r) sumi[r] = summ[r] = _mm512_setzero_si512();
+    for (int s = 0; s < 8; ++s) {
+      __m512i part[R];
+      for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_si512();
+      for (int q = 0; q < 4; ++q) {
+        const __m512i x = _mm512_load_si512(p.nib[s][q]);
+        const __m512i lo = _mm512_and_si512(x, low4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
+        for (int r = 0; r < R; ++r) {
+          int32_t a0, a1;
+          std::memcpy(&a0, a[r][b].q + 32 * s + 4 * q, 4);
+          std::memcpy(&a1, a[r][b].q + 32 * s + 16 + 4 * q, 4);
+          part[r] = _mm512_dpbusd_epi32(part[r], lo, _mm512_set1_epi32(a0));
+          part[r] = _mm512_dpbusd_epi32(part[r], hi, _mm512_set1_epi32(a1));
+        }
+      }
+      // A lane's mins byte widened to 32 bits is an int16 pair (m, 0): vpdpwssd against the
+      // sub-block's sum (|Σ a| ≤ 32 · 127 fits int16) adds m · Σ a.
+      const __m512i scv = bytes_to_i32(p.sc[s]);
+      const __m512i mv = bytes_to_i32(p.m[s]);
+      for (int r = 0; r < R; ++r) {
+        sumi[r] = _mm512_add_epi32(sumi[r], _mm512_mullo_epi32(part[r], scv));
+        summ[r] = _mm512_dpwssd_epi32(summ[r], mv, _mm512_set1_epi32(bs32[r][8 * b + s]));
+      }
+    }
+    const __m512 d = f16_to_f32(p.d);
+    const __m512 dmin = f16_to_f32(p.dmin);
+    for (int r = 0; r < R; ++r) {
+      const __m512 ad = _mm512_set1_ps(a[r][b].d);
+      acc[r] = _mm512_fmadd_ps(to_f32(sumi[r]), _mm512_mul_ps(d, ad), acc[r]);
+      acc[r] = _mm512_fnmadd_ps(to_f32(summ[r]), _mm512_mul_ps(dmin, ad), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out[r], acc[r]);
+}
+
+constexpr int kRows16Tile = 4;  // activation rows per pass over a group
+
+// 8-bit activation rows (ActBlock256) against groups: w = the group holding the call's first
+// weight row (a multiple of 16), ws = q4_k_rows16_group_bytes(k).
+void gemm_q4_k_rows16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws,
+                      float* y, int64_t ldy) {
+  const int64_t nb = k / 256, nsub = k / 32;
+  thread_local std::vector<int32_t> sums;
+  if (sums.size() < size_t(m * nsub)) sums.resize(size_t(m * nsub));
+  for (int64_t i = 0; i < m; ++i) {
+    const auto* a = reinterpret_cast<const ActBlock256*>(static_cast<const uint8_t*>(x) + i * xs);
+    for (int64_t s = 0; s < nsub; ++s) sums[size_t(i * nsub + s)] = a[s / 8].bsum[2 * (s % 8)] + a[s / 8].bsum[2 * (s % 8) + 1];
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    const int rows = int(n - j0 < kLanes ? n - j0 : kLanes);
+    const auto* gb = reinterpret_cast<const Q4KGroupBlock*>(w + (j0 / kLanes) * ws);
+    for (int64_t i0 = 0; i0 < m; i0 += kRows16Tile) {
+      const int r = int(m - i0 < kRows16Tile ? m - i0 : kRows16Tile);
+      const ActBlock256* a[kRows16Tile];
+      const int32_t* bs[kRows16Tile];
+      for (int i = 0; i < kRows16Tile; ++i) {
+        const int64_t row = i0 + (i < r ? i : 0);
+        a[i] = reinterpret_cast<const ActBlock256*>(static_cast<const uint8_t*>(x) + row * xs);
+        bs[i] = sums.data() + row * nsub;
+      }
+      float out[kRows16Tile][kLanes];
+      with_rows<kRows16Tile>(r, [&](auto R) { rows_against_q4_k_group<decltype(R)::value>(gb, a, bs, nb, out); });
+      for (int i = 0; i < r; ++i) std::memcpy(y + (i0 + i) * ldy + j0, out[i], size_t(rows) * sizeof(float));
+    }
+  }
+}
+
+// The 16-bit prompt table on groups: each super-block's Packed16 built from the group — the same
+// int16 values, d and mins as unpack16 gives from the file's rows, so a product has the same bits
+// as gemm_k_prompt16<KType::q4_k> on the rows as the file has them.
+void packed16_from_group(const Q4KGroupBlock& g, Packed16& p) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  // dwords 0, 2, …, 30 and 1, 3, …, 31 of the pair (A, B): the even and odd words of 16 rows.
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int s = 0; s < 8; ++s) {
+    const __m512i sc32 = bytes_to_i32(g.sc[s]);
+    const __m512i sc16 = _mm512_or_si512(sc32, _mm512_maskz_slli_epi32(0xffff, sc32, 16));
+    for (int q = 0; q < 4; ++q)
+      for (int half = 0; half < 2; ++half) {  // low nibbles: values 32s + 4q …; high: 32s + 16 + 4q …
+        const auto* src = reinterpret_cast<const __m256i*>(g.nib[s][q]);
+        __m256i x0 = _mm256_load_si256(src), x1 = _mm256_load_si256(src + 1);  // rows 0-7, 8-15
+        if (half) x0 = _mm256_srli_epi16(x0, 4), x1 = _mm256_srli_epi16(x1, 4);
+        const __m512i a = _mm512_cvtepu8_epi16(_mm256_and_si256(x0, low4));
+        const __m512i b = _mm512_cvtepu8_epi16(_mm256_and_si256(x1, low4));
+        const int word = 16 * s + 8 * half + 2 * q;
+        p.w[word] = _mm512_mullo_epi16(_mm512_permutex2var_epi32(a, even, b), sc16);
+        p.w[word + 1] = _mm512_mullo_epi16(_mm512_permutex2var_epi32(a, odd, b), sc16);
+      }
+  }
+  p.d = f16_to_f32(g.d);
+  const __m512 dmin = f16_to_f32(g.dmin);
+  for (int c = 0; c < 8; ++c)
+    p.mins[c] = _mm512_mul_ps(dmin, to_f32(bytes_to_i32(g.m[c])));
+}
+
+void gemm_q4_k_rows16_prompt16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w,
+                               size_t ws, float* y, int64_t ldy) {
+  const int64_t nb = k / 256;
+  gemm_repacked<Packed16>(
+      m, n, k, x, xs, y, ldy,
+      [&](int64_t j0, int, int64_t b, Packed16& p) {
+        packed16_from_group(reinterpret_cast<const Q4KGroupBlock*>(w + (j0 / kLanes) * ws)[b], p);
+      },
+      [&](auto R, const Packed16* pk, const uint8_t* const* a, float (*out)[kLanes]) {
+        rows_against_group16<KType::q4_k, decltype(R)::value>(pk, a, nb, out);
+      });
+}
+
 void quantize_act8(const float* x, uint8_t* row, int64_t k) {
   quant_kernels().quantize_act256(x, reinterpret_cast<ActBlock256*>(row), k);
 }
@@ -625,13 +802,15 @@ size_t act8_row_bytes(int64_t k) { return size_t(k / 256) * sizeof(ActBlock256);
 extern const PromptKernels kPromptKernelsVnni16, kPromptKernelsVnni8;
 const PromptKernels kPromptKernelsVnni16 = {"avx512-vnni-16", act16_row_bytes, quantize_act16,
                                             gemm_k_prompt16<KType::q4_k>, gemm_k_prompt16<KType::q5_k>,
-                                            gemm_k_prompt16<KType::q6_k>};
+                                            gemm_k_prompt16<KType::q6_k>, gemm_q4_k_rows16_prompt16};
 extern const GemmFn kGemmQ6KWideVnni, kGemmQ4KDecodeVnni;
 const GemmFn kGemmQ6KWideVnni = gemm_q6_k_wide;
 const GemmFn kGemmQ4KDecodeVnni = gemm_q4_k_decode;
 const PromptKernels kPromptKernelsVnni8 = {"avx512-vnni-8", act8_row_bytes, quantize_act8,
                                            gemm_k_prompt<KType::q4_k>, gemm_k_prompt<KType::q5_k>,
-                                           gemm_k_prompt<KType::q6_k>};
+                                           gemm_k_prompt<KType::q6_k>, gemm_q4_k_rows16};
+extern const Q4KRows16 kQ4KRows16Vnni;
+const Q4KRows16 kQ4KRows16Vnni = {q4_k_rows16_bytes, q4_k_rows16_group_bytes, repack_q4_k_rows16, gemm_q4_k_rows16};
 
 }  // namespace ragkv
 #endif

@@ -19,6 +19,7 @@ extern const QuantKernels kQuantKernelsAvx2;
 // Defined in quant-kernels-vnni.cpp (compiled with AVX-512 F/BW/VL/VNNI), likewise.
 extern const PromptKernels kPromptKernelsVnni16, kPromptKernelsVnni8;
 extern const GemmFn kGemmQ6KWideVnni, kGemmQ4KDecodeVnni;
+extern const Q4KRows16 kQ4KRows16Vnni;
 
 ActFormat act_format(GgmlType t) {
   switch (t) {
@@ -118,11 +119,13 @@ const PromptKernels* prompt_kernels_vnni16() { return has_vnni() ? &kPromptKerne
 const PromptKernels* prompt_kernels_vnni8() { return has_vnni() ? &kPromptKernelsVnni8 : nullptr; }
 GemmFn gemm_q6_k_wide_vnni() { return has_vnni() ? kGemmQ6KWideVnni : nullptr; }
 GemmFn gemm_q4_k_decode_vnni() { return has_vnni() ? kGemmQ4KDecodeVnni : nullptr; }
+const Q4KRows16* q4_k_rows16() { return has_vnni() ? &kQ4KRows16Vnni : nullptr; }
 #else
 const PromptKernels* prompt_kernels_vnni16() { return nullptr; }
 const PromptKernels* prompt_kernels_vnni8() { return nullptr; }
 GemmFn gemm_q6_k_wide_vnni() { return nullptr; }
 GemmFn gemm_q4_k_decode_vnni() { return nullptr; }
+const Q4KRows16* q4_k_rows16() { return nullptr; }
 #endif
 
 const PromptKernels* prompt_kernels() {

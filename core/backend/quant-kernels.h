@@ -115,6 +115,7 @@ struct PromptKernels {
   size_t (*act_row_bytes)(int64_t k);                          // one activation row in the kernels' format
   void (*quantize_act)(const float* x, uint8_t* row, int64_t k);  // k a multiple of 256
   GemmFn gemm_q4_k, gemm_q5_k, gemm_q6_k;
+  GemmFn gemm_q4_k_rows16;  // on Q4_K weights in the Q4KRows16 layout (w, w_stride as Q4KRows16::gemm)
 };
 // The tables when the CPU has AVX-512 F/BW/VL and VNNI, else null.
 const PromptKernels* prompt_kernels_vnni16();
@@ -132,6 +133,25 @@ GemmFn gemm_q6_k_wide_vnni();
 // (an 8B-shaped Q4_K_M decode spent 45 % of its time in the AVX2 one, most of that unpacking
 // scales). Null without AVX-512 VNNI.
 GemmFn gemm_q4_k_decode_vnni();
+// Q4_K weights repacked once at load where the CPU has AVX-512 VNNI (the CPU backend's matmul
+// weights, cpu-backend.cpp): sixteen rows per group, each super-block's nibbles interleaved so that
+// a 32-bit lane holds four consecutive values of one row, the 6-bit scales and mins unpacked to
+// bytes, d and dmin kept as f16 (2368 bytes per group and super-block, 2.8 % more than the file's
+// 16 × 144; rows past the weight's end zero). Decode steps then multiply sixteen rows per
+// instruction with no per-row unpacking (the prompt kernels' layout, kept instead of rebuilt
+// every call). Products have the integer sums of the portable kernels (gemm) or the same bits as
+// the 16-bit prompt table's on the file's rows (PromptKernels::gemm_q4_k_rows16).
+struct Q4KRows16 {
+  size_t (*bytes)(int64_t rows, int64_t k);  // the whole weight's groups
+  size_t (*group_bytes)(int64_t k);          // one group of sixteen rows
+  // w: rows of ws bytes in the file's Q4_K layout, k a multiple of 256; out: bytes(rows, k), 64-aligned.
+  void (*repack)(const uint8_t* w, size_t ws, int64_t rows, int64_t k, uint8_t* out);
+  // 8-bit activation rows (ActBlock256) against the groups: w = the group that holds the call's
+  // first weight row (which must be a multiple of 16), w_stride = group_bytes(k).
+  GemmFn gemm;
+};
+const Q4KRows16* q4_k_rows16();  // null without AVX-512 VNNI
+
 // The prompt kernel for weights of type t, null for a type without one.
 GemmFn prompt_gemm_for(const PromptKernels& kernels, GgmlType t);
 

@@ -209,6 +209,7 @@ void GgufFile::parse() {
       fail("{}: tensor '{}' offset {} is not a multiple of general.alignment {}: the file is corrupt", path_, t.name,
            t.offset, alignment);
     t.data = base_ + data_start + t.offset;
+    t.file_mapped = true;
   }
   // The GGUF data section holds each tensor once: two whose bytes overlap would be one memory read
   // as two weights (a crafted or corrupt file).

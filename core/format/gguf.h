@@ -39,6 +39,7 @@ struct GgufTensor {
   size_t offset = 0;        // relative to the data section
   size_t nbytes = 0;
   const uint8_t* data = nullptr;
+  bool file_mapped = false;  // data lies in GgufFile's read-only mapping of the file (its pages may be released)
 
   int64_t n_elements() const;
   int64_t rows() const { return ne.empty() ? 0 : n_elements() / ne[0]; }

@@ -60,7 +60,7 @@ Model::Model(const std::string& gguf_path, Backend& backend)
     w.attn_norm = load(p + "attn_norm.weight", {E});
     w.wqkv = load_stack(p + "attn_qkv", {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
                         {{E, Q}, {E, KV}, {E, KV}});
-    w.wo = load(p + "attn_output.weight", {Q, E});
+    w.wo = load(p + "attn_output.weight", {Q, E}, true, WeightMemory::kernel_layout);
     if (c.qkv_bias) {
       w.bq = load(p + "attn_q.bias", {Q});
       w.bk = load(p + "attn_k.bias", {KV});
@@ -76,7 +76,7 @@ Model::Model(const std::string& gguf_path, Backend& backend)
     }
     w.ffn_norm = load(p + "ffn_norm.weight", {E});
     w.w_gate_up = load_stack(p + "ffn_gate_up", {p + "ffn_gate.weight", p + "ffn_up.weight"}, {{E, F}, {E, F}});
-    w.w_down = load(p + "ffn_down.weight", {F, E});
+    w.w_down = load(p + "ffn_down.weight", {F, E}, true, WeightMemory::kernel_layout);
   }
 }
 
@@ -100,11 +100,12 @@ const GgufTensor* Model::checked(const std::string& name, const std::vector<int6
 // in reverse order).
 // The backend's refusals (a tensor type it cannot compute with) name the tensor, not the file:
 // the file is added here (found by fuzzing).
-std::unique_ptr<Weight> Model::load(const std::string& name, std::vector<int64_t> shape, bool required) {
+std::unique_ptr<Weight> Model::load(const std::string& name, std::vector<int64_t> shape, bool required,
+                                    WeightMemory mem) {
   const GgufTensor* t = checked(name, shape, required);
   if (!t) return nullptr;
   try {
-    return backend_.load_weight(*t, WeightMemory::in_place);
+    return backend_.load_weight(*t, mem);
   } catch (const Error& e) {
     fail("{}: {}", gguf_->path(), e.what());
   }
@@ -115,7 +116,7 @@ std::unique_ptr<Weight> Model::load_stack(const std::string& name, const std::ve
   std::vector<const GgufTensor*> ts;
   for (size_t i = 0; i < parts.size(); ++i) ts.push_back(checked(parts[i], shapes[i]));
   try {
-    return backend_.load_weight_stack(ts, name, WeightMemory::in_place);
+    return backend_.load_weight_stack(ts, name, WeightMemory::kernel_layout);  // stacks only meet products
   } catch (const Error& e) {
     fail("{}: {}", gguf_->path(), e.what());
   }

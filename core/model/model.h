@@ -92,7 +92,10 @@ class Model {
 
   // The tensor `name` after checking its shape (ne order); null when missing and not required.
   const GgufTensor* checked(const std::string& name, const std::vector<int64_t>& shape, bool required = true) const;
-  std::unique_ptr<Weight> load(const std::string& name, std::vector<int64_t> shape, bool required = true);
+  // The weights lie in the mapped file (in_place); kernel_layout for weights that only meet products
+  // (backend.h), which a backend may keep in its kernels' layout.
+  std::unique_ptr<Weight> load(const std::string& name, std::vector<int64_t> shape, bool required = true,
+                               WeightMemory mem = WeightMemory::in_place);
   std::unique_ptr<Weight> load_stack(const std::string& name, const std::vector<std::string>& parts,
                                      const std::vector<std::vector<int64_t>>& shapes);
 };
