@@ -1,8 +1,10 @@
 // How the CPU backend holds a weight: each part (one tensor, or each matrix of a stack) keeps its
 // GGUF type and bytes — where they lie in the mapped model file when the caller allows it
 // (WeightMemory::in_place), else copied — so memory stays the file's size. With
-// WeightMemory::kernel_layout, Q4_K parts are repacked for the AVX-512 VNNI kernels where the CPU
-// has them and the file's pages released, so memory still stays about the file's size. F32
+// WeightMemory::kernel_layout, where the CPU has the AVX-512 VNNI kernels, Q4_K parts are repacked
+// for them and other quantised parts copied as they are, both into memory backed by huge pages
+// where the system allows, and the file's pages released: memory still stays about the file's
+// size, and a decode step streams fewer pages. F32
 // matrices are used by SGEMM as they are; vectors (norm weights, biases) are also kept as f32 for
 // the row ops.
 #pragma once
@@ -33,7 +35,7 @@ class CpuWeight : public Weight {
   std::vector<uint8_t> owned;     // the parts' bytes when copied (WeightMemory::copy), each part at a
                                   // multiple of 64 bytes (F32 parts are read as floats)
   std::vector<float> values;      // a vector weight (one row) as f32: norm weights, biases
-  PageMemory kernel_layout;       // the parts' rows16 groups, each part at a multiple of 64 bytes
+  PageMemory kernel_layout;       // kernel_layout's parts (rows16 groups or copied rows), each at a multiple of 64 bytes
 };
 
 inline const CpuWeight& cpu_weight(const Weight& w) { return static_cast<const CpuWeight&>(w); }

@@ -482,30 +482,33 @@ void gemm_k_prompt16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, 
 // ---- Q6_K weights against 16-bit activation blocks, row by row (the output head at decode)
 
 // One weight row against R activation rows of ActBlock32W blocks: each 32 values of the row
-// become int16 sc · (q − 32) (two 16-value sub-blocks, at most 128 · 32 in magnitude), one
-// vpdpwssd per activation row gives its integer sums (32 · 4096 · 32767 < 2³¹ per lane pair),
-// scaled in f32 by d · a.d.
+// become int16 q − 32, one vpdpwssd per activation row gives the integer sums of its two 16-value
+// sub-blocks (lanes 0-7 and 8-15; 16 · 64 · 32767 < 2³¹ per lane), scaled in f32 by the sub-block's
+// d · sc (a lane-wise vector) and a.d — the scales multiply in f32, not in the weights' int16.
 template <int R>
 void row_q6_k_wide(const uint8_t* w, const ActBlock32W* const* a, int64_t nb, float* y, int64_t ldy) {
   const __m512i off = _mm512_set1_epi16(32);
+  // vpermps indices: lanes 0-7 take sub-block 2g's scale, lanes 8-15 sub-block 2g + 1's.
+  const __m512i halves = _mm512_mask_blend_epi32(0xff00, _mm512_setzero_si512(), _mm512_set1_epi32(1));
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, w += 210) {
     prefetch_ahead<210>(w);
-    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
-    const float d = f16_at(w + 208);
+    // d · sc_s in lane s.
+    const __m512 dsc = _mm512_mul_ps(
+        _mm512_set1_ps(f16_at(w + 208)),
+        to_f32(_mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192)))));
     for (int half = 0; half < 2; ++half) {
       __m256i q[4];
       q6_k_half(w, half, q);
       for (int t = 0; t < 4; ++t) {
-        const int g = 4 * half + t;  // values 32g … 32g + 31: sub-blocks 2g (lanes 0-15) and 2g + 1
-        const __m512i scv = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(sc[2 * g]), _mm512_set1_epi16(sc[2 * g + 1]));
-        const __m512i wv = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(q[t]), off), scv);
+        const int g = 4 * half + t;  // values 32g … 32g + 31: sub-blocks 2g (lanes 0-7) and 2g + 1
+        const __m512 scale = _mm512_maskz_permutexvar_ps(0xffff, _mm512_add_epi32(halves, _mm512_set1_epi32(2 * g)), dsc);
+        const __m512i wv = _mm512_sub_epi16(_mm512_cvtepu8_epi16(q[t]), off);
         for (int r = 0; r < R; ++r) {
           const ActBlock32W& ab = a[r][8 * b + g];
-          const __m512i av = _mm512_loadu_si512(ab.q);
-          const __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, av);
-          acc[r] = _mm512_fmadd_ps(to_f32(sum), _mm512_set1_ps(d * ab.d), acc[r]);
+          const __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, _mm512_loadu_si512(ab.q));
+          acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(to_f32(sum), _mm512_set1_ps(ab.d)), scale, acc[r]);
         }
       }
     }

@@ -38,7 +38,10 @@ Model::Model(const std::string& gguf_path, Backend& backend)
   cfg_.n_vocab = int(te.ne[1]);
   tok_embd_ = load("token_embd.weight", {E, cfg_.n_vocab});
   output_norm_ = load("output_norm.weight", {E});
-  output_ = load("output.weight", {E, cfg_.n_vocab}, /*required=*/false);
+  // A separate head only meets products (kernel_layout); a tied one is also embed's table. A Q4_K
+  // head's wide products read the file's rows (cpu-matmul.cpp), faulting them back in beside its
+  // repacked copy: more memory for that rare mix (Q4_K_M heads are Q6_K), never a wrong product.
+  output_ = load("output.weight", {E, cfg_.n_vocab}, /*required=*/false, WeightMemory::kernel_layout);
   // The logits keep wide activations (backend.h): with 8-bit ones SmolLM2's greedy answer to the
   // demo question flips (so does llama.cpp's on the same file); 16-bit blocks on a Q8_0 head
   // changed none of 80 answers and run at integer-product speed (bench/results, 2026-11-25).
