@@ -138,9 +138,9 @@ GemmFn gemm_q4_k_decode_vnni();
 // a 32-bit lane holds four consecutive values of one row, the 6-bit scales and mins unpacked to
 // bytes, d and dmin kept as f16 (2368 bytes per group and super-block, 2.8 % more than the file's
 // 16 × 144; rows past the weight's end zero). Decode steps then multiply sixteen rows per
-// instruction with no per-row unpacking (the prompt kernels' layout, kept instead of rebuilt
-// every call). Products have the integer sums of the portable kernels (gemm) or the same bits as
-// the 16-bit prompt table's on the file's rows (PromptKernels::gemm_q4_k_rows16).
+// instruction with no per-row unpacking (the interleaving the prompt kernels build per call, here
+// kept from load). Products have the integer sums of the portable kernels (gemm) or the same bits
+// as the 16-bit prompt table's on the file's rows (PromptKernels::gemm_q4_k_rows16).
 struct Q4KRows16 {
   size_t (*bytes)(int64_t rows, int64_t k);  // the whole weight's groups
   size_t (*group_bytes)(int64_t k);          // one group of sixteen rows
