@@ -490,12 +490,14 @@ TEST_CASE("quant kernels: Q4_K rows repacked at load (Q4KRows16): decode equals 
   std::vector<uint8_t> w = random_rows(GgmlType::Q4_K, n, k, 9);
   const size_t row_bytes = ggml_row_bytes(GgmlType::Q4_K, k);
   for (int64_t j = 0; j < n; ++j)
-    for (int64_t b = 0; b < k / 256; ++b) std::memset(w.data() + size_t(j) * row_bytes + size_t(b) * 144 + 4, 0xff, 140);
+    for (int64_t b = 0; b < k / 256; ++b)
+      std::memset(w.data() + size_t(j) * row_bytes + size_t(b) * 144 + 4, 0xff, 140);
   Rows16 r16 = repack_rows16(*p, w, n, k);
   std::vector<float> x(size_t(m * k), 1.f);
   for (int64_t c = 0; c < k; c += 2) x[size_t(k + c)] = -1.f;
   std::vector<float> wf(size_t(n * k));
-  for (int64_t j = 0; j < n; ++j) dequantize_row(GgmlType::Q4_K, w.data() + size_t(j) * row_bytes, wf.data() + j * k, k);
+  for (int64_t j = 0; j < n; ++j)
+    dequantize_row(GgmlType::Q4_K, w.data() + size_t(j) * row_bytes, wf.data() + j * k, k);
   for (const PromptKernels* pk : {p8, p16}) {
     const Acts a = prompt_acts(*pk, x, m, k);
     std::vector<float> y(size_t(m * n));

@@ -570,7 +570,8 @@ void CpuBackend::keep_in_kernel_layout(CpuWeight& w, std::span<const GgufTensor*
       std::memcpy(out, file, n);
       part.data = out;
     }
-    if (tensors[p]->file_mapped && file == tensors[p]->data) release_file_pages(file, part.row_bytes * size_t(part.rows));
+    if (tensors[p]->file_mapped && file == tensors[p]->data)
+      release_file_pages(file, part.row_bytes * size_t(part.rows));
     offset += n;
   }
 }

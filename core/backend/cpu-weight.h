@@ -35,7 +35,7 @@ class CpuWeight : public Weight {
   std::vector<uint8_t> owned;     // the parts' bytes when copied (WeightMemory::copy), each part at a
                                   // multiple of 64 bytes (F32 parts are read as floats)
   std::vector<float> values;      // a vector weight (one row) as f32: norm weights, biases
-  PageMemory kernel_layout;       // kernel_layout's parts (rows16 groups or copied rows), each at a multiple of 64 bytes
+  PageMemory kernel_layout;       // kernel_layout's parts (rows16 groups or copied rows), 64-aligned each
 };
 
 inline const CpuWeight& cpu_weight(const Weight& w) { return static_cast<const CpuWeight&>(w); }

@@ -503,7 +503,8 @@ void row_q6_k_wide(const uint8_t* w, const ActBlock32W* const* a, int64_t nb, fl
       q6_k_half(w, half, q);
       for (int t = 0; t < 4; ++t) {
         const int g = 4 * half + t;  // values 32g … 32g + 31: sub-blocks 2g (lanes 0-7) and 2g + 1
-        const __m512 scale = _mm512_maskz_permutexvar_ps(0xffff, _mm512_add_epi32(halves, _mm512_set1_epi32(2 * g)), dsc);
+        const __m512i pick = _mm512_add_epi32(halves, _mm512_set1_epi32(2 * g));
+        const __m512 scale = _mm512_maskz_permutexvar_ps(0xffff, pick, dsc);
         const __m512i wv = _mm512_sub_epi16(_mm512_cvtepu8_epi16(q[t]), off);
         for (int r = 0; r < R; ++r) {
           const ActBlock32W& ab = a[r][8 * b + g];
@@ -646,7 +647,9 @@ inline __m512 f16_to_f32(const uint16_t* p) {
 }
 
 size_t q4_k_rows16_group_bytes(int64_t k) { return size_t(k / 256) * sizeof(Q4KGroupBlock); }
-size_t q4_k_rows16_bytes(int64_t rows, int64_t k) { return size_t((rows + kLanes - 1) / kLanes) * q4_k_rows16_group_bytes(k); }
+size_t q4_k_rows16_bytes(int64_t rows, int64_t k) {
+  return size_t((rows + kLanes - 1) / kLanes) * q4_k_rows16_group_bytes(k);
+}
 
 void repack_q4_k_rows16(const uint8_t* w, size_t ws, int64_t rows, int64_t k, uint8_t* out) {
   const int64_t nb = k / 256, groups = (rows + kLanes - 1) / kLanes;
@@ -658,7 +661,7 @@ void repack_q4_k_rows16(const uint8_t* w, size_t ws, int64_t rows, int64_t k, ui
       std::memset(&o, 0, sizeof o);
       for (int u = 0; u < kLanes && g * kLanes + u < rows; ++u) {
         const uint8_t* blk = w + (g * kLanes + u) * ws + b * 144;
-        unpack_q45_k<false>(blk, u, un);  // values in order, 0 … 15
+        unpack_q45_k<false>(blk, u, un);  // row u's 256 values in order, its scales and mins
         std::memcpy(&o.d[u], blk, 2);
         std::memcpy(&o.dmin[u], blk + 2, 2);
         for (int s = 0; s < 8; ++s) {
@@ -732,7 +735,8 @@ void gemm_q4_k_rows16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs,
   if (sums.size() < size_t(m * nsub)) sums.resize(size_t(m * nsub));
   for (int64_t i = 0; i < m; ++i) {
     const auto* a = reinterpret_cast<const ActBlock256*>(static_cast<const uint8_t*>(x) + i * xs);
-    for (int64_t s = 0; s < nsub; ++s) sums[size_t(i * nsub + s)] = a[s / 8].bsum[2 * (s % 8)] + a[s / 8].bsum[2 * (s % 8) + 1];
+    for (int64_t s = 0; s < nsub; ++s)
+      sums[size_t(i * nsub + s)] = a[s / 8].bsum[2 * (s % 8)] + a[s / 8].bsum[2 * (s % 8) + 1];
   }
   for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
     const int rows = int(n - j0 < kLanes ? n - j0 : kLanes);
