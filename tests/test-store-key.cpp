@@ -8,18 +8,22 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/backend/cpu-backend.h"
+#include "core/format/checksum.h"
 #include "core/format/gguf.h"
 #include "core/format/hmac.h"
 #include "core/kv/kv-store.h"
 #include "core/kv/store-check.h"
 #include "core/kv/store-key.h"
 #include "core/model/model-fingerprint.h"
+#include "core/model/model.h"
 #include "core/util/error.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"
@@ -187,4 +191,28 @@ TEST_CASE("store key: the model fingerprint covers every weight byte") {
   CHECK(ga.header_bytes() == gb.header_bytes());  // the same metadata
   CHECK(model_fingerprint(ga) != model_fingerprint(gb));
   CHECK(model_fingerprint(ga) == model_fingerprint(GgufFile(a.string())));
+}
+
+TEST_CASE("store key: the model fingerprint reads the file, with the values of hashing the mapped bytes") {
+  const TempDir tmp("fingerprint-read");
+  const fs::path a = tmp.path / "a.gguf";
+  const test::Run r = test::run_ragkv("make-test-model --arch llama --layers 1 --embd 256 --heads 2 --kv-heads 1 --ff 512 "
+                                      "--context 64 --weight-type q4_k --vocab 32000 --out " + test::shell_quote(a));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const GgufFile g(a.string());
+  Checksum64 h;
+  h.update(g.header_bytes());
+  size_t big = 0;
+  for (const GgufTensor& t : g.tensors()) {
+    h.update(t.data, t.nbytes);
+    big = std::max(big, t.nbytes);
+  }
+  REQUIRE(big > (size_t(4) << 20));  // the embedding table: read in several pieces
+  const std::string mapped = "llama-" + checksum_hex(h.digest());
+  CHECK(model_fingerprint(g) == mapped);
+  // A model whose backend keeps its weights in the kernels' layout (their mapped pages released
+  // where the CPU has AVX-512 VNNI) has the same fingerprint.
+  auto backend = make_cpu_backend(1);
+  const Model m(a.string(), *backend);
+  CHECK(model_fingerprint(m.gguf()) == mapped);
 }

@@ -75,6 +75,10 @@ class GgufFile {
   std::vector<int32_t> get_int_array(const std::string& key) const;
 
   // Bytes [0, start of the tensor data): magic, metadata and tensor infos (for fingerprints).
+  // Bytes [pos, pos + n) of tensor t read from the file, not through the mapping (MappedFile::read_at).
+  void read_tensor_bytes(const GgufTensor& t, size_t pos, uint8_t* dst, size_t n) const {
+    file_.read_at(data_start_ + t.offset + pos, dst, n);
+  }
   std::string_view header_bytes() const {
     return std::string_view(reinterpret_cast<const char*>(base_), data_start_);
   }

@@ -14,7 +14,7 @@
 
 namespace ragkv {
 
-MappedFile::MappedFile(const std::string& path, const char* what) {
+MappedFile::MappedFile(const std::string& path, const char* what) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) fail("{}: cannot open {}: {}", path, what, std::strerror(errno));
   struct stat st {};
@@ -32,6 +32,17 @@ MappedFile::MappedFile(const std::string& path, const char* what) {
     fail("{}: cannot mmap: {}", path, std::strerror(err));
   }
   data_ = static_cast<const uint8_t*>(p);
+}
+
+void MappedFile::read_at(size_t offset, uint8_t* dst, size_t n) const {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, dst, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      fail("{}: cannot read {} bytes at offset {}: {}", path_, n, offset,
+           got < 0 ? std::strerror(errno) : "the file ends first");
+    dst += got, offset += size_t(got), n -= size_t(got);
+  }
 }
 
 MappedFile::~MappedFile() {
