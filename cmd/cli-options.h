@@ -47,8 +47,8 @@ struct CliOptions {
   std::vector<std::string> modes;         // empty: eval's blend, or every mode for bench reuse
   std::vector<double> sweep;
   std::string require;                    // answer --require exact
-  double fallback_margin = 0;             // answer: the margin fallback
-  std::vector<double> fallback_margins;   // eval: the margin fallbacks derived from the records
+  std::string fallback_margin = "0";      // answer: the margin fallback's rule, M[/C]
+  std::vector<std::string> fallback_margins;  // eval: the margin fallbacks derived from the records
   ModeDefaults defaults;                  // ratio, check layers, sinks, focus window, max tokens
   // Generation.
   GenerateOptions sampling;               // temperature, top-p, stop (max_tokens: defaults.max_tokens)

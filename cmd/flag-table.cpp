@@ -118,12 +118,12 @@ std::vector<Flag> mode_flags() {
              ->check(CLI::IsMember({"exact"}));
        }},
       {kAnswer, 0, kAnswer, G::modes, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--fallback-margin", o.fallback_margin, "Recompute a composed prompt in full when its first step's top-2 probability gap is below this (0: never)")
-             ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+         return a->add_option("--fallback-margin", o.fallback_margin, "M[/C]: recompute a composed prompt after its exact prefix (full's answer) when its first step's top-2 probability gap is below M, or below C where the repair moved the first token (0: never)")
+             ->check(fallback_rule_validator())->capture_default_str();
        }},
       {kEval, 0, kEval, G::modes, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--fallback-margins", o.fallback_margins, "Also report each mode as answer --fallback-margin M would run it, for each M, derived from the records")
-             ->delimiter(',')->check(CLI::Range(0.0, 1.0));
+         return a->add_option("--fallback-margins", o.fallback_margins, "Also report each mode as answer --fallback-margin M[/C] would run it, for each rule, derived from the records")
+             ->delimiter(',')->check(fallback_rule_validator());
        }},
       {kAnswer, 0, 0, G::modes, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--compare", o.compare, "Also answer in this mode (e.g. full) and score each answer against it")->check(mode_validator());

@@ -306,7 +306,7 @@ AnswerRunOptions RagCommands::answer_options(const RagEngine& engine) const {
   o.apply_load_control = o_.cache.load_control == "on";
   o.raise_ratio = o_.cache.raise_ratio;
   o.require_exact = o_.require == "exact";
-  o.fallback_margin = o_.fallback_margin;
+  o.fallback = parse_fallback_rule(o_.fallback_margin);
   return o;
 }
 
@@ -364,7 +364,7 @@ EvalRunOptions RagCommands::eval_options() const {
   o.modes = o_.modes.empty() ? std::vector<std::string>{"blend"} : o_.modes;
   o.baseline = o_.baseline;
   o.sweep = o_.sweep;
-  o.fallback_margins = o_.fallback_margins;
+  for (const std::string& m : o_.fallback_margins) o.fallback_margins.push_back(parse_fallback_rule(m));
   o.defaults = o_.defaults;
   o.top_k = o_.top_k;
   o.gate = o_.gate;

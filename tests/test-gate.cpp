@@ -291,6 +291,54 @@ TEST_CASE("gate: the first step's top-2 probability gap, worked by hand") {
   CHECK(top2_probability_gap({2.0f}) == 1.0);
 }
 
+TEST_CASE("gate: the margin fallback's rule, M or M/C") {
+  const FallbackRule m = parse_fallback_rule("0.02");
+  CHECK(m.margin == 0.02);
+  CHECK(m.moved_margin == 0);
+  CHECK(m.name() == "0.02");
+  CHECK(m.applies(0.01, false));
+  CHECK_FALSE(m.applies(0.03, true));
+  const FallbackRule mc = parse_fallback_rule("0.005/0.05");
+  CHECK(mc.name() == "0.005/0.05");
+  CHECK(mc.applies(0.004, false));   // below M: always
+  CHECK_FALSE(mc.applies(0.01, false));  // between M and C, the repair kept the first token
+  CHECK(mc.applies(0.01, true));     // between M and C, the repair moved it
+  CHECK_FALSE(mc.applies(0.06, true));
+  CHECK_FALSE(parse_fallback_rule("0").active());
+  CHECK(parse_fallback_rule("0/0.1").active());
+  for (const char* bad : {"", "x", "1.5", "-0.1", "0.1/", "/0.1", "0.1/0.2/0.3", "0.1 "})
+    CHECK_THROWS_WITH_AS(parse_fallback_rule(bad), doctest::Contains("expected M or M/C"), Error);
+}
+
+TEST_CASE("gate: a derived fallback recomputes what follows the exact prefix, and M/C reads the moved first token") {
+  std::vector<EvalItem> items = recorded(3);
+  for (size_t i = 0; i < items.size(); ++i) {
+    EvalAnswer& b = items[i].by_mode["blend"];
+    b.first_margin = 0.01;  // every one between M = 0.005 and C = 0.05
+    b.composed = true;
+    b.compute_fraction = 0.2;
+    items[i].by_mode["full"].compute_fraction = 1.0;
+  }
+  items[0].by_mode["blend"].repair_moved = true;
+  items[0].by_mode["blend"].exact_prefix_share = 0.25;
+  items[1].by_mode["blend"].exact_prefix_share = 0.25;  // not moved: kept
+  const std::vector<std::string> added = add_margin_fallbacks(items, "full", {"blend"}, {parse_fallback_rule("0.005/0.05")});
+  REQUIRE(added == std::vector<std::string>{"blend fallback<0.005/0.05"});
+  std::string mode;
+  FallbackRule rule;
+  REQUIRE(parse_fallback_mode_name(added[0], mode, rule));
+  CHECK(rule.moved_margin == 0.05);
+  const EvalAnswer &fell = items[0].by_mode.at(added[0]), &kept = items[1].by_mode.at(added[0]);
+  CHECK(fell.fell_back);
+  CHECK(fell.compute_fraction == doctest::Approx(0.2 + 0.75));  // the rows after the exact prefix, again
+  CHECK_FALSE(kept.fell_back);
+  CHECK_FALSE(items[2].by_mode.at(added[0]).fell_back);
+  // With M alone every one falls back; a record without the share counts full's compute.
+  const std::vector<std::string> all = add_margin_fallbacks(items, "full", {"blend"}, {parse_fallback_rule("0.02")});
+  CHECK(items[0].by_mode.at(all[0]).compute_fraction == doctest::Approx(0.95));
+  CHECK(items[2].by_mode.at(all[0]).compute_fraction == doctest::Approx(1.2));
+}
+
 TEST_CASE("gate: margin fallbacks derived from records: full's answer below M, both prefills counted") {
   std::vector<EvalItem> items = recorded(4);
   const double margins[] = {0.01, 0.2, 0.04, -1};  // -1: a record made before the margin was kept
@@ -304,13 +352,14 @@ TEST_CASE("gate: margin fallbacks derived from records: full's answer below M, b
   items[2].by_mode["blend"].composed = false;  // nothing composed: never falls back
   items[0].by_mode["blend"].answer = "z";
   items[0].by_mode["blend"].output_ids = {3, 7};
-  const std::vector<std::string> added = add_margin_fallbacks(items, "full", {"blend"}, {0.05});
+  const std::vector<std::string> added = add_margin_fallbacks(items, "full", {"blend"}, {parse_fallback_rule("0.05")});
   REQUIRE(added == std::vector<std::string>{"blend fallback<0.05"});
   std::string mode;
-  double m = 0;
+  FallbackRule m;
   REQUIRE(parse_fallback_mode_name(added[0], mode, m));
   CHECK(mode == "blend");
-  CHECK(m == 0.05);
+  CHECK(m.margin == 0.05);
+  CHECK(m.moved_margin == 0);
   CHECK_FALSE(parse_fallback_mode_name("blend@0.05", mode, m));
   const EvalAnswer &fell = items[0].by_mode.at(added[0]), &kept = items[1].by_mode.at(added[0]);
   CHECK(fell.fell_back);
@@ -325,6 +374,6 @@ TEST_CASE("gate: margin fallbacks derived from records: full's answer below M, b
   CHECK_FALSE(items[3].by_mode.at(added[0]).fell_back);
   const nlohmann::json s = eval_summary(items, "full", {"blend", added[0]}, "", {});
   CHECK(s["modes"][added[0]]["fallbacks"] == 1.0);
-  CHECK_THROWS_WITH_AS(add_margin_fallbacks(items, "prefix", {"blend"}, {0.05}),
+  CHECK_THROWS_WITH_AS(add_margin_fallbacks(items, "prefix", {"blend"}, {parse_fallback_rule("0.05")}),
                        doctest::Contains("a fallback answers as full does"), Error);
 }

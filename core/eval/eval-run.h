@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/eval/gate.h"
+#include "core/rag/fallback-rule.h"
 #include "core/rag/queries.h"
 #include "core/rag/rag-engine.h"
 
@@ -18,7 +19,7 @@ struct EvalRunOptions {
   std::vector<std::string> modes;  // mode specs; reuse, the reference of recovery, is added when missing
   std::string baseline = "full";
   std::vector<double> sweep;  // each blend mode without @R at each ratio, each craft mode without @ALPHA at each α
-  std::vector<double> fallback_margins;  // each mode also as its margin fallback at each M, derived (not gated)
+  std::vector<FallbackRule> fallback_margins;  // each mode also as its margin fallback under each rule, derived (not gated)
   ModeDefaults defaults;
   size_t top_k = 5;  // recorded in the settings (the engine's retriever uses it)
   GateThresholds gate;

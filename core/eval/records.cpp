@@ -74,6 +74,9 @@ EvalItem eval_item_of(const json& record, const EvalSettings& settings) {
     a.composed = mt.value("composed", false);
     a.first_margin = mt.value("first_step_margin", -1.0);
     a.fell_back = mt.value("fallback", false);
+    a.repair_moved = mt.value("repair_moved_first_token", false);
+    if (mt.contains("exact_prefix_tokens") && mt.at("prefill_tokens").get<double>() > 0)
+      a.exact_prefix_share = mt.at("exact_prefix_tokens").get<double>() / mt.at("prefill_tokens").get<double>();
     a.cache_bad = mt.at("cache_bad").get<int>();
     a.cache_misses = mt.at("cache_misses").get<int>();
     if (mt.contains("craft")) {

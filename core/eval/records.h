@@ -53,7 +53,11 @@ struct EvalAnswer {
   int cache_bad = 0, cache_misses = 0;
   bool composed = false;    // some KV approximated full's (AnswerRecord::composed)
   double first_margin = -1;  // the first step's top-2 probability gap (−1: not recorded)
-  bool fell_back = false;   // the margin fallback recomputed it in full
+  bool repair_moved = false;  // prophet's unrepaired first pass had another first token
+  // The share of the prompt a fallback keeps (its exact prefix; −1: not recorded, as in records
+  // made when a fallback recomputed everything).
+  double exact_prefix_share = -1;
+  bool fell_back = false;   // the margin fallback recomputed it after its exact prefix
   // craft (metrics "craft"): chunks reused, of them from a non-canonical variant and as an exact
   // chain, Σ CFO, tokens fixed, and Algorithm 1's cut-off layer (−1: none). cached_chunks 0: no craft.
   int craft_chunks = 0, craft_variant_chunks = 0, craft_exact_chunks = 0;

@@ -53,9 +53,9 @@ std::map<std::string, std::vector<Point>> series_of(const json& s) {
   std::map<std::string, std::vector<Point>> series;
   for (const auto& [name, m] : s.at("modes").items()) {
     std::string base;
-    double margin = 0;
-    if (parse_fallback_mode_name(name, base, margin)) {  // a margin fallback: one series per mode, by M
-      series[base + " + fallback"].push_back(point_of(m, margin, false));
+    FallbackRule rule;
+    if (parse_fallback_mode_name(name, base, rule)) {  // a margin fallback: one series per mode and kind of rule
+      series[base + (rule.moved_margin > 0 ? " + fallback M/C" : " + fallback")].push_back(point_of(m, rule.margin, false));
       continue;
     }
     ModeSpec spec;

@@ -280,7 +280,7 @@ void AnswerRun::admit(size_t qi) {
   opt.apply_load_control = o_.apply_load_control;
   opt.raise_ratio = o_.raise_ratio;
   opt.require_exact = o_.require_exact;
-  opt.fallback_margin = o_.fallback_margin;
+  opt.fallback = o_.fallback;
   // CRAFT §4: the CA-Table counts this request's chunks; the frequency order puts the most
   // accessed first; the CP-Tree admits a computed prefix only when its chunks reach the threshold.
   std::vector<std::string> ids;

@@ -37,7 +37,7 @@ struct AnswerRunOptions {
   bool apply_load_control = false;  // the engine's loading controller carried out, not only reported
   bool raise_ratio = false;
   bool require_exact = false;  // AnswerOptions::require_exact: never compose
-  double fallback_margin = 0;  // AnswerOptions::fallback_margin: full prefill for near-ties
+  FallbackRule fallback;  // AnswerOptions::fallback: prefill again after the exact prefix near ties
 };
 
 // One answer as it completes (answering order), for a scorer to add to before it is written.

@@ -40,6 +40,12 @@ nlohmann::json AnswerRecord::metrics() const {
           {"cache_bad", cache.bad}};
   j["composed"] = composed;
   if (first_margin >= 0) j["first_step_margin"] = first_margin;
+  if (p.first_pass_token >= 0) {
+    j["first_pass_token"] = p.first_pass_token;
+    j["first_pass_margin"] = p.first_pass_margin;
+    j["repair_moved_first_token"] = repair_moved_first_token;
+  }
+  j["exact_prefix_tokens"] = exact_prefix_tokens;
   if (fell_back) j["fallback"] = true;
   nlohmann::json chunks = nlohmann::json::array();
   for (const ChunkProvenance& c : provenance) chunks.push_back(c.to_json());
@@ -217,25 +223,59 @@ std::shared_ptr<const CarriedKv> RagAnswerer::carry(const RagPrompt& prompt, con
   return out;
 }
 
-// The margin fallback: the prompt prefilled again in full over kv; `pre` becomes full's result
-// with both prefills' time and compute (the reused pass's reused tokens all recomputed).
-void RagAnswerer::fall_back_to_full(const RagPrompt& prompt, KvCache& kv, PrefillResult& pre) {
+namespace {
+// The leading segments a margin fallback keeps: those `prefix` would load — the prefix, then chunks,
+// each cached exactly where and after what it stands (SegmentPlan::exact) — never the question.
+size_t fallback_kept_segments(const RagPrompt& prompt, const PrefillPlan& plan) {
+  size_t s = 0;
+  while (s + 1 < prompt.segments.size() && (s == 0 || prompt.segments[s].kind == PromptSegment::Kind::chunk) &&
+         plan.segments[s].exact())
+    ++s;
+  return s;
+}
+}  // namespace
+
+// The margin fallback: the prompt prefilled again as `prefix` does it over kv — the composed plan's
+// exact-prefix caches loaded again, every later row computed, so the output is full's (bit-identical
+// on a 16-bit store, as prefix's is) — and `pre` becomes its result with both prefills' time and
+// compute (every reused token-layer after the exact prefix computed again). The first pass's
+// signals stay. Returns the leading segments whose caches it kept.
+size_t RagAnswerer::fall_back_to_prefix(const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv,
+                                        PrefillResult& pre) {
   const int n_layer = model_.config().n_layer;
-  const PrefillPlan full = plan_prefill(prompt, ReuseMode::full, BlendParams{}, n_layer, SegmentLookup{});
-  PrefillResult again = prefill_prompt(model_, prompt, full, kv, ws_);
+  size_t kept = fallback_kept_segments(prompt, plan);
+  auto same = [&](const PromptSegment& seg) -> std::shared_ptr<const SegmentKv> {
+    const size_t s = size_t(&seg - prompt.segments.data());
+    return s < kept ? plan.segments[s].kv : nullptr;
+  };
+  const ChainLookup same_chain = [&](const PromptSegment& seg, const std::vector<std::string>&) { return same(seg); };
+  PrefillResult again;
+  try {
+    again = prefill_prompt(model_, prompt, plan_prefill(prompt, ReuseMode::prefix, BlendParams{}, n_layer, same,
+                                                        nullptr, CraftParams{}, same_chain),
+                           kv, ws_);
+  } catch (const ChunkLoadFailed&) {  // a cache read a moment ago fails now: everything computed
+    kept = 0;
+    again = prefill_prompt(model_, prompt, plan_prefill(prompt, ReuseMode::full, BlendParams{}, n_layer, SegmentLookup{}),
+                           kv, ws_);
+  }
   PrefillStats& s = again.stats;
   const PrefillStats& first = pre.stats;
   s.prefill_ms += first.prefill_ms;
   s.load_ms += first.load_ms;
   s.load_wait_ms += first.load_wait_ms;
   s.computed_token_layers += first.computed_token_layers;
+  s.recomputed_reused_token_layers =
+      first.recomputed_reused_token_layers + (first.reused_tokens - s.reused_tokens) * n_layer;
   s.reused_tokens = first.reused_tokens;
-  s.recomputed_reused_token_layers = first.recomputed_reused_token_layers + first.reused_tokens * n_layer;
   for (size_t i = 0; i < s.row_layers.size() && i < first.row_layers.size(); ++i) s.row_layers[i] += first.row_layers[i];
   s.kept_after_check = first.kept_after_check;
   s.focus_cutoff_layer = first.focus_cutoff_layer;
   s.focused_chunks = first.focused_chunks;
+  s.first_pass_token = first.first_pass_token;
+  s.first_pass_margin = first.first_pass_margin;
   pre = std::move(again);
+  return kept;
 }
 
 // Per chunk of the prompt, in order: where its KV came from and how much of it was computed.
@@ -251,7 +291,7 @@ std::vector<ChunkProvenance> RagAnswerer::provenance(const RagPrompt& prompt, co
     p.chunk = seg.chunk_id;
     p.tokens = int64_t(seg.ids.size());
     using S = ChunkProvenance::Source;
-    if (sp.kv && !rec.fell_back) {
+    if (sp.kv && (!rec.fell_back || s < rec.fallback_kept_segments)) {
       const ChunkKvMeta& m = sp.kv->meta();
       p.source = s < n_carried          ? S::history
                  : sp.exact()           ? S::exact_prefix
@@ -374,8 +414,11 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
                              [](const SegmentPlan& sp) { return sp.kv && !sp.exact(); }) ||
                  (!carried.empty() && opt.carried->composed);
   rec.first_margin = top2_probability_gap(pre.logits);
-  if (rec.composed && rec.first_margin < opt.fallback_margin) {
-    fall_back_to_full(prompt, kv, pre);
+  rec.repair_moved_first_token = pre.stats.first_pass_token >= 0 && argmax(pre.logits) != pre.stats.first_pass_token;
+  if (const size_t kept = fallback_kept_segments(prompt, plan); kept > 0)
+    rec.exact_prefix_tokens = prompt.segments[kept - 1].end();
+  if (rec.composed && opt.fallback.applies(rec.first_margin, rec.repair_moved_first_token)) {
+    rec.fallback_kept_segments = fall_back_to_prefix(prompt, plan, kv, pre);
     rec.fell_back = true;
     rec.composed = false;
   }

@@ -18,6 +18,7 @@
 #include "core/kv/variant-ledger.h"
 #include "core/model/generate.h"
 #include "core/rag/cache-keys.h"
+#include "core/rag/fallback-rule.h"
 #include "core/rag/fusor.h"
 #include "core/rag/loading-controller.h"
 #include "core/rag/plan.h"
@@ -70,10 +71,10 @@ struct AnswerOptions {
   // Never compose (`--require exact`): only exact prefixes are reused, everything after them is
   // computed, whatever the mode (the plan is prefix's): the output is full's.
   bool require_exact = false;
-  // The margin fallback (`--fallback-margin M`): a composed prefill whose first step has a top-2
-  // probability gap below M is done again in full; the answer is full's and both prefills count
-  // in the compute and the TTFT. 0: never.
-  double fallback_margin = 0;
+  // The margin fallback (`--fallback-margin M[/C]`, core/rag/fallback-rule.h): a composed prefill
+  // near a tie is done again as `prefix` does it (the exact prefix kept, the rest computed); the
+  // answer is full's and both prefills count in the compute and the TTFT. Inactive: never.
+  FallbackRule fallback;
   GenerateOptions gen;  // max_tokens; stop_at_newline is set by the answerer
 };
 
@@ -122,7 +123,12 @@ struct AnswerRecord {
   bool composed = false;
   std::vector<ChunkProvenance> provenance;  // per chunk, in prompt order
   double first_margin = -1;  // the reused prefill's first-step top-2 probability gap (−1: not measured)
-  bool fell_back = false;    // the margin fallback recomputed the prompt in full
+  // prophet's unrepaired first pass moved to another first token by the repair (the fallback's
+  // second signal; false where there was no such pass: PrefillStats::first_pass_token < 0).
+  bool repair_moved_first_token = false;
+  int64_t exact_prefix_tokens = 0;  // the leading rows a fallback keeps (the exact prefix)
+  bool fell_back = false;    // the margin fallback recomputed the prompt after its exact prefix
+  size_t fallback_kept_segments = 0;  // the leading segments whose caches the fallback kept
   size_t exact_path_chunks = 0;         // chunks reused on the knowledge tree's exact path
   size_t chunk_hits = 0;                // chunks whose KV came from a tier (exact or not; not the prefix)
   size_t chunk_memory_hits = 0;         // of those, from device or host memory
@@ -180,7 +186,7 @@ class RagAnswerer {
   std::vector<PromptNode> tree_nodes(const RagPrompt& prompt, const PrefillPlan& plan, const PrefillStats& st,
                                      const AnswerOptions& opt) const;
   std::vector<std::shared_ptr<const SegmentKv>> carried_segments(const RagPrompt& prompt, const AnswerOptions& opt) const;
-  void fall_back_to_full(const RagPrompt& prompt, KvCache& kv, PrefillResult& pre);
+  size_t fall_back_to_prefix(const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv, PrefillResult& pre);
   std::vector<ChunkProvenance> provenance(const RagPrompt& prompt, const PrefillPlan& plan, size_t n_carried,
                                           const AnswerRecord& rec) const;
   std::shared_ptr<const CarriedKv> carry(const RagPrompt& prompt, const PrefillPlan& plan,

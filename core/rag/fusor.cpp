@@ -9,6 +9,7 @@
 
 #include "core/format/checksum.h"
 #include "core/kv/layer-loader.h"
+#include "core/model/generate.h"
 #include "core/rag/focused-chunks.h"
 #include "core/rag/selection.h"
 #include "core/util/error.h"
@@ -288,6 +289,11 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
       if (!plan.reused[size_t(row)]) base.push_back(row);
     std::vector<double> relevance(static_cast<size_t>(n), 0.0);
     pass(base, true, false, &relevance, false);
+    if (!base.empty() && base.back() == n - 1) {  // the last prompt row: the unrepaired prompt's first step
+      const std::vector<float> first = model.logits(int64_t(base.size()) - 1, 1, ws);
+      r.stats.first_pass_token = argmax(first);
+      r.stats.first_pass_margin = top2_probability_gap(first);
+    }
     // The first pass computed every uncached row once; the second computes none of them again in
     // full. Rows before the first segment reused at another position or context saw no stale KV:
     // they are exact and stay as they are. The uncached rows after it (a conversation's new turn,

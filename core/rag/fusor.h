@@ -39,6 +39,11 @@ struct PrefillStats {
   std::vector<std::vector<int32_t>> kept_after_check;  // blend: the active rows after each check layer
   int focus_cutoff_layer = -1;         // craft: L* of Algorithm 1 (−1: recompute ran every layer)
   std::vector<int32_t> focused_chunks;  // craft: F*, chunk indices in prompt order
+  // prophet: the first step of its first, reuse pass — the prompt before any token is repaired —
+  // its greedy token and top-2 probability gap (−1: no such pass). A signal available before
+  // decoding: where the repair moved the first token, the composed prompt is near a tie.
+  int32_t first_pass_token = -1;
+  double first_pass_margin = -1;
   int n_layer = 0;
 };
 
