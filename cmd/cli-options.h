@@ -47,7 +47,7 @@ struct CliOptions {
   std::vector<std::string> modes;         // empty: eval's blend, or every mode for bench reuse
   std::vector<double> sweep;
   std::string require;                    // answer --require exact
-  std::string fallback_margin = "0";      // answer: the margin fallback's rule, M[/C]
+  std::string fallback_margin;            // answer: the margin fallback's rule, M[/C] ("": auto takes the store's)
   std::vector<std::string> fallback_margins;  // eval: the margin fallbacks derived from the records
   ModeDefaults defaults;                  // ratio, check layers, sinks, focus window, max tokens
   // Generation.
@@ -76,7 +76,7 @@ struct CliOptions {
   bool include_canonical = false, dry_run = false;
   // Gate.
   GateThresholds gate;
-  bool resume = false, fit_alpha = false;
+  bool resume = false, fit_alpha = false, fit_fallback = false;
   // Benchmarks.
   std::vector<std::string> models;        // bench prefill; empty: the two default LLMs
   PrefillBenchOptions prefill;            // prompt tokens, decode tokens, decode batch

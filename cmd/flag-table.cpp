@@ -118,8 +118,8 @@ std::vector<Flag> mode_flags() {
              ->check(CLI::IsMember({"exact"}));
        }},
       {kAnswer, 0, kAnswer, G::modes, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--fallback-margin", o.fallback_margin, "M[/C]: recompute a composed prompt after its exact prefix (full's answer) when its first step's top-2 probability gap is below M, or below C where the repair moved the first token (0: never)")
-             ->check(fallback_rule_validator())->capture_default_str();
+         return a->add_option("--fallback-margin", o.fallback_margin, "M[/C]: recompute a composed prompt after its exact prefix (full's answer) when its first step's top-2 probability gap is below M, or below C where the repair moved the first token (0: never; default: auto takes the store's fitted rule, eval --fit-fallback)")
+             ->check(fallback_rule_validator());
        }},
       {kEval, 0, kEval, G::modes, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--fallback-margins", o.fallback_margins, "Also report each mode as answer --fallback-margin M[/C] would run it, for each rule, derived from the records")
@@ -332,6 +332,9 @@ std::vector<Flag> gate_flags() {
        }},
       {kEval, 0, kEval, G::gate, [](CLI::App* a, CliOptions& o) {
          return a->add_flag("--fit-alpha", o.fit_alpha, "Store the smallest craft alpha that passes the gate in STORE/craft.json (Cache-Craft Eq. 13)");
+       }},
+      {kEval, 0, kEval, G::gate, [](CLI::App* a, CliOptions& o) {
+         return a->add_flag("--fit-fallback", o.fit_fallback, "Store in STORE/craft.json the --fallback-margins rule (or none) with which auto passes the gate at the least compute; answer's auto then uses it");
        }},
       {kEval, 0, kEval, G::gate, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--baseline-cache", o.baseline_cache, "Keep the baseline's answers in this JSONL file and reuse them when binary, model and prompt match");

@@ -138,6 +138,7 @@ RagEngineOptions RagCommands::engine_options(bool need_store) const {
     if (o_.write_back) fail("--read-only with --write-back: write-back stores variants; drop one of them");
     if (o_.cache.disk_bytes.value_or(0) > 0) fail("--read-only with --disk-budget: the disk tier writes chain nodes; drop one of them");
     if (o_.fit_alpha) fail("--read-only with --fit-alpha: the fitted alpha is written to the store; drop one of them");
+    if (o_.fit_fallback) fail("--read-only with --fit-fallback: the fitted rule is written to the store; drop one of them");
     if (!o_.remote.empty()) fail("--read-only with --remote: the remote tier's caches are installed in the local store; drop one of them");
   }
   return eo;
@@ -306,7 +307,9 @@ AnswerRunOptions RagCommands::answer_options(const RagEngine& engine) const {
   o.apply_load_control = o_.cache.load_control == "on";
   o.raise_ratio = o_.cache.raise_ratio;
   o.require_exact = o_.require == "exact";
-  o.fallback = parse_fallback_rule(o_.fallback_margin);
+  o.fallback = !o_.fallback_margin.empty()       ? parse_fallback_rule(o_.fallback_margin)
+               : o.mode.mode == ReuseMode::auto_ ? engine.fitted_fallback()
+                                                 : FallbackRule{};
   return o;
 }
 
@@ -376,6 +379,7 @@ EvalRunOptions RagCommands::eval_options() const {
   o.report = o_.report;
   o.junit = o_.junit;
   o.fit_alpha = o_.fit_alpha;
+  o.fit_fallback = o_.fit_fallback;
   o.queries_path = o_.queries;
   o.store_path = o_.store;
   return o;

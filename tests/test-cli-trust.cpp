@@ -127,6 +127,32 @@ TEST_CASE("cli trust: provenance per chunk, --require exact and the margin fallb
     }
     CHECK(fell >= 1);  // on this model and these questions the repair moves one first token
   }
+  SUBCASE("eval --fit-fallback stores auto's cheapest rule that passes the gate, and answer's auto uses it") {
+    // A gate only full's own output passes (first-token KL at most 1e-6): auto alone fails it, and
+    // of the rules only one that sends every composed prompt back passes.
+    const std::string eval = "eval " + queries + " --index " + q(tiny.index) + " --store " + q(tiny.store) +
+                             " --limit 4 --top-k 3 --max-tokens 3 --modes auto --min-agreement 0 --max-kl 0.000001" + tiny.on_model;
+    const Run fit = run_ragkv(eval + " --fallback-margins 0,1 --fit-fallback");
+    REQUIRE_MESSAGE(fit.exit_code == 0, fit.err);
+    const json table = json::parse(fit.out)["fallback_fit"];
+    REQUIRE(table.size() == 3);  // auto alone, then each rule
+    CHECK(table[0]["passed"] == false);
+    CHECK(table[2]["rule"] == "1");
+    CHECK(table[2]["passed"] == true);
+    std::ifstream settings(tiny.store / "craft.json");
+    CHECK(json::parse(settings)["fallback"] == "1");
+    for (const json& line : answer(" --mode auto", "fitted.jsonl")) {
+      CHECK(line["metrics"].value("fallback", false) == true);  // every prompt here is composed
+      CHECK(line["answer"] == line["full_answer"]);
+    }
+    for (const json& line : answer(" --mode auto --fallback-margin 0", "off.jsonl"))
+      CHECK_FALSE(line["metrics"].contains("fallback"));
+    // eval reports the store's rule beside auto without being asked.
+    const Run again = run_ragkv(eval);
+    CHECK(json::parse(again.out)["modes"].contains("auto fallback<1"));
+    // Without auto, or without rules to try: a usage error.
+    CHECK(run_ragkv(eval + " --fit-fallback").exit_code == 2);
+  }
   SUBCASE("eval derives each margin's fallback from its records") {
     const fs::path records = tmp.path / "eval.jsonl";
     const Run r = run_ragkv("eval " + queries + " --index " + q(tiny.index) + " --store " + q(tiny.store) +

@@ -11,6 +11,7 @@
 
 #include "core/eval/alpha-fit.h"
 #include "core/eval/baseline-cache.h"
+#include "core/eval/fallback-fit.h"
 #include "core/eval/margin-fallback.h"
 #include "core/eval/records.h"
 #include "core/eval/report.h"
@@ -60,6 +61,8 @@ class EvalRun {
   void answer_all();
   void write_report(const json& summary) const;
   int fit_alpha(json& summary, const std::vector<GateCheck>& checks);
+  std::vector<FallbackRule> fallback_rules() const;
+  int fit_fallback(json& summary, const std::vector<std::string>& derived);
 
   RagEngine& e_;
   const QueryFile& qf_;
@@ -310,9 +313,59 @@ int EvalRun::fit_alpha(json& summary, const std::vector<GateCheck>& checks) {
   return 0;
 }
 
+// The rules eval derives: --fallback-margins, and the store's fitted one where auto is evaluated
+// against full (what answer's auto does on this store).
+std::vector<FallbackRule> EvalRun::fallback_rules() const {
+  std::vector<FallbackRule> rules = o_.fallback_margins;
+  const bool with_auto = std::find(settings_.modes.begin(), settings_.modes.end(), "auto") != settings_.modes.end();
+  if (!with_auto || baseline_.name() != "full" || !e_.has_store()) return rules;
+  const FallbackRule fitted = e_.fitted_fallback();
+  const bool listed = std::any_of(rules.begin(), rules.end(), [&](const FallbackRule& r) { return r.name() == fitted.name(); });
+  if (fitted.active() && !listed) rules.push_back(fitted);
+  return rules;
+}
+
+// The cheapest of auto alone and auto under each derived rule that passes the gate becomes the
+// store's rule (none when auto alone is cheapest).
+int EvalRun::fit_fallback(json& summary, const std::vector<std::string>& derived) {
+  std::vector<FallbackCandidate> candidates{{"auto", FallbackRule{}}};
+  std::vector<std::string> names{"auto"};
+  for (const std::string& name : derived) {
+    std::string base;
+    FallbackRule rule;
+    if (parse_fallback_mode_name(name, base, rule) && base == "auto") {
+      candidates.push_back({name, rule});
+      names.push_back(name);
+    }
+  }
+  const FallbackFit fit = ragkv::fit_fallback(summary, gate_checks(summary, o_.gate, names), candidates);
+  summary["fallback_fit"] = fit.table;
+  if (!fit.rule) {
+    std::fprintf(stderr, "ragkv: eval: auto passes the gate under no rule tried; %s/craft.json unchanged\n",
+                 o_.store_path.c_str());
+    return 1;
+  }
+  CraftStoreSettings cs = read_craft_settings(*e_.store());
+  cs.fallback = fit.rule->active() ? fit.rule->name() : "";
+  cs.fallback_fit = {{"queries", o_.queries_path}, {"n_queries", items_.size()}, {"gate", gate_json(gate_checks(summary, o_.gate, names), o_.gate)},
+                     {"candidates", fit.table}};
+  write_craft_settings(*e_.store(), cs);
+  std::fprintf(stderr, "ragkv: eval: auto passes the gate at the least compute %s; stored in %s/craft.json\n",
+               fit.rule->active() ? ("with --fallback-margin " + fit.rule->name()).c_str() : "without a fallback",
+               o_.store_path.c_str());
+  return 0;
+}
+
 EvalRunResult EvalRun::run() {
   if (o_.fit_alpha && e_.store()->foreign()) fail("--fit-alpha: {} belongs to another model", o_.store_path);
+  if (o_.fit_fallback && (!e_.has_store() || e_.store()->foreign()))
+    fail("--fit-fallback: the rule is stored with the store's caches; give a --store of this model");
   plan_modes();
+  if (o_.fit_fallback &&
+      (std::find(settings_.modes.begin(), settings_.modes.end(), "auto") == settings_.modes.end() || o_.fallback_margins.empty())) {
+    std::fprintf(stderr, "ragkv: eval: --fit-fallback needs auto among --modes and the rules to try in --fallback-margins\n");
+    return {json(nullptr), {}, 2};
+  }
   if (o_.fit_alpha && alpha_candidates_.empty()) {
     std::fprintf(stderr, "ragkv: eval: --fit-alpha needs craft modes at several alphas (craft with --sweep, or craft@A,...)\n");
     return {json(nullptr), {}, 2};
@@ -332,7 +385,7 @@ EvalRunResult EvalRun::run() {
     fail("{}: no query could be answered ({} skipped, {} bad lines, {} answered before --resume)", o_.queries_path,
          skipped_, qf_.skipped.size(), done_.size());
   std::vector<std::string> order(settings_.modes.begin() + 1, settings_.modes.end());
-  const std::vector<std::string> derived = add_margin_fallbacks(items_, baseline_.name(), order, o_.fallback_margins);
+  const std::vector<std::string> derived = add_margin_fallbacks(items_, baseline_.name(), order, fallback_rules());
   order.insert(order.end(), derived.begin(), derived.end());
   json summary = eval_summary(items_, baseline_.name(), order, kReference, nominal_);
   summary["skipped_lines"] = qf_.skipped.size();
@@ -350,6 +403,7 @@ EvalRunResult EvalRun::run() {
   if (!o_.report.empty()) write_report(summary);
   if (!o_.junit.empty()) write_file_atomic(o_.junit, {gate_junit(result.checks, "ragkv-eval")});
   result.exit_code = o_.fit_alpha ? fit_alpha(summary, result.checks) : gate_passed(result.checks) ? 0 : 1;
+  if (o_.fit_fallback) result.exit_code = std::max(o_.fit_alpha ? result.exit_code : 0, fit_fallback(summary, derived));
   result.summary = std::move(summary);
   return result;
 }

@@ -30,13 +30,14 @@ struct EvalRunOptions {
   std::string baseline_cache;  // the baseline's answers kept between runs; "": none
   std::string report, junit;   // files to write; "": none
   bool fit_alpha = false;
+  bool fit_fallback = false;  // auto's cheapest margin-fallback rule that passes the gate, into STORE/craft.json
   std::string queries_path, store_path;  // named in messages and in the fitted α's record
 };
 
 struct EvalRunResult {
   nlohmann::json summary;  // null when nothing ran (exit_code 2)
   std::vector<GateCheck> checks;
-  int exit_code = 0;  // 0 the gate passed (with fit_alpha: an α passed), 1 it failed, 2 a usage error
+  int exit_code = 0;  // 0 the gate passed (with fit_alpha / fit_fallback: an α / a rule passed), 1 it failed, 2 a usage error
 };
 
 EvalRunResult run_eval(RagEngine& engine, const QueryFile& queries, const EvalRunOptions& o);

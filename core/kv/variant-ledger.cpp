@@ -71,6 +71,8 @@ CraftStoreSettings read_craft_settings(const KvStore& store) {
   try {
     if (j.contains("alpha") && !j["alpha"].is_null()) s.alpha = j["alpha"].get<double>();
     s.alpha_fit = j.value("alpha_fit", json());
+    if (j.contains("fallback") && !j["fallback"].is_null()) s.fallback = j["fallback"].get<std::string>();
+    s.fallback_fit = j.value("fallback_fit", json());
     if (j.contains("budget")) {
       const json& b = j["budget"];
       if (!b.is_object()) fail("{}: malformed craft settings: \"budget\" is not an object", p.string());
@@ -89,6 +91,8 @@ void write_craft_settings(const KvStore& store, const CraftStoreSettings& s) {
   json j = {{"format", "ragkv-craft-settings"},
             {"alpha", s.alpha ? json(*s.alpha) : json(nullptr)},
             {"alpha_fit", s.alpha_fit},
+            {"fallback", s.fallback.empty() ? json(nullptr) : json(s.fallback)},
+            {"fallback_fit", s.fallback_fit},
             {"budget", {{"max_variants", s.budget.max_variants}, {"max_bytes", s.budget.max_bytes}}}};
   write_file_atomic(store.dir() / kSettings, {j.dump(2) + "\n"});
 }

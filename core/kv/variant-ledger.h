@@ -33,6 +33,8 @@ struct VariantBudget {
 struct CraftStoreSettings {
   std::optional<double> alpha;  // fitted by `eval --fit-alpha` (Eq. 13)
   nlohmann::json alpha_fit;     // how: queries, criterion, candidates (for people)
+  std::string fallback;         // auto's margin-fallback rule "M[/C]", fitted by `eval --fit-fallback`; "": none
+  nlohmann::json fallback_fit;  // how, as alpha_fit
   VariantBudget budget;
 };
 CraftStoreSettings read_craft_settings(const KvStore& store);  // defaults when the file is missing

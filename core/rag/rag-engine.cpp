@@ -94,6 +94,15 @@ BlendParams RagEngine::blend_defaults(const ModeDefaults& d) const {
 
 double RagEngine::craft_alpha() const { return craft_settings_.alpha.value_or(kDefaultAlpha); }
 
+FallbackRule RagEngine::fitted_fallback() const {
+  if (craft_settings_.fallback.empty()) return {};
+  try {
+    return parse_fallback_rule(craft_settings_.fallback);
+  } catch (const Error& e) {
+    fail("{}/craft.json: {}", store_->dir().string(), e.what());
+  }
+}
+
 AnswerOptions RagEngine::options(const ModeDefaults& d, const ModeSpec& spec) const {
   AnswerOptions o;
   o.mode = spec.mode;

@@ -13,6 +13,7 @@
 #include "core/kv/variant-ledger.h"
 #include "core/model/embedder.h"
 #include "core/model/model.h"
+#include "core/rag/fallback-rule.h"
 #include "core/rag/answer.h"
 #include "core/rag/context.h"
 #include "core/rag/loading-controller.h"
@@ -74,6 +75,9 @@ class RagEngine {
   BlendParams blend_defaults(const ModeDefaults& d) const;
   // craft's α where the mode names none: the store's fitted one (eval --fit-alpha), else kDefaultAlpha.
   double craft_alpha() const;
+  // auto's margin-fallback rule where --fallback-margin is not given: the store's fitted one (eval
+  // --fit-fallback), else none.
+  FallbackRule fitted_fallback() const;
   AnswerOptions options(const ModeDefaults& d, const ModeSpec& spec) const;
   // Cache-Craft §3.3: each use of a non-canonical variant raises its f_r by 1/CFO.
   void record_variant_uses(const AnswerRecord& r);
