@@ -394,6 +394,76 @@ TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels: 16-bit within its rou
   CHECK(no_q8_0_kernel);
 }
 
+TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels on legacy blocks: within 16-bit rounding of f32, k any multiple of 32, rows independent") {
+  const PromptKernels* p16 = prompt_kernels_vnni16();
+  if (!p16) {
+    MESSAGE("skipped: this CPU has no AVX-512 VNNI (prompts on legacy types take dequantised tiles into SGEMM here)");
+    return;
+  }
+  const QuantKernels& sc = quant_kernels_scalar();
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1})
+    // blocks: one chunk of eight and partial chunks (576 and 640 columns: SmolLM2's and Gemma 3's).
+    for (const auto& [m, n, blocks] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 16, 8}, {8, 17, 18},
+                                        {13, 37, 20}, {33, 5, 11}}) {
+      CAPTURE(ggml_type_name(t));
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(blocks);
+      const int64_t k = 32 * blocks;
+      const std::vector<uint8_t> w = random_rows(t, n, k, uint32_t(k + n + m));
+      const size_t row_bytes = ggml_row_bytes(t, k);
+      const std::vector<float> x = test::random_vec(size_t(m * k), uint64_t(m * 7 + k), 2.f);
+      std::vector<float> wf(size_t(n * k));
+      for (int64_t j = 0; j < n; ++j) dequantize_row(t, w.data() + size_t(j) * row_bytes, wf.data() + j * k, k);
+      const Acts a16 = prompt_acts(*p16, x, m, k);
+      for (int64_t i = 0; i < m; ++i) {  // the blocks of quantize_act32_wide
+        std::vector<ActBlock32W> ref(size_t(k / 32));
+        sc.quantize_act32_wide(x.data() + i * k, ref.data(), k);
+        CHECK(std::memcmp(ref.data(), a16.bytes.data() + size_t(i) * a16.stride, ref.size() * sizeof(ActBlock32W)) == 0);
+      }
+      const GemmFn gemm = prompt_gemm_for(*p16, t);
+      REQUIRE(static_cast<bool>(gemm));
+      std::vector<float> y(size_t(m * n), -1.f);
+      gemm(m, n, k, a16.bytes.data(), a16.stride, w.data(), row_bytes, y.data(), n);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const DotRef r = dot_ref(wf.data() + j * k, x.data() + i * k, k);
+          CHECK(std::fabs(y[size_t(i * n + j)] - r.value) <=
+                wide_rounding_bound(wf.data() + j * k, x.data() + i * k, k) + 1e-6 * r.magnitude + 1e-7);
+        }
+      for (int64_t i = 0; i < m; ++i) {  // each row alone has its bits in the batch
+        std::vector<float> one(static_cast<size_t>(n));
+        gemm(1, n, k, a16.bytes.data() + size_t(i) * a16.stride, a16.stride, w.data(), row_bytes, one.data(), n);
+        CHECK(std::memcmp(one.data(), y.data() + i * n, size_t(n) * sizeof(float)) == 0);
+      }
+    }
+  // Extreme values: every quant byte 0xff (the largest values, Q5's fifth bits set) against
+  // activations at ±full scale: no overflow.
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
+    CAPTURE(ggml_type_name(t));
+    const int64_t m = 2, n = 3, k = 320;
+    std::vector<uint8_t> w = random_rows(t, n, k, 5);
+    const size_t row_bytes = ggml_row_bytes(t, k), bb = ggml_block_bytes(t);
+    const size_t scales = (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) ? 4 : 2;
+    for (size_t off = 0; off < w.size(); off += bb) std::memset(w.data() + off + scales, 0xff, bb - scales);
+    std::vector<float> x(size_t(m * k), 1.f);
+    for (int64_t c = 0; c < k; c += 2) x[size_t(k + c)] = -1.f;
+    std::vector<float> wf(size_t(n * k));
+    for (int64_t j = 0; j < n; ++j) dequantize_row(t, w.data() + size_t(j) * row_bytes, wf.data() + j * k, k);
+    const Acts a = prompt_acts(*p16, x, m, k);
+    std::vector<float> y(size_t(m * n));
+    prompt_gemm_for(*p16, t)(m, n, k, a.bytes.data(), a.stride, w.data(), row_bytes, y.data(), n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const DotRef r = dot_ref(wf.data() + j * k, x.data() + i * k, k);
+        CHECK(std::fabs(y[size_t(i * n + j)] - r.value) <= 1e-4 * r.magnitude + 1e-6);
+      }
+  }
+  const PromptKernels* p8 = prompt_kernels_vnni8();  // 256-value activation blocks: no legacy kernels
+  const bool no_8_bit_kernel = prompt_gemm_for(*p8, GgmlType::Q4_1) == nullptr;
+  CHECK(no_8_bit_kernel);
+}
+
 TEST_CASE("quant kernels: the AVX-512 VNNI Q4_K decode kernel equals the portable kernel, each row alone as in a batch") {
   const GemmFn q4k = gemm_q4_k_decode_vnni();
   if (!q4k) {

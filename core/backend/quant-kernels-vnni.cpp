@@ -799,6 +799,153 @@ void gemm_q4_k_rows16_prompt16(int64_t m, int64_t n, int64_t k, const void* x, s
       });
 }
 
+// ---- Legacy 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1) against 16-bit activation blocks
+
+// Every block has its own f16 scale (and Q4_1/Q5_1 an offset), so unlike the K-quants no scale
+// goes inside the int16 values: a block's integer sum Σ q · a is scaled in f32 by d · a.d, and the
+// offset m adds m · a.d · Σ a. Eight blocks (256 values) of sixteen rows are repacked at a time;
+// rows of k = 32 · (8c + r) end in a chunk of r blocks (Gemma 3's 640 and SmolLM2's 576 columns,
+// the reason those files have legacy types). A block's integer sum: 32 · 31 · 32768 < 2³¹.
+enum class LType { q4_0, q4_1, q5_0, q5_1 };
+
+template <LType T>
+struct LTraits;
+template <>
+struct LTraits<LType::q4_0> {
+  static constexpr size_t bytes = 18, qs = 2, qh = 0;
+  static constexpr bool with_min = false, five = false;
+  static constexpr int offset = 8;
+};
+template <>
+struct LTraits<LType::q4_1> {
+  static constexpr size_t bytes = 20, qs = 4, qh = 0;
+  static constexpr bool with_min = true, five = false;
+  static constexpr int offset = 0;
+};
+template <>
+struct LTraits<LType::q5_0> {
+  static constexpr size_t bytes = 22, qs = 6, qh = 2;
+  static constexpr bool with_min = false, five = true;
+  static constexpr int offset = 16;
+};
+template <>
+struct LTraits<LType::q5_1> {
+  static constexpr size_t bytes = 24, qs = 8, qh = 4;
+  static constexpr bool with_min = true, five = true;
+  static constexpr int offset = 0;
+};
+
+// Eight blocks of sixteen rows: w[16c + t] lane u = values 2t, 2t + 1 of block c of row u (int16,
+// the offset subtracted); d[c], m[c] lane u = block c's scale and offset of row u (zero past the
+// row's last block and the weight's last row).
+struct PackedL {
+  __m512i w[128];
+  __m512 d[8], m[8];
+};
+
+struct UnpackedL {
+  alignas(64) int16_t v[kLanes][256];
+  float d[8][kLanes], m[8][kLanes];
+};
+
+// Row u's blocks [0, nblk) of this chunk (w: its first block) as int16, in a lane per value: byte j
+// of qs holds value j in its low nibble and value j + 16 in its high one, bit j of qh value j's
+// fifth bit (core/format/quant.cpp).
+template <LType T>
+void unpack_legacy(const uint8_t* w, int nblk, int u, UnpackedL& o) {
+  using Tr = LTraits<T>;
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  for (int c = 0; c < nblk; ++c, w += Tr::bytes) {
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + Tr::qs));
+    const __m128i lo = _mm_and_si128(qs, low4), hi = _mm_and_si128(_mm_srli_epi16(qs, 4), low4);
+    __m512i v = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));  // lanes 0-15 values j, 16-31 values j + 16
+    if constexpr (Tr::five) {
+      uint32_t qh;
+      std::memcpy(&qh, w + Tr::qh, 4);
+      v = _mm512_mask_add_epi16(v, __mmask32(qh), v, _mm512_set1_epi16(16));
+    }
+    if constexpr (Tr::offset != 0) v = _mm512_sub_epi16(v, _mm512_set1_epi16(Tr::offset));
+    _mm512_store_si512(o.v[u] + 32 * c, v);
+    o.d[c][u] = f16_at(w);
+    o.m[c][u] = Tr::with_min ? f16_at(w + 2) : 0.f;
+  }
+}
+
+void interleave_legacy(const UnpackedL& o, PackedL& p) {
+  for (int blk = 0; blk < 8; ++blk) {
+    __m512i r[16];
+    for (int u = 0; u < kLanes; ++u) r[u] = _mm512_load_si512(o.v[u] + 32 * blk);
+    transpose16(r, p.w + 16 * blk);
+    p.d[blk] = _mm512_loadu_ps(o.d[blk]);
+    p.m[blk] = _mm512_loadu_ps(o.m[blk]);
+  }
+}
+
+// R activation rows against one repacked chunk of nblk blocks (blocks b0 … b0 + nblk − 1 of the
+// rows), accumulated into acc.
+template <bool with_min, int R>
+void rows_against_legacy(const PackedL& p, int nblk, int64_t b0, const ActBlock32W* const* a,
+                         const int32_t* const* sums, __m512* acc) {
+  for (int c = 0; c < nblk; ++c) {
+    __m512i part[R];
+    for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_si512();
+    for (int t = 0; t < 16; ++t) {
+      const __m512i wv = p.w[16 * c + t];
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, a[r][b0 + c].q + 2 * t, 4);
+        part[r] = _mm512_dpwssd_epi32(part[r], wv, _mm512_set1_epi32(pair));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float ad = a[r][b0 + c].d;
+      acc[r] = _mm512_fmadd_ps(to_f32(part[r]), _mm512_mul_ps(p.d[c], _mm512_set1_ps(ad)), acc[r]);
+      if constexpr (with_min) acc[r] = _mm512_fmadd_ps(p.m[c], _mm512_set1_ps(ad * float(sums[r][b0 + c])), acc[r]);
+    }
+  }
+}
+
+template <LType T>
+void gemm_legacy_prompt16(int64_t m, int64_t n, int64_t k, const void* x, size_t xs, const uint8_t* w, size_t ws,
+                          float* y, int64_t ldy) {
+  using Tr = LTraits<T>;
+  const int64_t nblk = k / 32, nchunk = (nblk + 7) / 8;
+  thread_local std::vector<PackedL> packed;
+  thread_local std::vector<UnpackedL> unpacked(1);
+  if (packed.size() < size_t(nchunk)) packed.resize(size_t(nchunk));
+  UnpackedL& un = unpacked[0];
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    const int rows = int(n - j0 < kLanes ? n - j0 : kLanes);
+    for (int64_t ch = 0; ch < nchunk; ++ch) {
+      const int cb = int(nblk - 8 * ch < 8 ? nblk - 8 * ch : 8);
+      if (rows < kLanes || cb < 8) std::memset(&un, 0, sizeof un);
+      for (int u = 0; u < rows; ++u) unpack_legacy<T>(w + (j0 + u) * ws + 8 * ch * Tr::bytes, cb, u, un);
+      interleave_legacy(un, packed[size_t(ch)]);
+    }
+    for (int64_t i0 = 0; i0 < m; i0 += kRowTile) {
+      const int r = int(m - i0 < kRowTile ? m - i0 : kRowTile);
+      const ActBlock32W* a[kRowTile];
+      const int32_t* sums[kRowTile];
+      for (int i = 0; i < kRowTile; ++i) {
+        const auto* row = static_cast<const uint8_t*>(x) + (i0 + (i < r ? i : 0)) * xs;
+        a[i] = reinterpret_cast<const ActBlock32W*>(row);
+        sums[i] = reinterpret_cast<const int32_t*>(row + size_t(nblk) * sizeof(ActBlock32W));
+      }
+      float out[kRowTile][kLanes];
+      with_rows<kRowTile>(r, [&](auto R) {
+        constexpr int rr = decltype(R)::value;
+        __m512 acc[rr];
+        for (int i = 0; i < rr; ++i) acc[i] = _mm512_setzero_ps();
+        for (int64_t ch = 0; ch < nchunk; ++ch)
+          rows_against_legacy<Tr::with_min, rr>(packed[size_t(ch)], int(nblk - 8 * ch < 8 ? nblk - 8 * ch : 8), 8 * ch,
+                                                a, sums, acc);
+        for (int i = 0; i < rr; ++i) _mm512_storeu_ps(out[i], acc[i]);
+      });
+      for (int i = 0; i < r; ++i) std::memcpy(y + (i0 + i) * ldy + j0, out[i], size_t(rows) * sizeof(float));
+    }
+  }
+}
+
 void quantize_act8(const float* x, uint8_t* row, int64_t k) {
   quant_kernels().quantize_act256(x, reinterpret_cast<ActBlock256*>(row), k);
 }
@@ -807,15 +954,24 @@ size_t act8_row_bytes(int64_t k) { return size_t(k / 256) * sizeof(ActBlock256);
 }  // namespace
 
 extern const PromptKernels kPromptKernelsVnni16, kPromptKernelsVnni8;
-const PromptKernels kPromptKernelsVnni16 = {"avx512-vnni-16", act16_row_bytes, quantize_act16,
-                                            gemm_k_prompt16<KType::q4_k>, gemm_k_prompt16<KType::q5_k>,
-                                            gemm_k_prompt16<KType::q6_k>, gemm_q4_k_rows16_prompt16};
+const PromptKernels kPromptKernelsVnni16 = {"avx512-vnni-16",
+                                            act16_row_bytes,
+                                            quantize_act16,
+                                            gemm_k_prompt16<KType::q4_k>,
+                                            gemm_k_prompt16<KType::q5_k>,
+                                            gemm_k_prompt16<KType::q6_k>,
+                                            gemm_q4_k_rows16_prompt16,
+                                            gemm_legacy_prompt16<LType::q4_0>,
+                                            gemm_legacy_prompt16<LType::q4_1>,
+                                            gemm_legacy_prompt16<LType::q5_0>,
+                                            gemm_legacy_prompt16<LType::q5_1>};
 extern const GemmFn kGemmQ6KWideVnni, kGemmQ4KDecodeVnni;
 const GemmFn kGemmQ6KWideVnni = gemm_q6_k_wide;
 const GemmFn kGemmQ4KDecodeVnni = gemm_q4_k_decode;
 const PromptKernels kPromptKernelsVnni8 = {"avx512-vnni-8", act8_row_bytes, quantize_act8,
                                            gemm_k_prompt<KType::q4_k>, gemm_k_prompt<KType::q5_k>,
-                                           gemm_k_prompt<KType::q6_k>, gemm_q4_k_rows16};
+                                           gemm_k_prompt<KType::q6_k>, gemm_q4_k_rows16,
+                                           nullptr, nullptr, nullptr, nullptr};  // legacy types: the f32 path
 extern const Q4KRows16 kQ4KRows16Vnni;
 const Q4KRows16 kQ4KRows16Vnni = {q4_k_rows16_bytes, q4_k_rows16_group_bytes, repack_q4_k_rows16, gemm_q4_k_rows16};
 

@@ -145,6 +145,10 @@ GemmFn prompt_gemm_for(const PromptKernels& k, GgmlType t) {
     case GgmlType::Q4_K: return k.gemm_q4_k;
     case GgmlType::Q5_K: return k.gemm_q5_k;
     case GgmlType::Q6_K: return k.gemm_q6_k;
+    case GgmlType::Q4_0: return k.gemm_q4_0;
+    case GgmlType::Q4_1: return k.gemm_q4_1;
+    case GgmlType::Q5_0: return k.gemm_q5_0;
+    case GgmlType::Q5_1: return k.gemm_q5_1;
     default: return nullptr;
   }
 }

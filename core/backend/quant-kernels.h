@@ -116,6 +116,10 @@ struct PromptKernels {
   void (*quantize_act)(const float* x, uint8_t* row, int64_t k);  // k a multiple of 256
   GemmFn gemm_q4_k, gemm_q5_k, gemm_q6_k;
   GemmFn gemm_q4_k_rows16;  // on Q4_K weights in the Q4KRows16 layout (w, w_stride as Q4KRows16::gemm)
+  // Legacy 32-value blocks, k any multiple of 32 (16-bit table only; null in the 8-bit one, whose
+  // activation blocks are 256 values): each block's integer sum scaled in f32 by its own d · a.d,
+  // Q4_1/Q5_1's offset adding m · a.d · Σ a.
+  GemmFn gemm_q4_0, gemm_q4_1, gemm_q5_0, gemm_q5_1;
 };
 // The tables when the CPU has AVX-512 F/BW/VL and VNNI, else null.
 const PromptKernels* prompt_kernels_vnni16();
