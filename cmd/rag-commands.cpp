@@ -308,7 +308,7 @@ AnswerRunOptions RagCommands::answer_options(const RagEngine& engine) const {
   o.raise_ratio = o_.cache.raise_ratio;
   o.require_exact = o_.require == "exact";
   o.fallback = !o_.fallback_margin.empty()       ? parse_fallback_rule(o_.fallback_margin)
-               : o.mode.mode == ReuseMode::auto_ ? engine.fitted_fallback()
+               : o.mode.mode == ReuseMode::auto_ ? engine.auto_fallback()
                                                  : FallbackRule{};
   return o;
 }

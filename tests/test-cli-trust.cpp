@@ -135,7 +135,8 @@ TEST_CASE("cli trust: provenance per chunk, --require exact and the margin fallb
     const Run fit = run_ragkv(eval + " --fallback-margins 0,1 --fit-fallback");
     REQUIRE_MESSAGE(fit.exit_code == 0, fit.err);
     const json table = json::parse(fit.out)["fallback_fit"];
-    REQUIRE(table.size() == 3);  // auto alone, then each rule
+    REQUIRE(table.size() == 4);  // auto alone, each rule, then auto's default rule (0/0.05)
+    CHECK(table[3]["rule"] == "0/0.05");
     CHECK(table[0]["passed"] == false);
     CHECK(table[2]["rule"] == "1");
     CHECK(table[2]["passed"] == true);

@@ -313,13 +313,13 @@ int EvalRun::fit_alpha(json& summary, const std::vector<GateCheck>& checks) {
   return 0;
 }
 
-// The rules eval derives: --fallback-margins, and the store's fitted one where auto is evaluated
-// against full (what answer's auto does on this store).
+// The rules eval derives: --fallback-margins, and auto's own (the store's fitted one, else the
+// default) where auto is evaluated against full: what answer's auto does on this store.
 std::vector<FallbackRule> EvalRun::fallback_rules() const {
   std::vector<FallbackRule> rules = o_.fallback_margins;
   const bool with_auto = std::find(settings_.modes.begin(), settings_.modes.end(), "auto") != settings_.modes.end();
   if (!with_auto || baseline_.name() != "full" || !e_.has_store()) return rules;
-  const FallbackRule fitted = e_.fitted_fallback();
+  const FallbackRule fitted = e_.auto_fallback();
   const bool listed = std::any_of(rules.begin(), rules.end(), [&](const FallbackRule& r) { return r.name() == fitted.name(); });
   if (fitted.active() && !listed) rules.push_back(fitted);
   return rules;
@@ -346,7 +346,7 @@ int EvalRun::fit_fallback(json& summary, const std::vector<std::string>& derived
     return 1;
   }
   CraftStoreSettings cs = read_craft_settings(*e_.store());
-  cs.fallback = fit.rule->active() ? fit.rule->name() : "";
+  cs.fallback = fit.rule->name();  // "0" when auto alone is cheapest: no fallback, not the default rule
   cs.fallback_fit = {{"queries", o_.queries_path}, {"n_queries", items_.size()}, {"gate", gate_json(gate_checks(summary, o_.gate, names), o_.gate)},
                      {"candidates", fit.table}};
   write_craft_settings(*e_.store(), cs);

@@ -130,11 +130,31 @@ TradeoffPlot write_tradeoff_plot(const json& summary, const fs::path& stem) {
   }
   write_file_atomic(out.data, {dat});
 
+  // A mode and its margin fallbacks share a colour; the fallbacks are dashed (M) or dotted (M/C),
+  // with their own point shapes.
+  std::vector<std::string> bases;
+  std::vector<int> colour, kind;
+  for (const std::string& name : names) {
+    std::string base = name;
+    int k = 0;
+    for (const auto& [suffix, kk] : {std::pair<std::string, int>{" + fallback M/C", 2}, {" + fallback", 1}})
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        base = name.substr(0, name.size() - suffix.size());
+        k = kk;
+        break;
+      }
+    const auto it = std::find(bases.begin(), bases.end(), base);
+    colour.push_back(int(it - bases.begin()) + 1);
+    if (it == bases.end()) bases.push_back(base);
+    kind.push_back(k);
+  }
   auto plots = [&](const char* x, const char* y) {
+    static constexpr int kPoint[] = {7, 5, 9}, kDash[] = {1, 2, 3};
     std::vector<std::string> p;
     for (size_t i = 0; i < names.size(); ++i)
-      p.push_back(fmt::format("'{}' index {} using {}:{} with linespoints lc {} pt 7 title '{}'",
-                              out.data.filename().string(), i, x, y, i + 1, names[i]));
+      p.push_back(fmt::format("'{}' index {} using {}:{} with linespoints lc {} dt {} pt {} title '{}'",
+                              out.data.filename().string(), i, x, y, colour[i], kDash[kind[i]], kPoint[kind[i]],
+                              names[i]));
     return fmt::format("{}", fmt::join(p, ", \\\n     "));
   };
   const std::string base = summary.at("baseline").get<std::string>();
@@ -143,6 +163,7 @@ TradeoffPlot write_tradeoff_plot(const json& summary, const fs::path& stem) {
       "set terminal svg size 1500,520 dynamic font 'sans,12' background rgb 'white'\n"
       "set output '{}'\n"
       "set datafile missing 'nan'\n"
+      "set termoption noenhanced\n"  // mode names as written ('@' is markup in enhanced text)
       "set grid\n"
       "set offsets graph 0.03, graph 0.03, 0, 0\n"  // no point half hidden on the x range's edge
       "set key below font 'sans,10'\n"

@@ -33,7 +33,7 @@ struct VariantBudget {
 struct CraftStoreSettings {
   std::optional<double> alpha;  // fitted by `eval --fit-alpha` (Eq. 13)
   nlohmann::json alpha_fit;     // how: queries, criterion, candidates (for people)
-  std::string fallback;         // auto's margin-fallback rule "M[/C]", fitted by `eval --fit-fallback`; "": none
+  std::string fallback;         // auto's margin-fallback rule "M[/C]" ("0": none), fitted by `eval --fit-fallback`; "": not fitted
   nlohmann::json fallback_fit;  // how, as alpha_fit
   VariantBudget budget;
 };

@@ -19,6 +19,11 @@ struct FallbackRule {
   std::string name() const;  // "M", or "M/C" when C is given
 };
 
+// auto's rule where neither --fallback-margin nor the store (eval --fit-fallback) names one: back to
+// full where the repair moved the first token and the gap is below 0.05 (bench/results/README.md,
+// "The default on the frontier").
+inline constexpr FallbackRule kDefaultAutoFallback{0.0, 0.05};
+
 // "M" or "M/C", each in [0, 1]; Error naming the text otherwise.
 FallbackRule parse_fallback_rule(const std::string& text);
 

@@ -94,8 +94,8 @@ BlendParams RagEngine::blend_defaults(const ModeDefaults& d) const {
 
 double RagEngine::craft_alpha() const { return craft_settings_.alpha.value_or(kDefaultAlpha); }
 
-FallbackRule RagEngine::fitted_fallback() const {
-  if (craft_settings_.fallback.empty()) return {};
+FallbackRule RagEngine::auto_fallback() const {
+  if (craft_settings_.fallback.empty()) return kDefaultAutoFallback;
   try {
     return parse_fallback_rule(craft_settings_.fallback);
   } catch (const Error& e) {
@@ -108,7 +108,7 @@ AnswerOptions RagEngine::options(const ModeDefaults& d, const ModeSpec& spec) co
   o.mode = spec.mode;
   o.blend = spec.blend(blend_defaults(d));
   CraftParams craft;
-  craft.alpha = craft_alpha();
+  craft.alpha = spec.mode == ReuseMode::auto_ ? craft_settings_.alpha.value_or(kDefaultAutoAlpha) : craft_alpha();
   craft.focus_window = d.focus_window;
   o.craft = spec.craft(craft);
   o.gen.max_tokens = d.max_tokens;

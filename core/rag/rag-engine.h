@@ -28,7 +28,7 @@ namespace ragkv {
 // The parameters a mode takes from the command line where its spec names none (core/rag/mode-spec.h):
 // blend's ratio where it names no @R. A blend without /METHOD takes the model architecture's
 // default method, one without ~P no adaptivity; craft without @ALPHA the store's fitted α, else
-// kDefaultAlpha.
+// kDefaultAlpha; auto the store's fitted α, else kDefaultAutoAlpha.
 struct ModeDefaults {
   double recompute_ratio = kDefaultRecomputeRatio;
   int check_layers = 3;
@@ -76,8 +76,8 @@ class RagEngine {
   // craft's α where the mode names none: the store's fitted one (eval --fit-alpha), else kDefaultAlpha.
   double craft_alpha() const;
   // auto's margin-fallback rule where --fallback-margin is not given: the store's fitted one (eval
-  // --fit-fallback), else none.
-  FallbackRule fitted_fallback() const;
+  // --fit-fallback), else kDefaultAutoFallback.
+  FallbackRule auto_fallback() const;
   AnswerOptions options(const ModeDefaults& d, const ModeSpec& spec) const;
   // Cache-Craft §3.3: each use of a non-canonical variant raises its f_r by 1/CFO.
   void record_variant_uses(const AnswerRecord& r);

@@ -49,6 +49,12 @@ struct VariantChoice {
 // α when the store holds no fitted one (eval --fit-alpha, Eq. 13) and the mode names none (craft@A).
 // Every CCI is ≥ 0.5 (Eq. 11's sigmoid of a ratio ≥ 0), so without prefix overlap CFO ≥ α/2.
 inline constexpr double kDefaultAlpha = 0.35;
+// auto's α when the store holds no fitted one: its variant chunks bring ⌈CFO·|C|⌉ tokens to the
+// question's choice among all repositioned tokens (craft/prophet's rule), and near-ties then fall
+// back (kDefaultAutoFallback). Measured on SQuAD 200 (bench/results/README.md, "The default on
+// the frontier"): Gemma 3's first-token agreement with full is the same at α 0.15 as at 0.35
+// (0.930) for 0.57× the compute.
+inline constexpr double kDefaultAutoAlpha = 0.15;
 
 struct CraftParams {
   double alpha = kDefaultAlpha;  // Eq. 12's scale (Eq. 13 chooses it on a validation split)
