@@ -320,7 +320,8 @@ std::vector<FallbackRule> EvalRun::fallback_rules() const {
   const bool with_auto = std::find(settings_.modes.begin(), settings_.modes.end(), "auto") != settings_.modes.end();
   if (!with_auto || baseline_.name() != "full" || !e_.has_store()) return rules;
   const FallbackRule fitted = e_.auto_fallback();
-  const bool listed = std::any_of(rules.begin(), rules.end(), [&](const FallbackRule& r) { return r.name() == fitted.name(); });
+  const bool listed =
+      std::any_of(rules.begin(), rules.end(), [&](const FallbackRule& r) { return r.name() == fitted.name(); });
   if (fitted.active() && !listed) rules.push_back(fitted);
   return rules;
 }
@@ -338,7 +339,8 @@ int EvalRun::fit_fallback(json& summary, const std::vector<std::string>& derived
       names.push_back(name);
     }
   }
-  const FallbackFit fit = ragkv::fit_fallback(summary, gate_checks(summary, o_.gate, names), candidates);
+  const std::vector<GateCheck> checks = gate_checks(summary, o_.gate, names);
+  const FallbackFit fit = ragkv::fit_fallback(summary, checks, candidates);
   summary["fallback_fit"] = fit.table;
   if (!fit.rule) {
     std::fprintf(stderr, "ragkv: eval: auto passes the gate under no rule tried; %s/craft.json unchanged\n",
@@ -347,7 +349,9 @@ int EvalRun::fit_fallback(json& summary, const std::vector<std::string>& derived
   }
   CraftStoreSettings cs = read_craft_settings(*e_.store());
   cs.fallback = fit.rule->name();  // "0" when auto alone is cheapest: no fallback, not the default rule
-  cs.fallback_fit = {{"queries", o_.queries_path}, {"n_queries", items_.size()}, {"gate", gate_json(gate_checks(summary, o_.gate, names), o_.gate)},
+  cs.fallback_fit = {{"queries", o_.queries_path},
+                     {"n_queries", items_.size()},
+                     {"gate", gate_json(checks, o_.gate)},
                      {"candidates", fit.table}};
   write_craft_settings(*e_.store(), cs);
   std::fprintf(stderr, "ragkv: eval: auto passes the gate at the least compute %s; stored in %s/craft.json\n",
@@ -361,8 +365,8 @@ EvalRunResult EvalRun::run() {
   if (o_.fit_fallback && (!e_.has_store() || e_.store()->foreign()))
     fail("--fit-fallback: the rule is stored with the store's caches; give a --store of this model");
   plan_modes();
-  if (o_.fit_fallback &&
-      (std::find(settings_.modes.begin(), settings_.modes.end(), "auto") == settings_.modes.end() || o_.fallback_margins.empty())) {
+  const bool with_auto = std::find(settings_.modes.begin(), settings_.modes.end(), "auto") != settings_.modes.end();
+  if (o_.fit_fallback && (!with_auto || o_.fallback_margins.empty())) {
     std::fprintf(stderr, "ragkv: eval: --fit-fallback needs auto among --modes and the rules to try in --fallback-margins\n");
     return {json(nullptr), {}, 2};
   }
