@@ -11,30 +11,27 @@
 
 namespace ragkv {
 
-inline CLI::Validator mode_validator() {
+// A check that runs `parse` on the value and reports its Error's message.
+template <class Parse>
+CLI::Validator parsing_validator(Parse parse, const char* what) {
   return CLI::Validator(
-      [](std::string& s) -> std::string {
+      [parse](std::string& s) -> std::string {
         try {
-          parse_mode_spec(s);
+          parse(s);
         } catch (const Error& e) {
           return e.what();
         }
         return "";
       },
-      "MODE[/METHOD][@R][~P][+freq]");
+      what);
+}
+
+inline CLI::Validator mode_validator() {
+  return parsing_validator([](const std::string& s) { parse_mode_spec(s); }, "MODE[/METHOD][@R][~P][+freq]");
 }
 
 inline CLI::Validator fallback_rule_validator() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        try {
-          parse_fallback_rule(s);
-        } catch (const Error& e) {
-          return e.what();
-        }
-        return "";
-      },
-      "M[/C]");
+  return parsing_validator([](const std::string& s) { parse_fallback_rule(s); }, "M[/C]");
 }
 
 }  // namespace ragkv

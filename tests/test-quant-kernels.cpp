@@ -306,6 +306,27 @@ Acts prompt_acts(const PromptKernels& pk, const std::vector<float>& x, int64_t m
   return a;
 }
 
+// The 16-bit table's activation rows are the blocks of quantize_act32_wide.
+void check_act16_blocks(const QuantKernels& sc, const Acts& a16, const std::vector<float>& x, int64_t m, int64_t k) {
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<ActBlock32W> ref(size_t(k / 32));
+    sc.quantize_act32_wide(x.data() + i * k, ref.data(), k);
+    CHECK(std::memcmp(ref.data(), a16.bytes.data() + size_t(i) * a16.stride, ref.size() * sizeof(ActBlock32W)) == 0);
+  }
+}
+
+// y [m][n] is the product of the unquantised rows x with the weights' values wf within the
+// 16-bit rounding bound (as the output head's Q8_0 kernel).
+void check_within_wide_bound(const std::vector<float>& y, const std::vector<float>& wf, const std::vector<float>& x,
+                             int64_t m, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const DotRef r = dot_ref(wf.data() + j * k, x.data() + i * k, k);
+      CHECK(std::fabs(y[size_t(i * n + j)] - r.value) <=
+            wide_rounding_bound(wf.data() + j * k, x.data() + i * k, k) + 1e-6 * r.magnitude + 1e-7);
+    }
+}
+
 TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels: 16-bit within its rounding of f32, 8-bit equal to the portable kernels, rows independent") {
   const PromptKernels* p16 = prompt_kernels_vnni16();
   const PromptKernels* p8 = prompt_kernels_vnni8();
@@ -339,19 +360,10 @@ TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels: 16-bit within its rou
       // 16-bit: the blocks of quantize_act32_wide, and the product of the unquantised rows within
       // the 16-bit rounding bound (as the output head's Q8_0 kernel).
       const Acts a16 = prompt_acts(*p16, x, m, k);
-      for (int64_t i = 0; i < m; ++i) {
-        std::vector<ActBlock32W> ref(size_t(k / 32));
-        sc.quantize_act32_wide(x.data() + i * k, ref.data(), k);
-        CHECK(std::memcmp(ref.data(), a16.bytes.data() + size_t(i) * a16.stride, ref.size() * sizeof(ActBlock32W)) == 0);
-      }
+      check_act16_blocks(sc, a16, x, m, k);
       std::vector<float> y16(size_t(m * n), -1.f);
       prompt_gemm_for(*p16, t)(m, n, k, a16.bytes.data(), a16.stride, w.data(), row_bytes, y16.data(), n);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          const DotRef r = dot_ref(wf.data() + j * k, x.data() + i * k, k);
-          CHECK(std::fabs(y16[size_t(i * n + j)] - r.value) <=
-                wide_rounding_bound(wf.data() + j * k, x.data() + i * k, k) + 1e-6 * r.magnitude + 1e-7);
-        }
+      check_within_wide_bound(y16, wf, x, m, n, k);
 
       // Each row alone has its bits in the batch, in both tables.
       for (const auto& [pk, acts, batch] : {std::tuple{p8, &a8, &y8}, std::tuple{p16, &a16, &y16}})
@@ -416,21 +428,12 @@ TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels on legacy blocks: with
       std::vector<float> wf(size_t(n * k));
       for (int64_t j = 0; j < n; ++j) dequantize_row(t, w.data() + size_t(j) * row_bytes, wf.data() + j * k, k);
       const Acts a16 = prompt_acts(*p16, x, m, k);
-      for (int64_t i = 0; i < m; ++i) {  // the blocks of quantize_act32_wide
-        std::vector<ActBlock32W> ref(size_t(k / 32));
-        sc.quantize_act32_wide(x.data() + i * k, ref.data(), k);
-        CHECK(std::memcmp(ref.data(), a16.bytes.data() + size_t(i) * a16.stride, ref.size() * sizeof(ActBlock32W)) == 0);
-      }
+      check_act16_blocks(sc, a16, x, m, k);
       const GemmFn gemm = prompt_gemm_for(*p16, t);
       REQUIRE(static_cast<bool>(gemm));
       std::vector<float> y(size_t(m * n), -1.f);
       gemm(m, n, k, a16.bytes.data(), a16.stride, w.data(), row_bytes, y.data(), n);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          const DotRef r = dot_ref(wf.data() + j * k, x.data() + i * k, k);
-          CHECK(std::fabs(y[size_t(i * n + j)] - r.value) <=
-                wide_rounding_bound(wf.data() + j * k, x.data() + i * k, k) + 1e-6 * r.magnitude + 1e-7);
-        }
+      check_within_wide_bound(y, wf, x, m, n, k);
       for (int64_t i = 0; i < m; ++i) {  // each row alone has its bits in the batch
         std::vector<float> one(static_cast<size_t>(n));
         gemm(1, n, k, a16.bytes.data() + size_t(i) * a16.stride, a16.stride, w.data(), row_bytes, one.data(), n);

@@ -239,11 +239,10 @@ size_t fallback_kept_segments(const RagPrompt& prompt, const PrefillPlan& plan) 
 // exact-prefix caches loaded again, every later row computed, so the output is full's (bit-identical
 // on a 16-bit store, as prefix's is) — and `pre` becomes its result with both prefills' time and
 // compute (every reused token-layer after the exact prefix computed again). The first pass's
-// signals stay. Returns the leading segments whose caches it kept.
-size_t RagAnswerer::fall_back_to_prefix(const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv,
+// signals stay. kept: the leading segments to keep (fallback_kept_segments); returns those it kept.
+size_t RagAnswerer::fall_back_to_prefix(const RagPrompt& prompt, const PrefillPlan& plan, size_t kept, KvCache& kv,
                                         PrefillResult& pre) {
   const int n_layer = model_.config().n_layer;
-  size_t kept = fallback_kept_segments(prompt, plan);
   auto same = [&](const PromptSegment& seg) -> std::shared_ptr<const SegmentKv> {
     const size_t s = size_t(&seg - prompt.segments.data());
     return s < kept ? plan.segments[s].kv : nullptr;
@@ -415,10 +414,10 @@ PrefilledAnswer RagAnswerer::prefill(const std::string& question, const std::vec
                  (!carried.empty() && opt.carried->composed);
   rec.first_margin = top2_probability_gap(pre.logits);
   rec.repair_moved_first_token = pre.stats.first_pass_token >= 0 && argmax(pre.logits) != pre.stats.first_pass_token;
-  if (const size_t kept = fallback_kept_segments(prompt, plan); kept > 0)
-    rec.exact_prefix_tokens = prompt.segments[kept - 1].end();
+  const size_t kept = fallback_kept_segments(prompt, plan);
+  if (kept > 0) rec.exact_prefix_tokens = prompt.segments[kept - 1].end();
   if (rec.composed && opt.fallback.applies(rec.first_margin, rec.repair_moved_first_token)) {
-    rec.fallback_kept_segments = fall_back_to_prefix(prompt, plan, kv, pre);
+    rec.fallback_kept_segments = fall_back_to_prefix(prompt, plan, kept, kv, pre);
     rec.fell_back = true;
     rec.composed = false;
   }

@@ -186,7 +186,8 @@ class RagAnswerer {
   std::vector<PromptNode> tree_nodes(const RagPrompt& prompt, const PrefillPlan& plan, const PrefillStats& st,
                                      const AnswerOptions& opt) const;
   std::vector<std::shared_ptr<const SegmentKv>> carried_segments(const RagPrompt& prompt, const AnswerOptions& opt) const;
-  size_t fall_back_to_prefix(const RagPrompt& prompt, const PrefillPlan& plan, KvCache& kv, PrefillResult& pre);
+  size_t fall_back_to_prefix(const RagPrompt& prompt, const PrefillPlan& plan, size_t kept, KvCache& kv,
+                             PrefillResult& pre);
   std::vector<ChunkProvenance> provenance(const RagPrompt& prompt, const PrefillPlan& plan, size_t n_carried,
                                           const AnswerRecord& rec) const;
   std::shared_ptr<const CarriedKv> carry(const RagPrompt& prompt, const PrefillPlan& plan,
