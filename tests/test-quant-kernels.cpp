@@ -465,6 +465,21 @@ TEST_CASE("quant kernels: the AVX-512 VNNI prompt kernels on legacy blocks: with
   const PromptKernels* p8 = prompt_kernels_vnni8();  // 256-value activation blocks: no legacy kernels
   const bool no_8_bit_kernel = prompt_gemm_for(*p8, GgmlType::Q4_1) == nullptr;
   CHECK(no_8_bit_kernel);
+  // RAGKV_PREFILL_KERNELS=kquants: the 16-bit table's K-quant kernels, none for legacy blocks.
+  const PromptKernels* pk = prompt_kernels_vnni16_kquants();
+  REQUIRE(pk != nullptr);
+  const bool same_acts = pk->act_row_bytes == p16->act_row_bytes && pk->quantize_act == p16->quantize_act;
+  CHECK(same_acts);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const bool same_kernel = prompt_gemm_for(*pk, t) == prompt_gemm_for(*p16, t);
+    CHECK(same_kernel);
+  }
+  const bool same_rows16 = pk->gemm_q4_k_rows16 == p16->gemm_q4_k_rows16;
+  CHECK(same_rows16);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
+    const bool no_kernel = prompt_gemm_for(*pk, t) == nullptr;
+    CHECK(no_kernel);
+  }
 }
 
 TEST_CASE("quant kernels: the AVX-512 VNNI Q4_K decode kernel equals the portable kernel, each row alone as in a batch") {

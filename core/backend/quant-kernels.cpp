@@ -117,10 +117,23 @@ bool has_vnni() {  // asked once (every decode step's products ask)
 
 const PromptKernels* prompt_kernels_vnni16() { return has_vnni() ? &kPromptKernelsVnni16 : nullptr; }
 const PromptKernels* prompt_kernels_vnni8() { return has_vnni() ? &kPromptKernelsVnni8 : nullptr; }
+// The 16-bit table without the legacy-block kernels (those types take the dequantised tiles, as
+// before they had kernels): reproduces the numerics of stores made by earlier builds, whose key
+// does not name the kernel set.
+const PromptKernels* prompt_kernels_vnni16_kquants() {
+  static const PromptKernels table = [] {
+    PromptKernels t = kPromptKernelsVnni16;
+    t.name = "avx512-vnni-16-kquants";
+    t.gemm_q4_0 = t.gemm_q4_1 = t.gemm_q5_0 = t.gemm_q5_1 = nullptr;
+    return t;
+  }();
+  return has_vnni() ? &table : nullptr;
+}
 GemmFn gemm_q6_k_wide_vnni() { return has_vnni() ? kGemmQ6KWideVnni : nullptr; }
 GemmFn gemm_q4_k_decode_vnni() { return has_vnni() ? kGemmQ4KDecodeVnni : nullptr; }
 const Q4KRows16* q4_k_rows16() { return has_vnni() ? &kQ4KRows16Vnni : nullptr; }
 #else
+const PromptKernels* prompt_kernels_vnni16_kquants() { return nullptr; }
 const PromptKernels* prompt_kernels_vnni16() { return nullptr; }
 const PromptKernels* prompt_kernels_vnni8() { return nullptr; }
 GemmFn gemm_q6_k_wide_vnni() { return nullptr; }
@@ -135,6 +148,7 @@ const PromptKernels* prompt_kernels() {
     const char* force = std::getenv("RAGKV_PREFILL_KERNELS");
     if (force && std::strcmp(force, "f32") == 0) return nullptr;
     if (force && std::strcmp(force, "int8") == 0) return prompt_kernels_vnni8();
+    if (force && std::strcmp(force, "kquants") == 0) return prompt_kernels_vnni16_kquants();
     return prompt_kernels_vnni16();
   }();
   return chosen;

@@ -123,10 +123,13 @@ struct PromptKernels {
 };
 // The tables when the CPU has AVX-512 F/BW/VL and VNNI, else null.
 const PromptKernels* prompt_kernels_vnni16();
+// The 16-bit table with the K-quant kernels only (RAGKV_PREFILL_KERNELS=kquants).
+const PromptKernels* prompt_kernels_vnni16_kquants();
 const PromptKernels* prompt_kernels_vnni8();
 // What the CPU backend uses for prompts: prompt_kernels_vnni16(); with RAGKV_PREFILL_KERNELS=int8
-// in the environment the 8-bit table; null (dequantised tiles into SGEMM, cpu-matmul.cpp) without
-// AVX-512 VNNI, with RAGKV_PREFILL_KERNELS=f32, or with RAGKV_CPU_KERNELS=scalar.
+// in the environment the 8-bit table, with =kquants the K-quant-only one; null (dequantised
+// tiles into SGEMM, cpu-matmul.cpp) without AVX-512 VNNI, with RAGKV_PREFILL_KERNELS=f32, or with
+// RAGKV_CPU_KERNELS=scalar.
 const PromptKernels* prompt_kernels();
 // Q6_K weights against 16-bit activation blocks (ActBlock32W), row by row, as gemm_q8_0_wide: the
 // decode steps' products of weights that keep their activations wide (the Q6_K output head of a
