@@ -188,6 +188,10 @@ TEST_CASE("cli trust: provenance per chunk, --require exact and the margin fallb
     CHECK(all["kl_first_token"] == 0.0);
     CHECK(all["compute_fraction"].get<double>() == doctest::Approx(reuse["compute_fraction"].get<double>() + again / 4));
     CHECK(s["gate"]["verdicts"].size() == 3);  // the derived modes are reported, not gated
+    // but auto is gated as answer runs it: under its default rule, not before any fallback.
+    std::vector<std::string> gated;
+    for (const json& v : s["gate"]["verdicts"]) gated.push_back(v.get<std::string>().substr(0, v.get<std::string>().find(':')));
+    CHECK(gated == std::vector<std::string>{"reuse", "blend", "auto fallback<0/0.05"});
   }
 }
 

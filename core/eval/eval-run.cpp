@@ -62,6 +62,7 @@ class EvalRun {
   void write_report(const json& summary) const;
   int fit_alpha(json& summary, const std::vector<GateCheck>& checks);
   std::vector<FallbackRule> fallback_rules() const;
+  std::vector<std::string> gated_modes(const std::vector<std::string>& derived) const;
   int fit_fallback(json& summary, const std::vector<std::string>& derived);
 
   RagEngine& e_;
@@ -326,6 +327,19 @@ std::vector<FallbackRule> EvalRun::fallback_rules() const {
   return rules;
 }
 
+// The modes the gate judges: each as `answer` runs it, so auto under its own rule (derived above)
+// where that rule falls back at all; auto before any fallback is reported beside it.
+std::vector<std::string> EvalRun::gated_modes(const std::vector<std::string>& derived) const {
+  std::vector<std::string> gated = gated_;
+  const bool with_auto = std::find(settings_.modes.begin(), settings_.modes.end(), "auto") != settings_.modes.end();
+  if (!with_auto || baseline_.name() != "full" || !e_.has_store()) return gated;
+  const FallbackRule rule = e_.auto_fallback();
+  const std::string as_answered = fallback_mode_name("auto", rule);
+  if (!rule.active() || std::find(derived.begin(), derived.end(), as_answered) == derived.end()) return gated;
+  std::replace(gated.begin(), gated.end(), std::string("auto"), as_answered);
+  return gated;
+}
+
 // The cheapest of auto alone and auto under each derived rule that passes the gate becomes the
 // store's rule (none when auto alone is cheapest).
 int EvalRun::fit_fallback(json& summary, const std::vector<std::string>& derived) {
@@ -402,7 +416,7 @@ EvalRunResult EvalRun::run() {
     std::fprintf(stderr, "ragkv: eval: %zu baseline answers taken from %s\n", baselines_cached_, o_.baseline_cache.c_str());
   }
   EvalRunResult result;
-  result.checks = gate_checks(summary, o_.gate, gated_);
+  result.checks = gate_checks(summary, o_.gate, gated_modes(derived));
   summary["gate"] = gate_json(result.checks, o_.gate);
   if (!o_.report.empty()) write_report(summary);
   if (!o_.junit.empty()) write_file_atomic(o_.junit, {gate_junit(result.checks, "ragkv-eval")});
