@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 
+#include "core/backend/quant-kernels.h"
 #include "tests/test-paths.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"
@@ -192,6 +193,15 @@ TEST_CASE("cli rag: precompute, answer and eval on a tiny index" * doctest::test
   r = m.run(one_thread);
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("records.jsonl:1: made by another engine") != std::string::npos);
+  // So are other kernels of the same binary (another rounding): the portable ones here.
+  const std::string kernels = resumed[0]["engine"]["kernels"].get<std::string>();
+  CHECK_FALSE(kernels.empty());
+  if (kernels != "scalar+f32") {
+    const ragkv::test::ScopedEnv portable("RAGKV_CPU_KERNELS", "scalar");
+    r = m.run(resume_args + " --max-tokens 6");
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find("records.jsonl:1: made by another engine") != std::string::npos);
+  }
 
   // The default gate (agreement and KL with full at the pessimistic end of the interval): prefix
   // passes, reuse fails, one line per mode naming the failed threshold; JUnit has a test case per
@@ -433,6 +443,15 @@ TEST_CASE("cli rag: eval takes the baseline from --baseline-cache when the promp
   r = m.run(one_thread);
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   CHECK(json::parse(r.out)["baseline_cache"]["taken"] == 0);
+  // So are other kernels of the same binary (RAGKV_PREFILL_KERNELS=f32: dequantised tiles, another
+  // rounding), where this CPU has prompt kernels at all.
+  {
+    const ragkv::test::ScopedEnv f32("RAGKV_PREFILL_KERNELS", "f32");
+    r = m.run(args + " --max-tokens 3");
+  }
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const size_t taken_f32 = json::parse(r.out)["baseline_cache"]["taken"].get<size_t>();
+  if (ragkv::prompt_kernels() != nullptr) CHECK(taken_f32 == 0);
   // Only full and prefix baselines are kept.
   r = m.run("eval " + q(m.queries) + " --threads 2 --index " + q(m.index) + " --store " + q(m.store) +
             " --modes prefix --baseline reuse --limit 1 --max-tokens 3 --baseline-cache " + q(cache));

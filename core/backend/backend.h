@@ -169,6 +169,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;
+  // The kernels whose rounding the outputs carry ("avx2+avx512-vnni-16" on this CPU): two runs
+  // with different kernels give different bits, so eval's records and baseline cache name them.
+  virtual std::string kernels() const { return name(); }
   virtual void set_threads(int n) = 0;
   virtual int threads() const { return 0; }  // host threads computing (0: not a CPU backend's setting)
 

@@ -120,6 +120,15 @@ class CpuBackend : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override { return "cpu"; }
+  // The decode table and the prompt table (f32: dequantised tiles into SGEMM), and the
+  // RAGKV_PREFILL_KERNELS=quant routing, which changes products without changing either table.
+  std::string kernels() const override {
+    const PromptKernels* p = prompt_kernels();
+    std::string k = std::string(quant_kernels().name) + "+" + (p ? p->name : "f32");
+    const char* force = std::getenv("RAGKV_PREFILL_KERNELS");
+    if (force && std::strcmp(force, "quant") == 0) k += "+block8";
+    return k;
+  }
   int threads() const override { return threads_; }
   void set_threads(int n) override {
     threads_ = n > 0 ? n : std::max(1, omp_get_num_procs());

@@ -25,7 +25,8 @@ namespace ragkv {
 // What a baseline answer depends on besides the engine (hashed into the key).
 struct BaselineKey {
   std::string model_fingerprint, baseline;
-  std::string device;  // the backend's name, and its threads and the store's KV encoding
+  std::string device;  // the backend's name, its kernels, threads and the store's KV encoding
+  std::string kernels;
   int threads = 0;
   std::string kv;
   int max_tokens = 0;

@@ -123,8 +123,8 @@ void EvalRun::plan_modes() {
   const BlendParams defaults = e_.blend_defaults(d);
   settings_.model_fingerprint = CacheKeys(e_.model(), e_.format()).model_fingerprint();
   const KvStore* store = e_.store();
-  settings_.engine = engine_identity(settings_.model_fingerprint, e_.model().backend().name(),
-                                     e_.model().backend().threads(),
+  const Backend& backend = e_.model().backend();
+  settings_.engine = engine_identity(settings_.model_fingerprint, backend.name(), backend.kernels(), backend.threads(),
                                      store && !store->foreign() ? store->info().dtype : "none");
   settings_.baseline = baseline_.name();
   settings_.modes = {baseline_.name()};
@@ -209,6 +209,7 @@ void EvalRun::open_query(size_t qi) {
       key.model_fingerprint = settings_.model_fingerprint;
       key.baseline = baseline_.name();
       key.device = settings_.engine.value("device", std::string());
+      key.kernels = settings_.engine.value("kernels", std::string());
       key.threads = settings_.engine.value("threads", 0);
       key.kv = settings_.engine.value("kv", std::string());
       key.max_tokens = o_.defaults.max_tokens;

@@ -28,8 +28,10 @@ json EvalSettings::to_json() const {
   return j;
 }
 
-json engine_identity(const std::string& model_fingerprint, const std::string& device, int threads, const std::string& kv) {
-  return {{"binary", engine_fingerprint()}, {"model", model_fingerprint}, {"device", device}, {"threads", threads}, {"kv", kv}};
+json engine_identity(const std::string& model_fingerprint, const std::string& device, const std::string& kernels,
+                     int threads, const std::string& kv) {
+  return {{"binary", engine_fingerprint()}, {"model", model_fingerprint}, {"device", device}, {"kernels", kernels},
+          {"threads", threads}, {"kv", kv}};
 }
 
 json eval_record(const std::string& id, const std::vector<std::string>& golds,

@@ -37,10 +37,11 @@ struct EvalSettings {
   nlohmann::json to_json() const;
 };
 
-// {"binary": XXH64 of the executable, "model", "device", "threads", "kv": the store's KV encoding
-// or "none"}: what makes two runs' answers and timings comparable.
-nlohmann::json engine_identity(const std::string& model_fingerprint, const std::string& device, int threads,
-                               const std::string& kv);
+// {"binary": XXH64 of the executable, "model", "device", "kernels" (Backend::kernels: the same
+// binary chooses its kernels by CPU and environment), "threads", "kv": the store's KV encoding or
+// "none"}: what makes two runs' answers and timings comparable.
+nlohmann::json engine_identity(const std::string& model_fingerprint, const std::string& device,
+                               const std::string& kernels, int threads, const std::string& kv);
 
 // One mode's result as eval_summary needs it.
 struct EvalAnswer {

@@ -236,7 +236,7 @@ std::string eval_markdown(const nlohmann::json& s, const std::string& picture) {
         "token-layers recomputed (layer 0 and the check layers included), the selection's own ratio.\n";
   if (s.contains("baseline_cache"))
     md += fmt::format("\nWith `--baseline-cache` ({}; {} taken in this run), `{}`'s answers and TTFTs may come from an "
-                      "earlier run of this engine (same binary, device and threads): TTFT ratios then pair timings made "
+                      "earlier run of this engine (same binary, device, kernels and threads): TTFT ratios then pair timings made "
                       "at different times (load), while compute does not depend on them.\n",
                       s["baseline_cache"].value("file", std::string()), s["baseline_cache"].value("taken", size_t(0)),
                       s.at("baseline").get<std::string>());
