@@ -118,7 +118,7 @@ std::vector<Flag> mode_flags() {
              ->check(CLI::IsMember({"exact"}));
        }},
       {kAnswer, 0, kAnswer, G::modes, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--fallback-margin", o.fallback_margin, "M[/C]: recompute a composed prompt after its exact prefix (full's answer) when its first step's top-2 probability gap is below M, or below C where the repair moved the first token (0: never; default: auto takes the store's fitted rule, eval --fit-fallback, else 0/0.05)")
+         return a->add_option("--fallback-margin", o.fallback_margin, "M[/C]: recompute a composed prompt after its exact prefix (full's answer) when its first step's top-2 probability gap is below M, or below C where the repair moved the first token (0: never; default: auto takes the store's fitted rule, eval --fit-fallback, else 0.003/0.02)")
              ->check(fallback_rule_validator());
        }},
       {kEval, 0, kEval, G::modes, [](CLI::App* a, CliOptions& o) {

@@ -135,8 +135,8 @@ TEST_CASE("cli trust: provenance per chunk, --require exact and the margin fallb
     const Run fit = run_ragkv(eval + " --fallback-margins 0,1 --fit-fallback");
     REQUIRE_MESSAGE(fit.exit_code == 0, fit.err);
     const json table = json::parse(fit.out)["fallback_fit"];
-    REQUIRE(table.size() == 4);  // auto alone, each rule, then auto's default rule (0/0.05)
-    CHECK(table[3]["rule"] == "0/0.05");
+    REQUIRE(table.size() == 4);  // auto alone, each rule, then auto's default rule (0.003/0.02)
+    CHECK(table[3]["rule"] == "0.003/0.02");
     CHECK(table[0]["passed"] == false);
     CHECK(table[2]["rule"] == "1");
     CHECK(table[2]["passed"] == true);
@@ -191,7 +191,7 @@ TEST_CASE("cli trust: provenance per chunk, --require exact and the margin fallb
     // but auto is gated as answer runs it: under its default rule, not before any fallback.
     std::vector<std::string> gated;
     for (const json& v : s["gate"]["verdicts"]) gated.push_back(v.get<std::string>().substr(0, v.get<std::string>().find(':')));
-    CHECK(gated == std::vector<std::string>{"reuse", "blend", "auto fallback<0/0.05"});
+    CHECK(gated == std::vector<std::string>{"reuse", "blend", "auto fallback<0.003/0.02"});
   }
 }
 
