@@ -16,3 +16,8 @@ for m in gemma3 smollm2; do
     --report final-auto-squad200-$m.md > final-auto-squad200-$m.json 2> final-auto-squad200-$m.err"
   stamp "end final-auto-squad200-$m rc=$?"
 done
+# The question-rows experiment: a scratch build of bb1d893 with exp-question-rows.patch applied
+# (not committed), the same eval with --modes auto and RAGKV_EXP_QROWS=1 or 4 in the environment
+# (the question's last 1 or 4 rows recomputed in prophet's second pass), Gemma 3 only:
+#   RAGKV_EXP_QROWS=$q ragkv-exp eval squad200.jsonl ... --modes auto ... --answers exp-q$q-squad200-gemma3.answers.jsonl
+# The default rule 0.003/0.02 on these records: python3 derive_rule.py final-auto-squad200-gemma3.answers.jsonl.gz auto 0.003/0.02
