@@ -25,10 +25,10 @@ namespace ragkv {
 // What a baseline answer depends on besides the engine (hashed into the key).
 struct BaselineKey {
   std::string model_fingerprint, baseline;
-  std::string device;  // the backend's name, its kernels, threads and the store's KV encoding
-  std::string kernels;
+  std::string device;   // the backend's name
+  std::string kernels;  // Backend::kernels(): the same binary rounds differently with other kernels
   int threads = 0;
-  std::string kv;
+  std::string kv;       // the store's KV encoding
   int max_tokens = 0;
   uint64_t prompt_hash = 0;  // RagAnswerer::prompt_hash
 };
