@@ -21,6 +21,7 @@
 #include "core/util/error.h"
 #include "core/model/random-model.h"
 #include "tests/test-tempdir.h"
+#include "tests/test-util.h"
 
 using namespace ragkv;
 namespace fs = std::filesystem;
@@ -43,18 +44,8 @@ ReuseBenchOptions small_bench(const test::TempDir& dir, int chunks, int chunk_to
 
 // TMPDIR (so fs::temp_directory_path()) points at dir for the scope: a temporary store the bench
 // makes lands in the test's own directory, not in the shared system temp dir.
-struct TmpdirIn {
-  std::optional<std::string> old;
-  explicit TmpdirIn(const fs::path& dir) {
-    if (const char* v = std::getenv("TMPDIR")) old = v;
-    ::setenv("TMPDIR", dir.c_str(), 1);
-  }
-  ~TmpdirIn() {
-    if (old) ::setenv("TMPDIR", old->c_str(), 1);
-    else ::unsetenv("TMPDIR");
-  }
-  TmpdirIn(const TmpdirIn&) = delete;
-  TmpdirIn& operator=(const TmpdirIn&) = delete;
+struct TmpdirIn : ragkv::test::ScopedEnv {
+  explicit TmpdirIn(const fs::path& dir) : ScopedEnv("TMPDIR", dir.string()) {}
 };
 
 // Sends this process's stderr (fd 2) to file until text() is called, which restores it and returns

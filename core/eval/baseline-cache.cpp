@@ -39,10 +39,8 @@ const std::string& engine_fingerprint() {
 
 std::string BaselineCache::key_hex(const BaselineKey& key) {
   Checksum64 h;
-  const std::string text =
-      fmt::format("engine={}\nmodel={}\ndevice={}\nkernels={}\nthreads={}\nkv={}\nbaseline={}\nmax_tokens={}\nprompt={}\n",
-                  engine_fingerprint(), key.model_fingerprint, key.device, key.kernels, key.threads, key.kv, key.baseline,
-                  key.max_tokens, checksum_hex(key.prompt_hash));
+  const std::string text = fmt::format("engine={}\nmodel={}\nbaseline={}\nmax_tokens={}\nprompt={}\n", key.engine,
+                                       key.model_fingerprint, key.baseline, key.max_tokens, checksum_hex(key.prompt_hash));
   h.update(text);
   return checksum_hex(h.digest());
 }

@@ -22,13 +22,12 @@
 
 namespace ragkv {
 
-// What a baseline answer depends on besides the engine (hashed into the key).
+// What a baseline answer depends on (hashed into the key).
 struct BaselineKey {
   std::string model_fingerprint, baseline;
-  std::string device;   // the backend's name
-  std::string kernels;  // Backend::kernels(): the same binary rounds differently with other kernels
-  int threads = 0;
-  std::string kv;       // the store's KV encoding
+  // engine_identity(…).dump() (core/eval/records.h): binary, model, device, kernels, threads and
+  // the store's KV encoding — what --resume compares, so both follow one definition.
+  std::string engine;
   int max_tokens = 0;
   uint64_t prompt_hash = 0;  // RagAnswerer::prompt_hash
 };

@@ -61,6 +61,8 @@ class EvalRun {
   void answer_all();
   void write_report(const json& summary) const;
   int fit_alpha(json& summary, const std::vector<GateCheck>& checks);
+  bool evaluates_auto() const;
+  bool derives_auto_rule() const;
   std::vector<FallbackRule> fallback_rules() const;
   std::vector<std::string> gated_modes(const std::vector<std::string>& derived) const;
   int fit_fallback(json& summary, const std::vector<std::string>& derived);
@@ -208,10 +210,7 @@ void EvalRun::open_query(size_t qi) {
       BaselineKey key;
       key.model_fingerprint = settings_.model_fingerprint;
       key.baseline = baseline_.name();
-      key.device = settings_.engine.value("device", std::string());
-      key.kernels = settings_.engine.value("kernels", std::string());
-      key.threads = settings_.engine.value("threads", 0);
-      key.kv = settings_.engine.value("kv", std::string());
+      key.engine = settings_.engine.dump();
       key.max_tokens = o_.defaults.max_tokens;
       key.prompt_hash = e_.answerer().prompt_hash(q.question, baseline_.freq_order ? oq.freq_chunks : oq.ctx->chunks);
       oq.key = std::move(key);
@@ -315,12 +314,18 @@ int EvalRun::fit_alpha(json& summary, const std::vector<GateCheck>& checks) {
   return 0;
 }
 
-// The rules eval derives: --fallback-margins, and auto's own (the store's fitted one, else the
-// default) where auto is evaluated against full: what answer's auto does on this store.
+bool EvalRun::evaluates_auto() const {
+  return std::find(settings_.modes.begin(), settings_.modes.end(), "auto") != settings_.modes.end();
+}
+
+// Whether auto's own rule (the store's fitted one, else the default) is derived: where auto is
+// evaluated against full on a store, what answer's auto does there.
+bool EvalRun::derives_auto_rule() const { return evaluates_auto() && baseline_.name() == "full" && e_.has_store(); }
+
+// The rules eval derives: --fallback-margins, and auto's own (derives_auto_rule).
 std::vector<FallbackRule> EvalRun::fallback_rules() const {
   std::vector<FallbackRule> rules = o_.fallback_margins;
-  const bool with_auto = std::find(settings_.modes.begin(), settings_.modes.end(), "auto") != settings_.modes.end();
-  if (!with_auto || baseline_.name() != "full" || !e_.has_store()) return rules;
+  if (!derives_auto_rule()) return rules;
   const FallbackRule fitted = e_.auto_fallback();
   const bool listed =
       std::any_of(rules.begin(), rules.end(), [&](const FallbackRule& r) { return r.name() == fitted.name(); });
@@ -332,8 +337,7 @@ std::vector<FallbackRule> EvalRun::fallback_rules() const {
 // where that rule falls back at all; auto before any fallback is reported beside it.
 std::vector<std::string> EvalRun::gated_modes(const std::vector<std::string>& derived) const {
   std::vector<std::string> gated = gated_;
-  const bool with_auto = std::find(settings_.modes.begin(), settings_.modes.end(), "auto") != settings_.modes.end();
-  if (!with_auto || baseline_.name() != "full" || !e_.has_store()) return gated;
+  if (!derives_auto_rule()) return gated;
   const FallbackRule rule = e_.auto_fallback();
   const std::string as_answered = fallback_mode_name("auto", rule);
   if (!rule.active() || std::find(derived.begin(), derived.end(), as_answered) == derived.end()) return gated;
@@ -380,8 +384,7 @@ EvalRunResult EvalRun::run() {
   if (o_.fit_fallback && (!e_.has_store() || e_.store()->foreign()))
     fail("--fit-fallback: the rule is stored with the store's caches; give a --store of this model");
   plan_modes();
-  const bool with_auto = std::find(settings_.modes.begin(), settings_.modes.end(), "auto") != settings_.modes.end();
-  if (o_.fit_fallback && (!with_auto || o_.fallback_margins.empty())) {
+  if (o_.fit_fallback && (!evaluates_auto() || o_.fallback_margins.empty())) {
     std::fprintf(stderr, "ragkv: eval: --fit-fallback needs auto among --modes and the rules to try in --fallback-margins\n");
     return {json(nullptr), {}, 2};
   }
