@@ -1,8 +1,8 @@
 // The CUDA backend: host side. The public ops of Backend (core/backend/backend-ops.cpp) have checked
 // shapes, dtypes, indices and overlaps before any *_impl here runs; these add only the CUDA
 // backend's own limits, then call cuBLAS and the kernel launchers
-// (convert.cu, embed.cu, rows.cu, rms-norm.cu, layer-norm.cu, rope.cu, elementwise.cu) on the
-// backend's stream.
+// (convert.cu, embed.cu, quant-matmul.cu, rows.cu, rms-norm.cu, layer-norm.cu, rope.cu,
+// elementwise.cu) on the backend's stream. matmul lives in cuda-matmul.cpp.
 //
 // This file holds no device code, so it is compiled by the host compiler with the project's
 // warnings (and fmt's compile-time format checks, which nvcc cannot compile).
@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -28,9 +29,12 @@
 #include "cuda/convert.cuh"
 #include "cuda/cublas-loader.h"
 #include "cuda/cuda-check.h"
+#include "cuda/cuda-weight.h"
 #include "cuda/elementwise.cuh"
 #include "cuda/embed.cuh"
 #include "cuda/layer-norm.cuh"
+#include "cuda/quant-decode.cuh"
+#include "cuda/quant-matmul.cuh"
 #include "cuda/rms-norm.cuh"
 #include "cuda/rope.cuh"
 #include "cuda/rows.cuh"
@@ -43,43 +47,29 @@ constexpr float kF16Max = 65504.f;
 // load_weight converts matrices in chunks of about this many values (16 MiB of f32 staging).
 constexpr int64_t kLoadChunkValues = int64_t(1) << 22;
 
-// A weight in device memory: f32 for vectors, f16 for matrices, [out_features][in_features];
-// freed through its backend.
-class CudaWeight : public Weight {
- public:
-  CudaWeight(CudaBackend* owner, void* data, DType dtype) : owner_(owner), data_(data), dtype_(dtype) {}
-  ~CudaWeight() override {
-    if (data_) owner_->raw_free(data_);
-  }
-  CudaWeight(const CudaWeight&) = delete;
-  CudaWeight& operator=(const CudaWeight&) = delete;
-  DType dtype() const { return dtype_; }
-  float* f32() const { return static_cast<float*>(data_); }
-  __half* f16() const { return static_cast<__half*>(data_); }
-
- private:
-  CudaBackend* owner_;
-  void* data_;   // device [out_features][in_features] of dtype_
-  DType dtype_;  // f32 (vectors) or f16 (matrices)
-};
-
-// The weight as this backend loaded it (Backend checked that it did).
-const CudaWeight& cuda_weight(const Weight& w) { return static_cast<const CudaWeight&>(w); }
-
-// A weight used as a vector (norm weight, bias; Backend checked its count of values): stored as
-// f32 only when it has one row, so a matrix of the same count (f16 here) is refused.
-const CudaWeight& cuda_vector(const Weight& w, const char* op) {
-  const CudaWeight& cw = cuda_weight(w);
-  if (cw.dtype() != DType::f32)
-    fail("internal: CUDA {}: weight {} is a [{}][{}] matrix, stored in f16; the CUDA backend needs an f32 "
-         "vector (one row) here",
-         op, w.name, w.out_features, w.in_features);
-  return cw;
+[[noreturn]] void f16_out_of_range(const GgufTensor& t, int64_t r, int64_t c, float v) {
+  fail("CUDA backend: weight '{}' ({}) holds {} at [{}][{}]: the CUDA backend computes with weight "
+       "matrices in f16, which holds finite values of magnitude ≤ 65504 only",
+       t.name, ggml_type_name(t.type), v, r, c);
 }
 
-void check_int_dim(int64_t v, const char* what, const char* op) {
-  if (v > std::numeric_limits<int>::max())
-    fail("internal: CUDA {}: {} = {} exceeds cuBLAS's int range", op, what, v);
+// Dequantises the rows of GGUF matrix t on the host (as the CPU backend does), a chunk of rows at
+// a time, fails naming the element where f16 cannot hold a value, and hands each checked chunk
+// to each(first_row, rows, values [rows][cols]).
+template <typename F>
+void for_each_f16_checked_chunk(const GgufTensor& t, F&& each) {
+  const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
+  const size_t row_bytes = ggml_row_bytes(t.type, cols);
+  const int64_t chunk_rows = std::max<int64_t>(1, kLoadChunkValues / cols);
+  std::vector<float> host(static_cast<size_t>(std::min(chunk_rows, rows) * cols));
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t nr = std::min(chunk_rows, rows - r0);
+    for (int64_t r = 0; r < nr; ++r)
+      dequantize_row(t.type, t.data + static_cast<size_t>(r0 + r) * row_bytes, host.data() + r * cols, cols);
+    for (int64_t i = 0; i < nr * cols; ++i)
+      if (!(std::fabs(host[i]) <= kF16Max)) f16_out_of_range(t, r0 + i / cols, i % cols, host[i]);
+    each(r0, nr, host.data());
+  }
 }
 
 // The writes of scatter_rows that survive: for each destination row named more than once, only
@@ -126,6 +116,14 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
+  if (const char* policy = std::getenv("RAGKV_CUDA_WEIGHTS"); policy && *policy) {
+    const std::string v = policy;
+    if (v != "quant" && v != "f16")
+      fail("RAGKV_CUDA_WEIGHTS={}: expected 'quant' (quantised matrices stay quantised on the device, the "
+           "default) or 'f16' (converted to f16 at load)",
+           v);
+    keep_quantised_ = v == "quant";
+  }
   CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
@@ -332,7 +330,12 @@ std::unique_ptr<Weight> CudaBackend::load_weight_impl(std::span<const GgufTensor
     return w;
   }
 
-  // A matrix (or a stack of them, part after part): f16 [rows][cols] (why f16: cuda-backend.h).
+  // A matrix (or a stack of them) of types the device decodes: kept quantised (cuda-backend.h).
+  const bool decodable = std::all_of(parts.begin(), parts.end(),
+                                     [](const GgufTensor* t) { return quant_decode::device_decodable(t->type); });
+  if (keep_quantised_ && decodable) return load_quantised(parts, rows, cols);
+
+  // Any other matrix (or a stack of them, part after part): f16 [rows][cols] (why f16: cuda-backend.h).
   // Made before the conversion so that a failure part-way frees the device memory.
   auto w = std::make_unique<CudaWeight>(this, raw_alloc(static_cast<size_t>(rows * cols) * sizeof(__half)),
                                         DType::f16);
@@ -351,20 +354,13 @@ std::unique_ptr<Weight> CudaBackend::load_weight_impl(std::span<const GgufTensor
 // One GGUF matrix into f16 rows at dst (device), checking that f16 holds every value.
 void CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
   const int64_t n = t.n_elements();
-  const int64_t cols = t.ne[0], rows = n / cols;
-  const size_t row_bytes = ggml_row_bytes(t.type, cols);
-  const auto out_of_range = [&](int64_t r, int64_t c, float v) {
-    fail("CUDA backend: weight '{}' ({}) holds {} at [{}][{}]: the CUDA backend stores weight "
-         "matrices in f16, which holds finite values of magnitude ≤ 65504 only",
-         t.name, ggml_type_name(t.type), v, r, c);
-  };
-
+  const int64_t cols = t.ne[0];
   if (t.type == GgmlType::F16) {
     // Already f16: copied as it is, after checking that no value is inf or NaN (exponent bits
     // all ones). The data may be unaligned, so halves are read byte-wise (little endian).
     for (int64_t i = 0; i < n; ++i) {
       const uint16_t h = uint16_t(t.data[2 * i] | (t.data[2 * i + 1] << 8));
-      if ((h & 0x7c00u) == 0x7c00u) out_of_range(i / cols, i % cols, fp16_to_fp32(h));
+      if ((h & 0x7c00u) == 0x7c00u) f16_out_of_range(t, i / cols, i % cols, fp16_to_fp32(h));
     }
     CUDA_CHECK(cudaMemcpyAsync(dst, t.data, static_cast<size_t>(n) * sizeof(__half), cudaMemcpyHostToDevice,
                                stream_));
@@ -372,24 +368,36 @@ void CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
     return;
   }
 
-  // Every other type: dequantise a chunk of rows to f32 on the host (as the CPU backend does),
-  // check the range, copy the chunk to the work buffer and round it to f16 there. The pageable
-  // copy is staged by the time cudaMemcpyAsync returns, so the host buffer is refilled at once
-  // while the device converts; the work buffer is reused in stream order.
-  const int64_t chunk_rows = std::max<int64_t>(1, kLoadChunkValues / cols);
-  std::vector<float> host(static_cast<size_t>(std::min(chunk_rows, rows) * cols));
-  auto* staged = static_cast<float*>(work_reserve(host.size() * sizeof(float)));
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
-    const int64_t nr = std::min(chunk_rows, rows - r0);
-    for (int64_t r = 0; r < nr; ++r)
-      dequantize_row(t.type, t.data + static_cast<size_t>(r0 + r) * row_bytes, host.data() + r * cols, cols);
-    for (int64_t i = 0; i < nr * cols; ++i)
-      if (!(std::fabs(host[i]) <= kF16Max)) out_of_range(r0 + i / cols, i % cols, host[i]);
-    CUDA_CHECK(cudaMemcpyAsync(staged, host.data(), static_cast<size_t>(nr * cols) * sizeof(float),
+  // Every other type: each checked chunk of f32 rows is copied to the work buffer and rounded to
+  // f16 there. The pageable copy is staged by the time cudaMemcpyAsync returns, so the host
+  // buffer is refilled at once while the device converts; the work buffer is reused in stream order.
+  float* staged = nullptr;
+  for_each_f16_checked_chunk(t, [&](int64_t r0, int64_t nr, const float* host) {
+    if (!staged) staged = static_cast<float*>(work_reserve(static_cast<size_t>(nr * cols) * sizeof(float)));
+    CUDA_CHECK(cudaMemcpyAsync(staged, host, static_cast<size_t>(nr * cols) * sizeof(float),
                                cudaMemcpyHostToDevice, stream_));
     convert_f32_to_f16_cuda(staged, dst + r0 * cols, nr * cols, stream_);
-  }
+  });
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the work buffer is reused by the next part
+}
+
+// A matrix kept in its quantised blocks: each part's bytes copied as they are, after the same
+// range check as an f16 matrix (matmul's prefill tiles round these values to f16).
+std::unique_ptr<Weight> CudaBackend::load_quantised(std::span<const GgufTensor* const> parts, int64_t rows,
+                                                    int64_t cols) {
+  auto w = std::make_unique<CudaWeight>(this);
+  w->name = parts[0]->name;
+  w->out_features = rows;
+  w->in_features = cols;
+  for (const GgufTensor* t : parts) {
+    for_each_f16_checked_chunk(*t, [](int64_t, int64_t, const float*) {});
+    const size_t bytes = ggml_row_bytes(t->type, cols) * static_cast<size_t>(t->rows());
+    auto* data = static_cast<uint8_t*>(raw_alloc(bytes));
+    w->add_part({data, t->type, t->rows()});  // owned by w from here
+    CUDA_CHECK(cudaMemcpyAsync(data, t->data, bytes, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // t->data may be unmapped after the load
+  }
+  return w;
 }
 
 // ---- ops (arguments checked by Backend; see core/backend/backend-ops.cpp)
@@ -403,70 +411,11 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
   host_staging_.resize(ids.size_bytes());
   std::memcpy(host_staging_.data(), ids.data(), ids.size_bytes());
   const auto* d_ids = static_cast<const int32_t*>(scratch_upload(ids.size_bytes()));
-  if (cw.dtype() == DType::f16) embed_f16_cuda(cw.f16(), d_ids, out.as<float>(), n, out.cols, scale, stream_);
+  if (cw.quantised()) {
+    if (cw.parts().size() != 1) fail("internal: CUDA embed: table {} is a stack of {} parts", cw.name, cw.parts().size());
+    embed_quant_cuda(cw.parts()[0].type, cw.parts()[0].data, out.cols, d_ids, n, out.as<float>(), scale, stream_);
+  } else if (cw.dtype() == DType::f16) embed_f16_cuda(cw.f16(), d_ids, out.as<float>(), n, out.cols, scale, stream_);
   else embed_f32_cuda(cw.f32(), d_ids, out.as<float>(), n, out.cols, scale, stream_);
-}
-
-void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
-                              std::span<const Weight* const> biases, Activations /*act*/) {
-  const CudaWeight& cw = cuda_weight(w);
-  const int64_t n = x.rows, in = w.in_features, out = w.out_features;
-  if (n == 0) return;
-  check_int_dim(n, "rows", "matmul");
-  check_int_dim(in, "in_features", "matmul");
-  check_int_dim(out, "out_features", "matmul");
-  check_grid_rows(n, "matmul");
-  const bool split = outs.size() > 1;  // a stack's parts into their own outputs
-  const float* d_bias = !split && biases[0] ? cuda_vector(*biases[0], "matmul bias").f32() : nullptr;
-
-  // Row-major y[n][out] = x[n][in] · W[out][in]ᵀ is, column-major, yᵀ (out × n, ld out) =
-  // op(A) · B with A = W seen as an in × out column-major matrix (transposed: CUBLAS_OP_T) and
-  // B = x seen as in × n (CUBLAS_OP_N). f32 accumulation (CUBLAS_COMPUTE_32F), tensor cores for
-  // f16 operands; the default math mode keeps f32 operands in full f32 (no TF32).
-  // A stack's parts split into several outputs: one GEMM into y [n][out] in the work buffer, then
-  // each part's columns copied out (cudaMemcpy2DAsync) and its bias added.
-  const float one = 1.f, zero = 0.f;
-  const size_t y_bytes = split ? (static_cast<size_t>(n * out) * sizeof(float) + 255) / 256 * 256 : 0;
-  if (cw.dtype() == DType::f16) {
-    // x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM,
-    // then y row scales and bias.
-    const size_t xh_bytes = (static_cast<size_t>(n * in) * sizeof(__half) + 255) / 256 * 256;
-    auto* work = static_cast<uint8_t*>(work_reserve(y_bytes + xh_bytes + static_cast<size_t>(n) * sizeof(float)));
-    float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
-    auto* xh = reinterpret_cast<__half*>(work + y_bytes);
-    auto* row_unscale = reinterpret_cast<float*>(work + y_bytes + xh_bytes);
-    convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
-    CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
-                                       cw.f16(), CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero,
-                                       y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    matmul_epilogue_f32_cuda(y, row_unscale, d_bias, n, out, stream_);
-    if (split) matmul_split_outputs(y, w, outs, biases);
-  } else {  // an f32 vector weight (out_features == 1)
-    auto* work = static_cast<uint8_t*>(split ? work_reserve(y_bytes) : nullptr);
-    float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
-    CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
-                                       cw.f32(), CUDA_R_32F, int(in), x.as<float>(), CUDA_R_32F, int(in), &zero,
-                                       y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    matmul_epilogue_f32_cuda(y, nullptr, d_bias, n, out, stream_);
-    if (split) matmul_split_outputs(y, w, outs, biases);
-  }
-}
-
-// y [n][out] (device, the whole stack's product) → outs[p] [n][part_rows[p]], plus each bias.
-void CudaBackend::matmul_split_outputs(const float* y, const Weight& w, std::span<const Tensor> outs,
-                                       std::span<const Weight* const> biases) {
-  const int64_t n = outs[0].rows, out = w.out_features;
-  int64_t first = 0;
-  for (size_t p = 0; p < outs.size(); ++p) {
-    const int64_t cols = w.part_rows[p];
-    CUDA_CHECK(cudaMemcpy2DAsync(outs[p].data(), size_t(cols) * sizeof(float), y + first,
-                                 size_t(out) * sizeof(float), size_t(cols) * sizeof(float), size_t(n),
-                                 cudaMemcpyDeviceToDevice, stream_));
-    if (biases[p])
-      matmul_epilogue_f32_cuda(outs[p].as<float>(), nullptr, cuda_vector(*biases[p], "matmul bias").f32(), n, cols,
-                               stream_);
-    first += cols;
-  }
 }
 
 void CudaBackend::rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) {

@@ -4,8 +4,8 @@
 // of Backend (core/backend/backend-ops.cpp); this backend checks only its own limits (grid rows,
 // cuBLAS's int dimensions, vector weights stored as f32).
 //
-// Implemented: memory; weights of every GGUF type the CPU backend accepts (matrices as f16,
-// vectors as f32, see below); embed, matmul (cuBLAS), rms_norm, rope (f32 and f16 storage),
+// Implemented: memory; weights of every GGUF type the CPU backend accepts (matrices quantised or
+// f16, vectors f32, see below); embed, matmul (cuBLAS, quantised GEMV), rms_norm, rope (f32 and f16 storage),
 // layer_norm, gelu_erf, swiglu, geglu, add, copy (device to device), scatter_rows (into f32 or
 // f16), gather_rows and row_sq_dist (against f32 or f16 rows), attention (cuda/attention.cu:
 // fused, masked by absolute positions, optional segment mass; head_dim 32, 64, 128 or 256).
@@ -13,8 +13,16 @@
 // wherever backend_op_defined() is.
 //
 // Weight storage. Vectors (out_features == 1: norm weights, biases) are dequantised to f32.
-// Matrices (out_features > 1) are dequantised on the host exactly as the CPU backend does
-// (core/format/quant.h), checked, and stored as f16 [out][in], whatever their GGUF type. Why f16:
+// Matrices of a quantised GGUF type the device decodes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
+// Q6_K; cuda/quant-decode.cuh) stay in their blocks, the file's bytes as they are, one buffer per
+// stacked part: 4.5 bits per value for Q4_K, 6.6 for Q6_K, against 16 in f16, and a decode step
+// reads each weight byte once. matmul then runs a dequantising GEMV for up to
+// kQuantGemvMaxRows rows (f32 activations × the exact decoded values) and, for more rows, the
+// f16 GEMM below on tiles dequantised to f16 in the work buffer (cuda/cuda-matmul.cpp); embed
+// decodes the rows it gathers. RAGKV_CUDA_WEIGHTS=f16 in the environment converts these matrices
+// to f16 at load instead (as every other matrix), 2 bytes per value, for comparison.
+// Other matrices (F32, F16, BF16) are dequantised on the host exactly as the CPU backend does
+// (core/format/quant.h), checked, and stored as f16 [out][in]. Why f16:
 //  * precision: f16 keeps 11 significant bits, bf16 only 8. A dequantised Q4/Q8/K-quant value
 //    (an f16 scale times a small integer, minus an f16 offset) or an f32 weight rounds to f16
 //    with a relative error ≤ 2^-11, 8× less than in bf16; a bf16 weight (e.g. the random test
@@ -24,9 +32,10 @@
 //  * range: f16 stops at 65504, bf16 at 3e38. The weights of the models ragkv runs are orders of
 //    magnitude smaller (the largest matrix value of the default models: 9.25 in SmolLM2-135M
 //    Q4_1, 1.6 in gemma-3-270m Q4_K_M, 7.9 in all-MiniLM-L6-v2; ~0.1 % of their values fall
-//    below f16's normal range, where the rounding error is an absolute 2^-25 instead), but
-//    load_weight checks every value and fails, naming the tensor and the element, when
-//    |w| > 65504 or w is not finite, instead of storing inf.
+//    below f16's normal range, where the rounding error is an absolute 2^-25, instead), but
+//    load_weight checks every value of every matrix, quantised ones included (their prefill
+//    tiles are f16), and fails, naming the tensor and the element, when |w| > 65504 or w is not
+//    finite, instead of storing inf.
 // matmul rounds its f32 activations to f16 for the tensor cores (one cublasGemmEx over all rows,
 // f32 accumulation); a row of activations that would overflow f16, or whose values would fall
 // into f16's subnormal range, is scaled by a power of two first and back after (convert.cu).
@@ -49,6 +58,8 @@
 
 namespace ragkv {
 
+class CudaWeight;
+
 // True when the CUDA runtime sees at least one device. Never throws: false without a driver,
 // without a device, or when the runtime fails to initialise.
 bool cuda_device_present();
@@ -66,6 +77,9 @@ class CudaBackend : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return name_; }
+  // The device and the weight storage ("cuda:0 (NVIDIA H100 80GB HBM3)+quant-weights", or
+  // "+f16-weights" under RAGKV_CUDA_WEIGHTS=f16): the two round differently.
+  std::string kernels() const override { return name_ + (keep_quantised_ ? "+quant-weights" : "+f16-weights"); }
   void set_threads(int n) override;
 
   // ---- memory. upload and download return when the copy is complete; fill_zero and the ops
@@ -89,7 +103,8 @@ class CudaBackend : public Backend {
  protected:
   void copy_impl(const Tensor& src, const Tensor& dst) override;
 
-  // ---- weights: any type ggml_type_supported() accepts; matrices f16, vectors f32 (see above).
+  // ---- weights: any type ggml_type_supported() accepts; matrices quantised or f16, vectors f32
+  // (see above).
   // Throws ragkv::Error naming the tensor for a matrix value outside the f16 range (the type
   // and the data size were checked by Backend::load_weight).
   std::unique_ptr<Weight> load_weight_impl(std::span<const GgufTensor* const> parts, WeightMemory mem) override;
@@ -97,7 +112,7 @@ class CudaBackend : public Backend {
   // ---- ops
   void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
                   float scale) override;
-  // act is ignored: f16 weights always meet f32 activations here.
+  // act is ignored: weights always meet f32 activations here (cuda/cuda-matmul.cpp).
   void matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
                    std::span<const Weight* const> biases, Activations act) override;
   void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) override;
@@ -122,6 +137,7 @@ class CudaBackend : public Backend {
   std::string name_;                // "cuda:0 (NVIDIA H100 80GB HBM3)"
   cudaStream_t stream_ = nullptr;   // every copy and kernel of this backend
   cublasHandle_t cublas_ = nullptr; // bound to stream_; matmul's GEMMs
+  bool keep_quantised_ = true;      // RAGKV_CUDA_WEIGHTS: quantised matrices stay quantised (default)
 
   // upload_async: its own stream, pinned staging slots (reused once their copy has completed),
   // and the events that order the two streams.
@@ -157,6 +173,14 @@ class CudaBackend : public Backend {
   void check_grid_rows(int64_t rows, const char* op) const;
   // load_weight: one GGUF matrix into f16 rows at dst (a stack's parts one after the other).
   void upload_f16_rows(const GgufTensor& t, __half* dst);
+  // load_weight: a matrix kept in its quantised blocks (every part device-decodable).
+  std::unique_ptr<Weight> load_quantised(std::span<const GgufTensor* const> parts, int64_t rows, int64_t cols);
+  // matmul (cuda-matmul.cpp): y (row stride ldy) = xh · Wᵀ for f16 W [rows][in] and xh [n][in].
+  void gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const __half* xh, int64_t n, float* y,
+                     int64_t ldy);
+  // matmul of a quantised weight by a few rows: one GEMV per part into its output.
+  void matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
+                         std::span<const Weight* const> biases);
   // matmul of a stack into its parts' outputs: y [n][out_features] → outs[p], plus biases[p].
   void matmul_split_outputs(const float* y, const Weight& w, std::span<const Tensor> outs,
                             std::span<const Weight* const> biases);

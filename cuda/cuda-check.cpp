@@ -19,6 +19,8 @@ void cublas_check_fail(cublasStatus_t st, const char* stmt, const char* file, in
        stmt, file, line);
 }
 
+void cuda_internal_fail(const char* what) { fail("internal: {}", what); }
+
 void cuda_check_report(cudaError_t err, const char* stmt, const char* file, int line) noexcept {
   if (err == cudaErrorCudartUnloading) return;
   std::fprintf(stderr, "ragkv: CUDA error %s (%s) in '%s' at %s:%d\n", cudaGetErrorName(err),

@@ -18,6 +18,9 @@ namespace ragkv {
 // Print to stderr. cudaErrorCudartUnloading (memory freed during process exit, after the
 // runtime shut down) is expected and stays silent.
 void cuda_check_report(cudaError_t err, const char* stmt, const char* file, int line) noexcept;
+// Throw ragkv::Error "internal: <what>" for a broken precondition of a launcher (a caller's bug,
+// not a CUDA error), from .cu files that cannot format messages themselves.
+[[noreturn]] void cuda_internal_fail(const char* what);
 
 }  // namespace ragkv
 

@@ -3,9 +3,14 @@
 // sizes; the real files are too large to copy to the GPU machine, so the models are written
 // where the test runs, by core/model/random-model).
 //
-// Tolerances. Both backends start from the same f16 weights (exact in f32 on the CPU); the CUDA
-// backend also rounds every matmul input row to f16 (relative error 2^-11 per element) and sums
-// in another order. The bound: logits within a relative L2 error of 1e-2 of the CPU's (f16
+// Each shape runs with f16 weights, and with the quantised type of the real file's family (Q4_1
+// as SmolLM2's; Q8_0 for Gemma 3's rows, which are not whole K-quant super-blocks), which the
+// CUDA backend keeps quantised: prefill through f16 tiles, decode steps through the GEMV.
+//
+// Tolerances. Both backends start from the same weights (exact in f32 on the CPU); the CUDA
+// backend also rounds every prefill matmul input row to f16 (relative error 2^-11 per element)
+// and sums in another order; the CPU's decode steps use 8-bit activation blocks on quantised
+// weights. The bound: logits within a relative L2 error of 1e-2 of the CPU's (f16
 // rounding compounded over 18–30 layers stays well under it; held on an H100 and an H200); greedy
 // tokens must agree at every step up to near ties: the CPU follows the GPU's tokens and each must
 // be the CPU's argmax or within 5e-2 · (1 + |top logit|) of it (a near tie may flip legitimately).
@@ -18,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -40,11 +46,12 @@ bool gpu_missing() {
 }
 
 // Written into the test's own directory.
-std::string default_shaped_model(const test::TempDir& dir, const std::string& arch) {
-  const std::string path = (dir.path / ("cuda-e2e-" + arch + ".gguf")).string();
+std::string default_shaped_model(const test::TempDir& dir, const std::string& arch, GgmlType weight_type) {
+  const std::string path =
+      (dir.path / ("cuda-e2e-" + arch + "-" + ggml_type_name(weight_type) + ".gguf")).string();
   RandomModelSpec s;
   s.arch = arch;
-  s.weight_type = GgmlType::F16;
+  s.weight_type = weight_type;
   s.n_ctx = 1024;
   if (arch == "gemma3") {  // Gemma 3 270M
     s.n_layer = 18, s.n_embd = 640, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 256, s.n_ff = 2048;
@@ -67,14 +74,20 @@ double relative_l2(const std::vector<float>& got, const std::vector<float>& ref)
 
 }  // namespace
 
-TEST_CASE("cuda e2e: prefill logits and greedy tokens match the CPU on default-shaped models") {
+TEST_CASE("cuda e2e: prefill logits and greedy tokens match the CPU on default-shaped models (f16 and quantised)") {
   if (gpu_missing()) return;
   const test::TempDir tmp("cuda-e2e");
   auto cpu = make_cpu_backend(2);
   auto gpu = make_cuda_backend(0);
-  for (const char* arch : {"llama", "gemma3"}) {
+  const std::pair<const char*, GgmlType> cases[] = {{"llama", GgmlType::F16},
+                                                    {"gemma3", GgmlType::F16},
+                                                    {"llama", GgmlType::Q4_1},
+                                                    {"gemma3", GgmlType::Q8_0}};
+  for (const auto& [arch, weight_type] : cases) {
+    const std::string type_name = ggml_type_name(weight_type);
     CAPTURE(arch);
-    const std::string path = default_shaped_model(tmp, arch);
+    CAPTURE(type_name);
+    const std::string path = default_shaped_model(tmp, arch, weight_type);
     Model mc(path, *cpu), mg(path, *gpu);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 300; ++i) prompt.push_back((i * 37 + 11) % 256);
@@ -85,7 +98,7 @@ TEST_CASE("cuda e2e: prefill logits and greedy tokens match the CPU on default-s
     REQUIRE(lg.size() == lc.size());
     for (float x : lg) REQUIRE(std::isfinite(x));
     const double err = relative_l2(lg, lc);
-    MESSAGE(arch << ": prefill logits relative L2 error " << err);
+    MESSAGE(arch << " " << type_name << ": prefill logits relative L2 error " << err);
     CHECK(err < 1e-2);
 
     // Greedy decoding on the GPU; the CPU follows the GPU's tokens (teacher forcing) and checks
@@ -105,7 +118,7 @@ TEST_CASE("cuda e2e: prefill logits and greedy tokens match the CPU on default-s
       CHECK_MESSAGE(double(*best) - l[size_t(tok)] <= 5e-2 * (1.0 + std::fabs(*best)), "step " << t);
       l = mc.forward(std::span(&tok, 1), kc, wc);
     }
-    MESSAGE(arch << ": " << exact << " of 24 GPU greedy tokens are the CPU's argmax, the rest near ties");
+    MESSAGE(arch << " " << type_name << ": " << exact << " of 24 GPU greedy tokens are the CPU's argmax, the rest near ties");
   }
 }
 

@@ -6,9 +6,11 @@
 //   f32 ops (rms_norm, layer_norm, gelu_erf, swiglu, geglu, add, row_sq_dist):
 //             |cuda − cpu| ≤ 1e-5 · (1 + |cpu|)
 //   f16 rope: |cuda − cpu| ≤ 2e-3 · (1 + |cpu|)   (a result may round to the neighbouring f16)
-//   exact:    load_weight (a matrix reads back, through embed, as the CPU's dequantised value
-//             rounded to the nearest f16, bit for bit), embed of an f16-exact table, copy, gather_rows,
-//             scatter_rows (into f16: the host's round-to-nearest-even, bit for bit).
+//   exact:    load_weight (a matrix reads back, through embed, as the CPU's dequantised value:
+//             itself for the quantised types kept quantised on the device, rounded to the nearest
+//             f16 for the others and under RAGKV_CUDA_WEIGHTS=f16, bit for bit), embed of an
+//             f16-exact or quantised table, dequantize_to_f16 (the f16 values load_weight would
+//             store), copy, gather_rows, scatter_rows (into f16: the host's round-to-nearest-even).
 //   matmul with f16 weights: the GPU rounds x (row-scaled outside [2^-10, 65504]) and W to f16
 //             (relative error u = 2^-11 each, or an absolute 2^-25 · unscale in the subnormal
 //             range), multiplies exactly and accumulates in f32; the CPU multiplies the f32 values
@@ -23,6 +25,11 @@
 //             rounding errors are independent, so it is ≈ (u/√3)² · 2 ≈ 1.6e-7, whereas a missing
 //             or doubled term of k gives ≈ 1/k ≥ 5e-4.
 //   matmul with an f32 (vector) weight: |cuda − cpu| ≤ 3k · 2^-24 · S + 2^-22 · (|cpu| + |bias|).
+//   matmul with a quantised weight, against the exact product (double sums of the CPU's
+//             dequantised values): up to kQuantGemvMaxRows rows the GEMV multiplies the exact
+//             weights by f32 x, so the f32-weight bound above; more rows go through f16 tiles,
+//             so the f16 bound. Against the CPU backend (whose prompt kernels may round x to
+//             16-bit blocks) the f16 bound, as for the f16 matrices.
 // Outputs must hold no NaN/Inf where the reference is finite (and the same NaN/Inf where it is
 // not, for the special-value cases). Every CUDA output sits between two guard rows that must
 // come back untouched, and the op sees it as a row slice (a non-zero byte offset).
@@ -63,6 +70,9 @@
 #include "core/format/quant.h"
 #include "cuda/convert.cuh"
 #include "cuda/cuda-backend.h"
+#include "cuda/quant-decode.cuh"
+#include "cuda/quant-matmul.cuh"
+#include "tests/test-util.h"
 
 namespace {
 
@@ -293,6 +303,28 @@ std::vector<float> dequantized(GgmlType t, int64_t rows, int64_t cols, const std
   for (int64_t r = 0; r < rows; ++r)
     ragkv::dequantize_row(t, bytes.data() + r * row_bytes, v.data() + r * cols, cols);
   return v;
+}
+
+// What a matrix of type t reads back as on the device (cuda-backend.h, "Weight storage"): the
+// CPU's values where the device keeps the type quantised (unless f16_policy), else those values
+// rounded to f16.
+std::vector<float> stored_values(GgmlType t, std::vector<float> cpu_values, bool f16_policy = false) {
+  if (ragkv::quant_decode::device_decodable(t) && !f16_policy) return cpu_values;
+  return round_to(DType::f16, std::move(cpu_values));
+}
+
+// y [n][out] = x · wᵀ (+ bias) summed in double: the exact product of the f32 operands, up to
+// one rounding to f32.
+std::vector<float> exact_matmul(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>* bias,
+                                int64_t n, int64_t in, int64_t out) {
+  std::vector<float> y(static_cast<size_t>(n * out));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < out; ++j) {
+      double s = bias ? double((*bias)[j]) : 0.0;
+      for (int64_t c = 0; c < in; ++c) s += double(x[i * in + c]) * double(w[j * in + c]);
+      y[i * out + j] = float(s);
+    }
+  return y;
 }
 
 std::vector<int32_t> random_rows(size_t n, int64_t limit, uint32_t seed) {
@@ -549,7 +581,7 @@ const int64_t kVocabs[] = {2, 33, 1000};
 const size_t kIdCounts[] = {1, 7, 300};
 const float kEmbedScales[] = {1.f, 24.f, 0.3f};
 
-// matmul with a matrix weight (f16 on the GPU).
+// matmul with a matrix weight (quantised or f16 on the GPU).
 struct MatmulCase {
   GgmlType type;
   int64_t n, in, out;
@@ -564,7 +596,12 @@ std::vector<MatmulCase> matmul_cases() {
   std::vector<MatmulCase> c;
   for (const auto& s : shapes)
     for (bool bias : {false, true}) c.push_back({GgmlType::F32, s[0], s[1], s[2], bias, 2.f});
+  // Every type at 7 rows; the quantised ones also at the GEMV's last row count and the first
+  // that goes through the dequantised tiles instead.
   for (GgmlType type : kWeightTypes) c.push_back({type, 7, 512, 96, true, 2.f});
+  for (GgmlType type : kWeightTypes)
+    if (ragkv::quant_decode::device_decodable(type))
+      for (int64_t n : {ragkv::kQuantGemvMaxRows, ragkv::kQuantGemvMaxRows + 1}) c.push_back({type, n, 512, 96, true, 2.f});
   c.push_back({GgmlType::Q4_K, 67, 2304, 260, false, 2.f});
   // Large activations (still inside f16) and tiny ones (f16 subnormals).
   c.push_back({GgmlType::F32, 7, 576, 64, true, 3e4f});
@@ -928,7 +965,7 @@ TEST_CASE("cuda: f32 <-> f16 conversion kernels round like core/format/fp16.h, b
   CHECK(bad == 0);
 }
 
-TEST_CASE("cuda: load_weight stores matrices of every type as the CPU's values rounded to f16") {
+TEST_CASE("cuda: load_weight stores matrices as the CPU's values, quantised or rounded to f16") {
   if (gpu_missing()) return;
   Backends be;
   uint32_t seed = 500;
@@ -950,10 +987,11 @@ TEST_CASE("cuda: load_weight stores matrices of every type as the CPU's values r
         CHECK(w->in_features == cols);
         CHECK(w->name == "token_embd.weight");
 
-        // Each row once, in order: out == the CPU's dequantised values rounded to f16.
+        // Each row once, in order: out == the CPU's dequantised values (rounded to f16 unless kept
+        // quantised).
         std::vector<int32_t> ids(static_cast<size_t>(rows));
         std::iota(ids.begin(), ids.end(), 0);
-        const auto expected = round_to(DType::f16, dequantized(type, rows, cols, bytes));
+        const auto expected = stored_values(type, dequantized(type, rows, cols, bytes));
         Guarded og = make_guarded(*be.gpu, DType::f32, rows, cols, std::vector<float>(expected.size(), 0.f));
         be.gpu->embed(*w, ids, og.view, 1.f);
         expect_close(read_guarded(*be.gpu, og), expected, 0.f);
@@ -971,7 +1009,26 @@ TEST_CASE("cuda: load_weight stores matrices of every type as the CPU's values r
     std::iota(ids.begin(), ids.end(), 0);
     Guarded og = make_guarded(*be.gpu, DType::f32, rows, cols, std::vector<float>(size_t(rows * cols), 0.f));
     be.gpu->embed(*w, ids, og.view, 1.f);
-    expect_close(read_guarded(*be.gpu, og), round_to(DType::f16, dequantized(type, rows, cols, bytes)), 0.f);
+    expect_close(read_guarded(*be.gpu, og), stored_values(type, dequantized(type, rows, cols, bytes)), 0.f);
+  }
+  // RAGKV_CUDA_WEIGHTS=f16: the quantised types are converted to f16 at load too.
+  {
+    const ragkv::test::ScopedEnv f16_weights("RAGKV_CUDA_WEIGHTS", "f16");
+    auto gpu = ragkv::make_cuda_backend(0);
+    for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+      const std::string type_name = ragkv::ggml_type_name(type);
+      CAPTURE(type_name);
+      const int64_t rows = 37, cols = 512;
+      const auto bytes = random_matrix_bytes(type, rows, cols, ++seed);
+      auto w = gpu->load_weight(matrix_tensor("blk.0.ffn_up.weight", type, rows, cols, bytes));
+      std::vector<int32_t> ids(static_cast<size_t>(rows));
+      std::iota(ids.begin(), ids.end(), 0);
+      Guarded og = make_guarded(*gpu, DType::f32, rows, cols, std::vector<float>(size_t(rows * cols), 0.f));
+      gpu->embed(*w, ids, og.view, 1.f);
+      expect_close(read_guarded(*gpu, og), stored_values(type, dequantized(type, rows, cols, bytes), true), 0.f);
+    }
+    const ragkv::test::ScopedEnv bad_policy("RAGKV_CUDA_WEIGHTS", "int4");
+    CHECK_THROWS_WITH_AS(ragkv::make_cuda_backend(0), doctest::Contains("RAGKV_CUDA_WEIGHTS=int4"), ragkv::Error);
   }
   // Vectors of any type load as f32, exactly the CPU's values.
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
@@ -1036,6 +1093,19 @@ TEST_CASE("cuda: load_weight refuses values f16 cannot hold, unsupported types a
                          doctest::Contains("[1][1]"), ragkv::Error);
   }
 
+  // A quantised matrix stays quantised but is checked the same way (its prefill tiles are f16):
+  // a Q8_0 block with scale 1000 holds values up to 127000.
+  {
+    auto bytes = random_matrix_bytes(GgmlType::Q8_0, rows, cols, 601);
+    uint8_t* block = bytes.data() + 3 * ragkv::ggml_block_bytes(GgmlType::Q8_0);  // row 1, elements 32..63
+    const uint16_t big = ragkv::fp32_to_fp16(1000.f);
+    std::memcpy(block, &big, 2);
+    std::fill(block + 2, block + 34, uint8_t(0));
+    block[2 + 4] = 100;  // element 36 of the row: 100000
+    CHECK_THROWS_WITH_AS(gpu.load_weight(matrix_tensor("q8.weight", GgmlType::Q8_0, rows, cols, bytes)),
+                         doctest::Contains("[1][36]"), ragkv::Error);
+  }
+
   // Types ragkv does not dequantise, rows that split a block, and data shorter than the shape.
   std::vector<uint8_t> raw(4096, 0);
   CHECK_THROWS_WITH_AS(gpu.load_weight(matrix_tensor("q2k.weight", GgmlType::Q2_K, 2, 256, raw)),
@@ -1097,7 +1167,7 @@ TEST_CASE("cuda: embed matches the CPU backend") {
   CHECK(read_guarded(*be.gpu, bad) == zeros(128));
 }
 
-TEST_CASE("cuda: matmul matches the CPU backend (f16 weights of every type, f32 vector weights, bias)") {
+TEST_CASE("cuda: matmul matches the CPU backend (weights of every type, f32 vector weights, bias)") {
   if (gpu_missing()) return;
   Backends be;
   uint32_t seed = 800;
@@ -1137,6 +1207,170 @@ TEST_CASE("cuda: matmul matches the CPU backend (f16 weights of every type, f32 
                                  [&](Backend& b, const std::vector<Tensor>& t) { b.matmul(t[0], w.on(b), t[1], &b_w.on(b)); });
       const auto bound = matmul_bounds(x, wv, &bias, r.cpu[1], n, in, 1, /*f16_operands=*/false);
       expect_within(r.gpu[1], r.cpu[1], bound, kMatmulMaxNmse);
+    }
+  }
+}
+
+TEST_CASE("cuda: dequantize_to_f16 gives the f16 values load_weight stores for the type, bit for bit") {
+  if (gpu_missing()) return;
+  auto gpu = ragkv::make_cuda_backend(0);
+  const cudaStream_t stream = static_cast<ragkv::CudaBackend&>(*gpu).stream();
+  uint32_t seed = 1500;
+  for (GgmlType type : kWeightTypes) {
+    if (!ragkv::quant_decode::device_decodable(type)) continue;
+    const std::string type_name = ragkv::ggml_type_name(type);
+    CAPTURE(type_name);
+    const int64_t block = ragkv::ggml_block_elems(type);
+    for (int64_t rows : {int64_t(1), int64_t(37)}) {
+      for (int64_t cols : {block, 9 * block}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        const auto bytes = random_matrix_bytes(type, rows, cols, ++seed);
+        Tensor raw = gpu->alloc(DType::f32, 1, int64_t((bytes.size() + 3) / 4));
+        std::vector<uint8_t> padded(size_t(raw.numel()) * 4, 0);
+        std::copy(bytes.begin(), bytes.end(), padded.begin());
+        gpu->upload(raw, padded.data());
+        Tensor out = gpu->alloc(DType::f16, rows, cols);
+        ragkv::dequantize_to_f16_cuda(type, raw.as<uint8_t>(), rows, cols, out.as<__half>(), stream);
+        CHECK(download_values(*gpu, out) == round_to(DType::f16, dequantized(type, rows, cols, bytes)));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda: quantised matmul (GEMV up to kQuantGemvMaxRows rows, f16 tiles beyond) within its bounds of the exact product") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 1600;
+  struct Case {
+    GgmlType type;
+    int64_t in, out;
+  };
+  // Both block sizes; out not a multiple of the GEMV's four rows per block.
+  const Case cases[] = {{GgmlType::Q4_0, 1024, 131}, {GgmlType::Q4_1, 576, 67},  {GgmlType::Q5_0, 640, 130},
+                        {GgmlType::Q5_1, 512, 33},   {GgmlType::Q8_0, 2048, 65}, {GgmlType::Q4_K, 2304, 130},
+                        {GgmlType::Q5_K, 512, 129},  {GgmlType::Q6_K, 1536, 66}};
+  for (const Case& c : cases) {
+    const std::string type_name = ragkv::ggml_type_name(c.type);
+    CAPTURE(type_name);
+    const auto bytes = random_matrix_bytes(c.type, c.out, c.in, ++seed);
+    const auto w = dequantized(c.type, c.out, c.in, bytes);
+    auto gw = be.gpu->load_weight(matrix_tensor("blk.0.ffn_down.weight", c.type, c.out, c.in, bytes));
+    const auto bias = random_values(size_t(c.out), ++seed, -0.5f, 0.5f);
+    auto gb = be.gpu->load_weight(f32_vector("blk.0.ffn_down.bias", bias));
+    for (int64_t n = 1; n <= ragkv::kQuantGemvMaxRows + 2; ++n) {
+      for (bool with_bias : {false, true}) {
+        CAPTURE(n);
+        CAPTURE(with_bias);
+        const auto x = random_values(size_t(n * c.in), ++seed);
+        Guarded gx = make_guarded(*be.gpu, DType::f32, n, c.in, x);
+        Guarded gy = make_guarded(*be.gpu, DType::f32, n, c.out, zeros(size_t(n * c.out)));
+        be.gpu->matmul(gx.view, *gw, gy.view, with_bias ? gb.get() : nullptr);
+        const auto ref = exact_matmul(x, w, with_bias ? &bias : nullptr, n, c.in, c.out);
+        const bool tiles = n > ragkv::kQuantGemvMaxRows;
+        expect_within(read_guarded(*be.gpu, gy), ref,
+                      matmul_bounds(x, w, with_bias ? &bias : nullptr, ref, n, c.in, c.out, tiles), kMatmulMaxNmse);
+        CHECK(read_guarded(*be.gpu, gx) == x);
+      }
+    }
+  }
+
+  // A stack of parts of different types (a Q4_K_M file's Q/K in Q4_K, V in Q6_K, plus Q8_0), into
+  // their own outputs with biases and, whole, into one output; a decode step and a prefill.
+  const int64_t in = 512;
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0};
+  const int64_t part_rows[] = {64, 32, 32, 5};
+  std::vector<std::vector<uint8_t>> part_bytes;
+  std::vector<ragkv::GgufTensor> tensors;
+  std::vector<float> w_all;
+  for (size_t p = 0; p < 4; ++p) part_bytes.push_back(random_matrix_bytes(types[p], part_rows[p], in, ++seed));
+  for (size_t p = 0; p < 4; ++p) {
+    tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p), types[p], part_rows[p], in, part_bytes[p]));
+    const auto wp = dequantized(types[p], part_rows[p], in, part_bytes[p]);
+    w_all.insert(w_all.end(), wp.begin(), wp.end());
+  }
+  const ragkv::GgufTensor* ptrs[] = {&tensors[0], &tensors[1], &tensors[2], &tensors[3]};
+  auto stack = be.gpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
+  const int64_t out = 64 + 32 + 32 + 5;
+  const auto bias_all = random_values(size_t(out), ++seed, -0.5f, 0.5f);
+  std::vector<std::unique_ptr<Weight>> part_bias;
+  int64_t first = 0;
+  for (size_t p = 0; p < 4; ++p) {
+    part_bias.push_back(be.gpu->load_weight(f32_vector(
+        "b" + std::to_string(p), std::vector<float>(bias_all.begin() + first, bias_all.begin() + first + part_rows[p]))));
+    first += part_rows[p];
+  }
+  auto whole_bias = be.gpu->load_weight(f32_vector("b", bias_all));
+  for (int64_t n : {int64_t(1), int64_t(3), int64_t(20)}) {
+    CAPTURE(n);
+    const bool tiles = n > ragkv::kQuantGemvMaxRows;
+    const auto x = random_values(size_t(n * in), ++seed);
+    const auto ref = exact_matmul(x, w_all, &bias_all, n, in, out);
+    const auto bound = matmul_bounds(x, w_all, &bias_all, ref, n, in, out, tiles);
+    Guarded gx = make_guarded(*be.gpu, DType::f32, n, in, x);
+    // Whole, into one output.
+    Guarded gy = make_guarded(*be.gpu, DType::f32, n, out, zeros(size_t(n * out)));
+    be.gpu->matmul(gx.view, *stack, gy.view, whole_bias.get());
+    expect_within(read_guarded(*be.gpu, gy), ref, bound, kMatmulMaxNmse);
+    // Split: each part's columns of ref.
+    std::vector<Guarded> outs;
+    std::vector<Tensor> views;
+    for (size_t p = 0; p < 4; ++p) {
+      outs.push_back(make_guarded(*be.gpu, DType::f32, n, part_rows[p], zeros(size_t(n * part_rows[p]))));
+      views.push_back(outs.back().view);
+    }
+    const Weight* biases[] = {part_bias[0].get(), part_bias[1].get(), part_bias[2].get(), part_bias[3].get()};
+    be.gpu->matmul_parts(gx.view, *stack, views, biases);
+    first = 0;
+    for (size_t p = 0; p < 4; ++p) {
+      CAPTURE(p);
+      std::vector<float> ref_p, got_p;
+      std::vector<double> bound_p;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = first; j < first + part_rows[p]; ++j) {
+          ref_p.push_back(ref[size_t(i * out + j)]);
+          bound_p.push_back(bound[size_t(i * out + j)]);
+        }
+      expect_within(read_guarded(*be.gpu, outs[p]), ref_p, bound_p, kMatmulMaxNmse);
+      first += part_rows[p];
+    }
+  }
+
+  // A matrix larger than one f16 tile (2^25 values): a prefill over tile boundaries.
+  {
+    const int64_t big_in = 4096, big_out = 8200;  // 33.6 M values: two tiles
+    const auto bytes = random_matrix_bytes(GgmlType::Q4_K, big_out, big_in, ++seed);
+    const auto w = dequantized(GgmlType::Q4_K, big_out, big_in, bytes);
+    auto gw = be.gpu->load_weight(matrix_tensor("output.weight", GgmlType::Q4_K, big_out, big_in, bytes));
+    const int64_t n = 12;
+    const auto x = random_values(size_t(n * big_in), ++seed);
+    Guarded gx = make_guarded(*be.gpu, DType::f32, n, big_in, x);
+    Guarded gy = make_guarded(*be.gpu, DType::f32, n, big_out, zeros(size_t(n * big_out)));
+    be.gpu->matmul(gx.view, *gw, gy.view);
+    const auto ref = exact_matmul(x, w, nullptr, n, big_in, big_out);
+    expect_within(read_guarded(*be.gpu, gy), ref, matmul_bounds(x, w, nullptr, ref, n, big_in, big_out, true),
+                  kMatmulMaxNmse);
+  }
+}
+
+TEST_CASE("cuda: embed of a quantised table equals the CPU backend's, bit for bit") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 1700;
+  for (GgmlType type : kWeightTypes) {
+    if (!ragkv::quant_decode::device_decodable(type)) continue;
+    const std::string type_name = ragkv::ggml_type_name(type);
+    CAPTURE(type_name);
+    const int64_t vocab = 300, dim = ragkv::ggml_block_elems(type) == 256 ? 2304 : 1056;
+    const auto bytes = random_matrix_bytes(type, vocab, dim, ++seed);
+    const WeightPair w = load_both(be, matrix_tensor("token_embd.weight", type, vocab, dim, bytes));
+    for (float scale : kEmbedScales) {
+      CAPTURE(scale);
+      auto ids = random_rows(65, vocab, ++seed);
+      ids[0] = int32_t(vocab - 1);
+      const Results r = run_both(be, {output(DType::f32, 65, dim, zeros(size_t(65 * dim)))},
+                                 [&](Backend& b, const std::vector<Tensor>& t) { b.embed(w.on(b), ids, t[0], scale); });
+      expect_close(r.gpu[0], r.cpu[0], 0.f);
     }
   }
 }

@@ -1,0 +1,155 @@
+// The CUDA backend's matmul (host side): y [n][out] = x [n][in] · Wᵀ (+ bias), by the weight's
+// storage (cuda-backend.h, "Weight storage"):
+//  * f16 matrix: x rounded to f16 (row-scaled where it would overflow), one cuBLAS GEMM with f32
+//    accumulation, then the epilogue (row unscale, bias);
+//  * quantised matrix, n ≤ kQuantGemvMaxRows (decode steps, short recompute batches): one
+//    quant_gemv per part, f32 activations times the decoded weights, bias added in the kernel,
+//    straight into each part's output — the weight's bytes read once;
+//  * quantised matrix, more rows (prefill): each part dequantised a tile of rows at a time into
+//    f16 in the work buffer (the values an f16 matrix would hold, bit for bit) and the same GEMM
+//    per tile, so a prefill costs the f16 path's GEMMs plus one pass over the weight per call;
+//  * f32 vector weight (out_features == 1): an f32 GEMM.
+// A stack's parts go to their own outputs (outs[p] ↔ part p), or all into one output.
+#include <algorithm>
+#include <limits>
+
+#include "core/util/error.h"
+#include "cuda/convert.cuh"
+#include "cuda/cublas-loader.h"
+#include "cuda/cuda-backend.h"
+#include "cuda/cuda-check.h"
+#include "cuda/cuda-weight.h"
+#include "cuda/quant-matmul.cuh"
+
+namespace ragkv {
+
+namespace {
+
+// The f16 tile of a quantised weight dequantised for one GEMM: about this many values (64 MiB).
+constexpr int64_t kDequantTileValues = int64_t(1) << 25;
+
+void check_int_dim(int64_t v, const char* what, const char* op) {
+  if (v > std::numeric_limits<int>::max())
+    fail("internal: CUDA {}: {} = {} exceeds cuBLAS's int range", op, what, v);
+}
+
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
+                              std::span<const Weight* const> biases, Activations /*act*/) {
+  const CudaWeight& cw = cuda_weight(w);
+  const int64_t n = x.rows, in = w.in_features, out = w.out_features;
+  if (n == 0) return;
+  check_int_dim(n, "rows", "matmul");
+  check_int_dim(in, "in_features", "matmul");
+  check_int_dim(out, "out_features", "matmul");
+  check_grid_rows(n, "matmul");
+  if (cw.quantised() && n <= kQuantGemvMaxRows) {
+    matmul_quant_gemv(x, cw, outs, biases);
+    return;
+  }
+  const bool split = outs.size() > 1;  // a stack's parts into their own outputs
+  const float* d_bias = !split && biases[0] ? cuda_vector(*biases[0], "matmul bias").f32() : nullptr;
+
+  // y in the work buffer when it is split afterwards, else the output itself.
+  const size_t y_bytes = split ? round_up_256(static_cast<size_t>(n * out) * sizeof(float)) : 0;
+  if (cw.dtype() == DType::f16) {
+    // x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM(s),
+    // then y row scales and bias. A quantised weight adds its f16 tile to the work buffer.
+    const size_t xh_bytes = round_up_256(static_cast<size_t>(n * in) * sizeof(__half));
+    const size_t unscale_bytes = round_up_256(static_cast<size_t>(n) * sizeof(float));
+    int64_t tile_rows = 0;
+    if (cw.quantised()) {
+      int64_t largest_part = 0;
+      for (const QuantPart& p : cw.parts()) largest_part = std::max(largest_part, p.rows);
+      tile_rows = std::min(largest_part, std::max<int64_t>(1, kDequantTileValues / in));
+    }
+    const size_t tile_bytes = static_cast<size_t>(tile_rows * in) * sizeof(__half);
+    auto* work = static_cast<uint8_t*>(work_reserve(y_bytes + xh_bytes + unscale_bytes + tile_bytes));
+    float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
+    auto* xh = reinterpret_cast<__half*>(work + y_bytes);
+    auto* row_unscale = reinterpret_cast<float*>(work + y_bytes + xh_bytes);
+    auto* tile = reinterpret_cast<__half*>(work + y_bytes + xh_bytes + unscale_bytes);
+    convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
+    if (!cw.quantised()) {
+      gemm_f16_rows(cw.f16(), out, in, xh, n, y, out);
+    } else {
+      int64_t first = 0;  // the part's first output column in y
+      for (const QuantPart& p : cw.parts()) {
+        const size_t row_bytes = ggml_row_bytes(p.type, in);
+        for (int64_t r0 = 0; r0 < p.rows; r0 += tile_rows) {
+          const int64_t nr = std::min(tile_rows, p.rows - r0);
+          dequantize_to_f16_cuda(p.type, p.data + static_cast<size_t>(r0) * row_bytes, nr, in, tile, stream_);
+          gemm_f16_rows(tile, nr, in, xh, n, y + first + r0, out);
+        }
+        first += p.rows;
+      }
+    }
+    matmul_epilogue_f32_cuda(y, row_unscale, d_bias, n, out, stream_);
+    if (split) matmul_split_outputs(y, w, outs, biases);
+  } else {  // an f32 vector weight (out_features == 1)
+    auto* work = static_cast<uint8_t*>(split ? work_reserve(y_bytes) : nullptr);
+    float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
+    const float one = 1.f, zero = 0.f;
+    CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(n), int(in), &one,
+                                       cw.f32(), CUDA_R_32F, int(in), x.as<float>(), CUDA_R_32F, int(in), &zero,
+                                       y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    matmul_epilogue_f32_cuda(y, nullptr, d_bias, n, out, stream_);
+    if (split) matmul_split_outputs(y, w, outs, biases);
+  }
+}
+
+// y[i][j] (row stride ldy) = Σ_k xh[i][k] · W[j][k] for i < n, j < rows: row-major y = xh · Wᵀ is,
+// column-major, yᵀ (rows × n, ld ldy) = op(A) · B with A = W seen as an in × rows column-major
+// matrix (transposed: CUBLAS_OP_T) and B = xh seen as in × n (CUBLAS_OP_N). f32 accumulation
+// (CUBLAS_COMPUTE_32F), tensor cores for the f16 operands.
+void CudaBackend::gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const __half* xh, int64_t n, float* y,
+                                int64_t ldy) {
+  const float one = 1.f, zero = 0.f;
+  CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(in), &one, w,
+                                     CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero, y, CUDA_R_32F, int(ldy),
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// A quantised weight times a few rows: each part's GEMV writes its output and adds its bias —
+// a stack's parts into their own outputs (outs[p]), or every part into its columns of the one
+// output (a plain weight, or a stack multiplied whole).
+void CudaBackend::matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
+                                    std::span<const Weight* const> biases) {
+  const int64_t n = x.rows, in = cw.in_features, out = cw.out_features;
+  const auto parts = cw.parts();
+  const bool split = outs.size() > 1;
+  if (split && parts.size() != outs.size())
+    fail("internal: CUDA matmul of {}: {} quantised parts into {} outputs", cw.name, parts.size(), outs.size());
+  const float* whole_bias = !split && biases[0] ? cuda_vector(*biases[0], "matmul bias").f32() : nullptr;
+  int64_t first = 0;  // the part's first column in the one output
+  for (size_t p = 0; p < parts.size(); ++p) {
+    float* y = split ? outs[p].as<float>() : outs[0].as<float>() + first;
+    const float* bias = split ? (biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr)
+                              : (whole_bias ? whole_bias + first : nullptr);
+    quant_gemv_cuda(parts[p].type, parts[p].data, parts[p].rows, in, x.as<float>(), n, y, split ? parts[p].rows : out,
+                    bias, stream_);
+    first += parts[p].rows;
+  }
+}
+
+// y [n][out] (device, the whole stack's product) → outs[p] [n][part_rows[p]], plus each bias.
+void CudaBackend::matmul_split_outputs(const float* y, const Weight& w, std::span<const Tensor> outs,
+                                       std::span<const Weight* const> biases) {
+  const int64_t n = outs[0].rows, out = w.out_features;
+  int64_t first = 0;
+  for (size_t p = 0; p < outs.size(); ++p) {
+    const int64_t cols = w.part_rows[p];
+    CUDA_CHECK(cudaMemcpy2DAsync(outs[p].data(), size_t(cols) * sizeof(float), y + first,
+                                 size_t(out) * sizeof(float), size_t(cols) * sizeof(float), size_t(n),
+                                 cudaMemcpyDeviceToDevice, stream_));
+    if (biases[p])
+      matmul_epilogue_f32_cuda(outs[p].as<float>(), nullptr, cuda_vector(*biases[p], "matmul bias").f32(), n, cols,
+                               stream_);
+    first += cols;
+  }
+}
+
+}  // namespace ragkv

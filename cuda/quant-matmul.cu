@@ -1,0 +1,161 @@
+// Kernels over quantised weights kept on the device (issue: "quantised weights stay quantised on
+// the device"): decode (quant_gemv), prefill tiles (dequantize_to_f16) and embedding rows.
+//
+// Every kernel reads the blocks through quant_decode::Block<T>::decode8, eight consecutive
+// elements under one scale, whose values equal the CPU backend's dequantize_row bit for bit
+// (tests/test-quant-decode.cpp checks the same functions on the host).
+//
+// quant_gemv: one warp per output row o, four per block of 128 threads. Lane l takes groups of
+// eight elements l, l + 32, ... of the row, so a warp's 32 groups are 256 consecutive elements:
+// one K-quant super-block, or eight legacy blocks, read together. Each group is decoded once
+// and multiplied into the n ≤ 8 activation rows (register accumulators, fmaf in element order);
+// the lanes' partial sums are then added by butterfly shuffles and lane 0 writes y (+ bias).
+// One read of the weight per call whatever n is: a decode step streams each weight byte once.
+//
+// dequantize_to_f16: one thread per group of eight, grid-stride; __float2half_rn per value.
+// embed_quant: one block per id, threads over the row's groups; decoded value × scale.
+#include <algorithm>
+
+#include "cuda/cuda-check.h"
+#include "cuda/quant-decode.cuh"
+#include "cuda/quant-matmul.cuh"
+
+namespace ragkv {
+
+namespace {
+
+namespace qd = quant_decode;
+
+constexpr int kWarps = 4;  // output rows per quant_gemv block
+constexpr int kBlock = 256;
+constexpr int64_t kMaxBlocks = 65535;
+
+template <typename B>
+__device__ __forceinline__ void decode_group(const uint8_t* row, int64_t k0, float* out) {
+  B::decode8(row + (k0 / B::kElems) * B::kBytes, static_cast<int>(k0 % B::kElems), out);
+}
+
+template <typename B>
+size_t row_bytes_of(int64_t cols) {
+  return static_cast<size_t>(cols / B::kElems) * B::kBytes;
+}
+
+template <typename B, int N>
+__global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
+                                  const float* __restrict__ x, float* __restrict__ y, int64_t y_ld,
+                                  const float* __restrict__ bias) {
+  const int lane = threadIdx.x % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (o >= rows) return;  // whole warps leave together: the shuffles below see all 32 lanes
+  const uint8_t* wr = w + o * row_bytes;
+  float acc[N];
+#pragma unroll
+  for (int r = 0; r < N; ++r) acc[r] = 0.f;
+  for (int64_t k0 = int64_t(lane) * 8; k0 < cols; k0 += 32 * 8) {
+    float wv[8];
+    decode_group<B>(wr, k0, wv);
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+      const float* xr = x + r * cols + k0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[r] = fmaf(__ldg(xr + i), wv[i], acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
+  }
+  if (lane == 0) {
+    const float b = bias ? bias[o] : 0.f;
+#pragma unroll
+    for (int r = 0; r < N; ++r) y[r * y_ld + o] = bias ? acc[r] + b : acc[r];
+  }
+}
+
+template <typename B>
+__global__ void dequantize_to_f16_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows,
+                                         int64_t cols, __half* __restrict__ dst) {
+  const int64_t groups_per_row = cols / 8, groups = rows * groups_per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    const int64_t r = g / groups_per_row, k0 = (g % groups_per_row) * 8;
+    float v[8];
+    decode_group<B>(w + r * row_bytes, k0, v);
+    __half* d = dst + r * cols + k0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) d[i] = __float2half_rn(v[i]);
+  }
+}
+
+template <typename B>
+__global__ void embed_quant_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t cols,
+                                   const int32_t* __restrict__ ids, float* __restrict__ out, float scale) {
+  const int64_t i = blockIdx.x;
+  const uint8_t* row = w + static_cast<int64_t>(ids[i]) * row_bytes;
+  float* dst = out + i * cols;
+  for (int64_t k0 = int64_t(threadIdx.x) * 8; k0 < cols; k0 += int64_t(blockDim.x) * 8) {
+    float v[8];
+    decode_group<B>(row, k0, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dst[k0 + j] = v[j] * scale;
+  }
+}
+
+template <typename B, int N>
+void gemv_launch(const uint8_t* w, int64_t rows, int64_t cols, const float* x, float* y, int64_t y_ld,
+                 const float* bias, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  quant_gemv_kernel<B, N><<<blocks, kWarps * 32, 0, stream>>>(w, row_bytes_of<B>(cols), rows, cols, x, y, y_ld,
+                                                              bias);
+}
+
+}  // namespace
+
+void dequantize_to_f16_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, __half* dst,
+                            cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const bool ok = qd::with_block(t, [&](auto block) {
+    using B = decltype(block);
+    const int64_t groups = rows * (cols / 8);
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>((groups + kBlock - 1) / kBlock, kMaxBlocks));
+    dequantize_to_f16_kernel<B><<<blocks, kBlock, 0, stream>>>(w, row_bytes_of<B>(cols), rows, cols, dst);
+  });
+  if (!ok) cuda_internal_fail("dequantize_to_f16_cuda: a type the device does not decode");
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void quant_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n,
+                     float* y, int64_t y_ld, const float* bias, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  if (n > kQuantGemvMaxRows) cuda_internal_fail("quant_gemv_cuda: more activation rows than kQuantGemvMaxRows");
+  const bool ok = qd::with_block(t, [&](auto block) {
+    using B = decltype(block);
+    switch (n) {
+      case 1: gemv_launch<B, 1>(w, rows, cols, x, y, y_ld, bias, stream); break;
+      case 2: gemv_launch<B, 2>(w, rows, cols, x, y, y_ld, bias, stream); break;
+      case 3: gemv_launch<B, 3>(w, rows, cols, x, y, y_ld, bias, stream); break;
+      case 4: gemv_launch<B, 4>(w, rows, cols, x, y, y_ld, bias, stream); break;
+      case 5: gemv_launch<B, 5>(w, rows, cols, x, y, y_ld, bias, stream); break;
+      case 6: gemv_launch<B, 6>(w, rows, cols, x, y, y_ld, bias, stream); break;
+      case 7: gemv_launch<B, 7>(w, rows, cols, x, y, y_ld, bias, stream); break;
+      default: gemv_launch<B, 8>(w, rows, cols, x, y, y_ld, bias, stream); break;
+    }
+  });
+  if (!ok) cuda_internal_fail("quant_gemv_cuda: a type the device does not decode");
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void embed_quant_cuda(GgmlType t, const uint8_t* w, int64_t cols, const int32_t* ids, int64_t n, float* out,
+                      float scale, cudaStream_t stream) {
+  if (n == 0 || cols == 0) return;
+  const bool ok = qd::with_block(t, [&](auto block) {
+    using B = decltype(block);
+    embed_quant_kernel<B><<<static_cast<unsigned>(n), kBlock, 0, stream>>>(w, row_bytes_of<B>(cols), cols, ids,
+                                                                            out, scale);
+  });
+  if (!ok) cuda_internal_fail("embed_quant_cuda: a type the device does not decode");
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ragkv

@@ -1,0 +1,36 @@
+// Launchers of the kernels over weights that stay in their GGUF quantised blocks on the device
+// (quant-matmul.cu; the blocks are decoded by quant-decode.cuh, the CPU backend's values exactly).
+// A weight here is `rows` rows of `cols` values of type t (quant_decode::device_decodable(t)), row r
+// at w + r · row_bytes with row_bytes = cols / block elements · block bytes: the GGUF tensor's
+// bytes as they are. cols is a multiple of the type's block. All pointers are device memory.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/format/quant.h"
+
+namespace ragkv {
+
+// The most rows of activations quant_gemv_cuda takes (decode steps; more rows go through a
+// dequantised tile and the f16 GEMM).
+constexpr int64_t kQuantGemvMaxRows = 8;
+
+// dst [rows][cols] = the weight's values rounded to the nearest f16 (__float2half_rn, as the
+// host's fp32_to_fp16): what load_weight stores when it converts a matrix to f16.
+void dequantize_to_f16_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, __half* dst,
+                            cudaStream_t stream);
+
+// y[r · y_ld + o] = Σ_k x[r · cols + k] · W[o][k] (+ bias[o] when bias is not null), for r < n
+// (1 ≤ n ≤ kQuantGemvMaxRows) and o < rows: f32 activations times the decoded f32 weights, f32
+// accumulation. rows ≤ 2^31 − 1 warps' worth of blocks (4 outputs per block).
+void quant_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n,
+                     float* y, int64_t y_ld, const float* bias, cudaStream_t stream);
+
+// out[i][j] = W[ids[i]][j] · scale for i < n, j < cols: one f32 multiply of the decoded value, as
+// the CPU backend's embed (bit-identical). ids checked on the host (each in [0, rows)).
+void embed_quant_cuda(GgmlType t, const uint8_t* w, int64_t cols, const int32_t* ids, int64_t n, float* out,
+                      float scale, cudaStream_t stream);
+
+}  // namespace ragkv
