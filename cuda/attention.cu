@@ -8,8 +8,9 @@
 // (grid: ⌈n_q·group / M⌉ × n_kv_head): the K/V tiles it stages in shared memory serve every
 // query row and every query head of the group in the block. M = 64, or 16 when the grid would
 // not fill the GPU with M = 64 (few query rows, e.g. a short question). Keys are not split
-// across blocks: one query row (decode) gets only n_kv_head blocks, each walking all keys; a
-// split-K variant (partial m, l, O per key range, then a combine) would be the next step there.
+// across blocks here: a call with at most kDecodeMaxVectors vectors per KV head over more than
+// one range of keys, without segment mass or key totals, goes to the split-K kernels of
+// attention-decode.cu instead (one query row would otherwise get only n_kv_head blocks).
 //
 // Per key tile of 32 rows (kTileK), threads laid out 16 (tq) × 16 (tk):
 //   1. S = scale · Q·Kᵀ: thread (tq, tk) computes the 2 keys tk, tk + 16 for its M/16 vectors
@@ -62,6 +63,7 @@
 // versions (no --use_fast_math). The differences are a few ulp of the logits and a few ulp per
 // accumulated term; tests/test-cuda-attention.cpp states the tolerance.
 #include "cuda/attention.cuh"
+#include "cuda/attention-decode.cuh"
 
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -528,6 +530,30 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
   p.scale = a.scale;
   p.softcap = a.softcap;
   p.causal = a.causal;
+
+  // Few query vectors per KV head over many keys (decode, short questions): split-K instead.
+  if (attention_decode_applies(p.n_vec, p.n_kv, with_mass || with_key_mass)) {
+    DecodeParams d;
+    d.q = p.q;
+    d.q_pos = p.q_pos;
+    d.k = p.k;
+    d.v = p.v;
+    d.k_pos = p.k_pos;
+    d.out = p.out;
+    d.n_q = a.n_q;
+    d.n_kv = p.n_kv;
+    d.q_cols = p.q_cols;
+    d.kv_cols = p.kv_cols;
+    d.n_head = p.n_head;
+    d.group = p.group;
+    d.n_vec = int(p.n_vec);
+    d.window = p.window;
+    d.scale = p.scale;
+    d.softcap = p.softcap;
+    d.causal = p.causal;
+    attention_decode_cuda(d, a.n_kv_head, hd, a.kv_f16, stream);
+    return;
+  }
 
   // M = 16 vectors per block when 64 would leave SMs idle (few query rows).
   int device = 0, sms = 0;

@@ -7,7 +7,8 @@
 // to 2000 keys, f16 and f32 K/V, causal prefill with ascending positions, selective recompute
 // (key rows in shuffled position order, queries a subset of the prompt's rows at arbitrary
 // positions), sliding windows, softcap, non-causal encoders, queries that see no key, no keys at
-// all, and per-segment attention mass.
+// all, per-segment attention mass, and the split-K decode path (few query vectors per KV head
+// over many keys).
 //
 // Tolerance, element-wise on the output and the segment mass:
 //   |cuda − cpu| ≤ 5e-5 · (1 + |cpu|)
@@ -432,6 +433,24 @@ TEST_CASE("cuda attention: per-segment attention mass") {
       {"mass, head_dim 256, GQA 8, softcap", 256, 8, 1, 20, 333, true, Layout::chunks, 0, 2.f, true},
   };
   run_cases(cases, 6000);
+}
+
+// Calls with at most kDecodeMaxVectors query vectors per KV head over more than 256 keys go to
+// the split-K kernels (attention-decode.cu): ranges of 256 keys, the last one partial or of one key.
+TEST_CASE("cuda attention: split-K decode (few query vectors over many keys)") {
+  if (gpu_missing()) return;
+  const Case cases[] = {
+      {"decode, GQA 4, f16", 128, 32, 8, 1, 4000, true, Layout::prefill},
+      {"decode, GQA 8, head_dim 256, window", 256, 8, 1, 1, 3000, true, Layout::prefill, 512},
+      {"two rows, GQA 4, f32, softcap", 64, 8, 2, 2, 1500, false, Layout::prefill, 0, 2.f},
+      {"question rows, chunks, MHA", 32, 4, 4, 8, 1000, true, Layout::chunks},
+      {"decode, shuffled keys, window", 64, 4, 4, 1, 777, true, Layout::shuffled, 100},
+      {"empty windows", 64, 4, 2, 3, 600, true, Layout::gapped, 2, 0.f, false, 10},
+      {"non-causal", 64, 8, 8, 5, 1000, false, Layout::encoder},
+      {"every key after the query", 64, 2, 2, 1, 300, true, Layout::before, 0, 0.f, false, 1000},
+      {"257 keys: a last range of one key", 128, 8, 2, 1, 257, true, Layout::prefill},
+  };
+  run_cases(cases, 7000);
 }
 
 TEST_CASE("cuda attention: bad arguments throw ragkv::Error before touching the device") {

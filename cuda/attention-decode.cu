@@ -1,0 +1,214 @@
+// Split-K attention for decode steps and short questions (flash-decoding: Dao et al., "Flash-
+// Decoding for long-context inference", 2023): when a KV head has few query vectors (n_q · group
+// ≤ kDecodeMaxVectors) attention.cu's kernel would give it one block walking every key; here the
+// keys are split into ranges of kSplitKeys rows, one block per (KV head, range), and a second
+// kernel combines the ranges' partial softmax sums. Same semantics and masks as attention.cu
+// (scale · q·k, softcap, then −∞ for keys past n_kv or invisible by position and window); no
+// segment mass or key totals (those calls keep attention.cu's kernel).
+//
+// Partial kernel, block (KV head g, range r), 256 threads = kSplitKeys:
+//   1. the group's query vectors (row i, head g · group + hg) to shared memory, f32;
+//   2. thread j scores key k0 + j against every vector: a sequential f32 dot product over
+//      head_dim (fmaf in dimension order), K read as 16-byte vectors;
+//   3. warp t (one per vector) takes the range's max m and sum l of P = exp(S − m) (expf),
+//      writing P back to shared memory;
+//   4. threads over (vector, dimension) accumulate O = Σ_j P_j · V_j (V rows read coalesced).
+//   m, l and the unnormalised O of the range go to a workspace (cudaMallocAsync on the stream).
+// Combine kernel, one block per (query row, head), head_dim threads: M = max over ranges of m,
+// L = Σ l_r · exp(m_r − M), O = Σ O_r · exp(m_r − M), out = O / L (0 when no key is visible: L = 0).
+//
+// Numerics: f32 throughout, as attention.cu — the logits are the same dot products in the same
+// order; the softmax is normalised once per range and once in the combine instead of rescaled per
+// 32-key tile, so the two kernels differ by a few ulp (tests/test-cuda-attention.cpp holds both to
+// the same tolerance against the CPU).
+#include <cuda_fp16.h>
+#include <math_constants.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "cuda/attention-decode.cuh"
+#include "cuda/cuda-check.h"
+
+namespace ragkv {
+
+namespace {
+
+constexpr int kSplitKeys = 256;  // keys per block, one per thread
+constexpr int kWarps = kSplitKeys / 32;
+static_assert(kDecodeMaxVectors <= kWarps, "one warp per query vector in the softmax step");
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+// Eight consecutive K values of a row as f32 (one 16-byte load of halves, or two of floats).
+__device__ __forceinline__ void load8(const __half* p, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void load8(const float* p, float* out) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
+
+template <int D, typename T>
+__global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(DecodeParams p, float* __restrict__ part_o,
+                                                                    float* __restrict__ part_ml) {
+  __shared__ float q_s[kDecodeMaxVectors][D];
+  __shared__ float p_s[kDecodeMaxVectors][kSplitKeys];
+  __shared__ int qpos_s[kDecodeMaxVectors];
+  __shared__ float m_s[kDecodeMaxVectors];
+
+  const int g = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
+  const int n_vec = p.n_vec;
+  const int64_t k0 = int64_t(r) * kSplitKeys;
+  const int n_keys = int(min(int64_t(kSplitKeys), p.n_kv - k0));
+  const T* k = static_cast<const T*>(p.k);
+  const T* v = static_cast<const T*>(p.v);
+
+  // 1. Query vectors t = row · group + hg of KV head g.
+  for (int idx = tid; idx < n_vec * D; idx += kSplitKeys) {
+    const int t = idx / D, d = idx % D;
+    const int64_t row = t / p.group;
+    const int head = g * p.group + t % p.group;
+    q_s[t][d] = p.q[row * p.q_cols + int64_t(head) * D + d];
+  }
+  if (tid < n_vec) qpos_s[tid] = p.causal ? p.q_pos[tid / p.group] : 0;
+  __syncthreads();
+
+  // 2. Scores of key k0 + tid.
+  if (tid < n_keys) {
+    const int64_t key = k0 + tid;
+    const T* kr = k + key * p.kv_cols + int64_t(g) * D;
+    float dot[kDecodeMaxVectors];
+#pragma unroll
+    for (int t = 0; t < kDecodeMaxVectors; ++t) dot[t] = 0.f;
+    for (int d = 0; d < D; d += 8) {
+      float kv[8];
+      load8(kr + d, kv);
+#pragma unroll
+      for (int t = 0; t < kDecodeMaxVectors; ++t) {
+        if (t < n_vec) {
+          float acc = dot[t];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc = fmaf(q_s[t][d + i], kv[i], acc);
+          dot[t] = acc;
+        }
+      }
+    }
+    const int kp = p.causal ? p.k_pos[key] : 0;
+    for (int t = 0; t < n_vec; ++t) {
+      bool vis = true;
+      if (p.causal) vis = kp <= qpos_s[t] && (p.window <= 0 || int64_t(kp) > int64_t(qpos_s[t]) - p.window);
+      float x = p.scale * dot[t];
+      if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+      p_s[t][tid] = vis ? x : -CUDART_INF_F;
+    }
+  } else {
+    for (int t = 0; t < n_vec; ++t) p_s[t][tid] = -CUDART_INF_F;
+  }
+  __syncthreads();
+
+  // 3. The range's softmax, one warp per vector.
+  const int warp = tid / 32, lane = tid % 32;
+  if (warp < n_vec) {
+    float m = -CUDART_INF_F;
+    for (int j = lane; j < kSplitKeys; j += 32) m = fmaxf(m, p_s[warp][j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float m_ref = m == -CUDART_INF_F ? 0.f : m;
+    float l = 0.f;
+    for (int j = lane; j < kSplitKeys; j += 32) {
+      const float e = expf(p_s[warp][j] - m_ref);
+      p_s[warp][j] = e;
+      l += e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (lane == 0) {
+      m_s[warp] = m;
+      const int64_t row = warp / p.group;
+      const int head = g * p.group + warp % p.group;
+      const int64_t slot = (int64_t(r) * p.n_q + row) * p.n_head + head;
+      part_ml[2 * slot] = m;
+      part_ml[2 * slot + 1] = l;
+    }
+  }
+  __syncthreads();
+
+  // 4. O of the range, unnormalised.
+  for (int idx = tid; idx < n_vec * D; idx += kSplitKeys) {
+    const int t = idx / D, d = idx % D;
+    const T* vc = v + k0 * p.kv_cols + int64_t(g) * D + d;
+    float o = 0.f;
+    for (int j = 0; j < n_keys; ++j) o = fmaf(p_s[t][j], to_f32(vc[int64_t(j) * p.kv_cols]), o);
+    const int64_t row = t / p.group;
+    const int head = g * p.group + t % p.group;
+    part_o[((int64_t(r) * p.n_q + row) * p.n_head + head) * D + d] = o;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p, int n_ranges, const float* __restrict__ part_o,
+                                                           const float* __restrict__ part_ml) {
+  const int64_t vh = blockIdx.x;  // row · n_head + head
+  const int d = threadIdx.x;
+  const int64_t stride = p.n_q * p.n_head;
+  float m = -CUDART_INF_F;
+  for (int r = 0; r < n_ranges; ++r) m = fmaxf(m, part_ml[2 * (r * stride + vh)]);
+  const float m_ref = m == -CUDART_INF_F ? 0.f : m;
+  float l = 0.f, o = 0.f;
+  for (int r = 0; r < n_ranges; ++r) {
+    const float w = expf(part_ml[2 * (r * stride + vh)] - m_ref);
+    l = fmaf(part_ml[2 * (r * stride + vh) + 1], w, l);
+    o = fmaf(part_o[(r * stride + vh) * D + d], w, o);
+  }
+  const int64_t row = vh / p.n_head, head = vh % p.n_head;
+  p.out[row * p.q_cols + head * D + d] = l > 0.f ? o / l : 0.f;
+}
+
+template <int D, typename T>
+void launch(const DecodeParams& p, int n_kv_head, cudaStream_t stream) {
+  const int64_t n_ranges = (p.n_kv + kSplitKeys - 1) / kSplitKeys;
+  if (n_ranges > 65535) cuda_internal_fail("attention_decode_cuda: more key ranges than one grid dimension holds");
+  const size_t slots = size_t(n_ranges) * size_t(p.n_q) * size_t(p.n_head);
+  float* work = nullptr;
+  CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&work), slots * (D + 2) * sizeof(float), stream));
+  float* part_o = work;
+  float* part_ml = work + slots * D;
+  decode_partial_kernel<D, T><<<dim3(unsigned(n_kv_head), unsigned(n_ranges)), kSplitKeys, 0, stream>>>(p, part_o, part_ml);
+  CUDA_CHECK(cudaGetLastError());
+  decode_combine_kernel<D><<<unsigned(p.n_q * p.n_head), D, 0, stream>>>(p, int(n_ranges), part_o, part_ml);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaFreeAsync(work, stream));
+}
+
+template <int D>
+void launch_kv_type(const DecodeParams& p, int n_kv_head, bool kv_f16, cudaStream_t stream) {
+  if (kv_f16) launch<D, __half>(p, n_kv_head, stream);
+  else launch<D, float>(p, n_kv_head, stream);
+}
+
+}  // namespace
+
+bool attention_decode_applies(int64_t n_vec, int64_t n_kv, bool with_mass) {
+  return !with_mass && n_vec >= 1 && n_vec <= kDecodeMaxVectors && n_kv > kSplitKeys;
+}
+
+void attention_decode_cuda(const DecodeParams& p, int n_kv_head, int head_dim, bool kv_f16, cudaStream_t stream) {
+  switch (head_dim) {
+    case 32: launch_kv_type<32>(p, n_kv_head, kv_f16, stream); break;
+    case 64: launch_kv_type<64>(p, n_kv_head, kv_f16, stream); break;
+    case 128: launch_kv_type<128>(p, n_kv_head, kv_f16, stream); break;
+    case 256: launch_kv_type<256>(p, n_kv_head, kv_f16, stream); break;
+    default: cuda_internal_fail("attention_decode_cuda: head_dim not 32, 64, 128 or 256");
+  }
+}
+
+}  // namespace ragkv
