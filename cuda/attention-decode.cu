@@ -57,16 +57,28 @@ __device__ __forceinline__ void load8(const float* p, float* out) {
   out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 }
 
+// The sizes attention_cuda's arguments imply.
+struct Shape {
+  int64_t q_cols, kv_cols;
+  int group, n_vec;
+};
+
+__host__ __device__ inline Shape shape_of(const AttentionArgs& a) {
+  const int group = a.n_head / a.n_kv_head;
+  return {int64_t(a.n_head) * a.head_dim, int64_t(a.n_kv_head) * a.head_dim, group, int(a.n_q) * group};
+}
+
 template <int D, typename T>
-__global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(DecodeParams p, float* __restrict__ part_o,
+__global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(AttentionArgs p, float* __restrict__ part_o,
                                                                     float* __restrict__ part_ml) {
   __shared__ float q_s[kDecodeMaxVectors][D];
   __shared__ float p_s[kDecodeMaxVectors][kSplitKeys];
   __shared__ int qpos_s[kDecodeMaxVectors];
-  __shared__ float m_s[kDecodeMaxVectors];
 
   const int g = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
-  const int n_vec = p.n_vec;
+  const Shape sh = shape_of(p);
+  const int n_vec = sh.n_vec, group = sh.group;
+  const int window = p.sliding_window;
   const int64_t k0 = int64_t(r) * kSplitKeys;
   const int n_keys = int(min(int64_t(kSplitKeys), p.n_kv - k0));
   const T* k = static_cast<const T*>(p.k);
@@ -75,17 +87,17 @@ __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(DecodeParams
   // 1. Query vectors t = row · group + hg of KV head g.
   for (int idx = tid; idx < n_vec * D; idx += kSplitKeys) {
     const int t = idx / D, d = idx % D;
-    const int64_t row = t / p.group;
-    const int head = g * p.group + t % p.group;
-    q_s[t][d] = p.q[row * p.q_cols + int64_t(head) * D + d];
+    const int64_t row = t / group;
+    const int head = g * group + t % group;
+    q_s[t][d] = p.q[row * sh.q_cols + int64_t(head) * D + d];
   }
-  if (tid < n_vec) qpos_s[tid] = p.causal ? p.q_pos[tid / p.group] : 0;
+  if (tid < n_vec) qpos_s[tid] = p.causal ? p.q_pos[tid / group] : 0;
   __syncthreads();
 
   // 2. Scores of key k0 + tid.
   if (tid < n_keys) {
     const int64_t key = k0 + tid;
-    const T* kr = k + key * p.kv_cols + int64_t(g) * D;
+    const T* kr = k + key * sh.kv_cols + int64_t(g) * D;
     float dot[kDecodeMaxVectors];
 #pragma unroll
     for (int t = 0; t < kDecodeMaxVectors; ++t) dot[t] = 0.f;
@@ -105,7 +117,7 @@ __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(DecodeParams
     const int kp = p.causal ? p.k_pos[key] : 0;
     for (int t = 0; t < n_vec; ++t) {
       bool vis = true;
-      if (p.causal) vis = kp <= qpos_s[t] && (p.window <= 0 || int64_t(kp) > int64_t(qpos_s[t]) - p.window);
+      if (p.causal) vis = kp <= qpos_s[t] && (window <= 0 || int64_t(kp) > int64_t(qpos_s[t]) - window);
       float x = p.scale * dot[t];
       if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
       p_s[t][tid] = vis ? x : -CUDART_INF_F;
@@ -132,9 +144,8 @@ __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(DecodeParams
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
     if (lane == 0) {
-      m_s[warp] = m;
-      const int64_t row = warp / p.group;
-      const int head = g * p.group + warp % p.group;
+      const int64_t row = warp / group;
+      const int head = g * group + warp % group;
       const int64_t slot = (int64_t(r) * p.n_q + row) * p.n_head + head;
       part_ml[2 * slot] = m;
       part_ml[2 * slot + 1] = l;
@@ -145,17 +156,17 @@ __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(DecodeParams
   // 4. O of the range, unnormalised.
   for (int idx = tid; idx < n_vec * D; idx += kSplitKeys) {
     const int t = idx / D, d = idx % D;
-    const T* vc = v + k0 * p.kv_cols + int64_t(g) * D + d;
+    const T* vc = v + k0 * sh.kv_cols + int64_t(g) * D + d;
     float o = 0.f;
-    for (int j = 0; j < n_keys; ++j) o = fmaf(p_s[t][j], to_f32(vc[int64_t(j) * p.kv_cols]), o);
-    const int64_t row = t / p.group;
-    const int head = g * p.group + t % p.group;
+    for (int j = 0; j < n_keys; ++j) o = fmaf(p_s[t][j], to_f32(vc[int64_t(j) * sh.kv_cols]), o);
+    const int64_t row = t / group;
+    const int head = g * group + t % group;
     part_o[((int64_t(r) * p.n_q + row) * p.n_head + head) * D + d] = o;
   }
 }
 
 template <int D>
-__global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p, int n_ranges, const float* __restrict__ part_o,
+__global__ void __launch_bounds__(D) decode_combine_kernel(AttentionArgs p, int n_ranges, const float* __restrict__ part_o,
                                                            const float* __restrict__ part_ml) {
   const int64_t vh = blockIdx.x;  // row · n_head + head
   const int d = threadIdx.x;
@@ -170,11 +181,11 @@ __global__ void __launch_bounds__(D) decode_combine_kernel(DecodeParams p, int n
     o = fmaf(part_o[(r * stride + vh) * D + d], w, o);
   }
   const int64_t row = vh / p.n_head, head = vh % p.n_head;
-  p.out[row * p.q_cols + head * D + d] = l > 0.f ? o / l : 0.f;
+  p.out[row * shape_of(p).q_cols + head * D + d] = l > 0.f ? o / l : 0.f;
 }
 
 template <int D, typename T>
-void launch(const DecodeParams& p, int n_kv_head, cudaStream_t stream) {
+void launch(const AttentionArgs& p, cudaStream_t stream) {
   const int64_t n_ranges = (p.n_kv + kSplitKeys - 1) / kSplitKeys;
   if (n_ranges > 65535) cuda_internal_fail("attention_decode_cuda: more key ranges than one grid dimension holds");
   const size_t slots = size_t(n_ranges) * size_t(p.n_q) * size_t(p.n_head);
@@ -182,7 +193,7 @@ void launch(const DecodeParams& p, int n_kv_head, cudaStream_t stream) {
   CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&work), slots * (D + 2) * sizeof(float), stream));
   float* part_o = work;
   float* part_ml = work + slots * D;
-  decode_partial_kernel<D, T><<<dim3(unsigned(n_kv_head), unsigned(n_ranges)), kSplitKeys, 0, stream>>>(p, part_o, part_ml);
+  decode_partial_kernel<D, T><<<dim3(unsigned(p.n_kv_head), unsigned(n_ranges)), kSplitKeys, 0, stream>>>(p, part_o, part_ml);
   CUDA_CHECK(cudaGetLastError());
   decode_combine_kernel<D><<<unsigned(p.n_q * p.n_head), D, 0, stream>>>(p, int(n_ranges), part_o, part_ml);
   CUDA_CHECK(cudaGetLastError());
@@ -190,9 +201,9 @@ void launch(const DecodeParams& p, int n_kv_head, cudaStream_t stream) {
 }
 
 template <int D>
-void launch_kv_type(const DecodeParams& p, int n_kv_head, bool kv_f16, cudaStream_t stream) {
-  if (kv_f16) launch<D, __half>(p, n_kv_head, stream);
-  else launch<D, float>(p, n_kv_head, stream);
+void launch_kv_type(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.kv_f16) launch<D, __half>(a, stream);
+  else launch<D, float>(a, stream);
 }
 
 }  // namespace
@@ -201,12 +212,12 @@ bool attention_decode_applies(int64_t n_vec, int64_t n_kv, bool with_mass) {
   return !with_mass && n_vec >= 1 && n_vec <= kDecodeMaxVectors && n_kv > kSplitKeys;
 }
 
-void attention_decode_cuda(const DecodeParams& p, int n_kv_head, int head_dim, bool kv_f16, cudaStream_t stream) {
-  switch (head_dim) {
-    case 32: launch_kv_type<32>(p, n_kv_head, kv_f16, stream); break;
-    case 64: launch_kv_type<64>(p, n_kv_head, kv_f16, stream); break;
-    case 128: launch_kv_type<128>(p, n_kv_head, kv_f16, stream); break;
-    case 256: launch_kv_type<256>(p, n_kv_head, kv_f16, stream); break;
+void attention_decode_cuda(const AttentionArgs& a, cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 32: launch_kv_type<32>(a, stream); break;
+    case 64: launch_kv_type<64>(a, stream); break;
+    case 128: launch_kv_type<128>(a, stream); break;
+    case 256: launch_kv_type<256>(a, stream); break;
     default: cuda_internal_fail("attention_decode_cuda: head_dim not 32, 64, 128 or 256");
   }
 }

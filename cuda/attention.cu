@@ -533,25 +533,7 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
 
   // Few query vectors per KV head over many keys (decode, short questions): split-K instead.
   if (attention_decode_applies(p.n_vec, p.n_kv, with_mass || with_key_mass)) {
-    DecodeParams d;
-    d.q = p.q;
-    d.q_pos = p.q_pos;
-    d.k = p.k;
-    d.v = p.v;
-    d.k_pos = p.k_pos;
-    d.out = p.out;
-    d.n_q = a.n_q;
-    d.n_kv = p.n_kv;
-    d.q_cols = p.q_cols;
-    d.kv_cols = p.kv_cols;
-    d.n_head = p.n_head;
-    d.group = p.group;
-    d.n_vec = int(p.n_vec);
-    d.window = p.window;
-    d.scale = p.scale;
-    d.softcap = p.softcap;
-    d.causal = p.causal;
-    attention_decode_cuda(d, a.n_kv_head, hd, a.kv_f16, stream);
+    attention_decode_cuda(a, stream);
     return;
   }
 
