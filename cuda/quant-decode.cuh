@@ -59,17 +59,6 @@ RAGKV_HD float fma_f32(float a, float b, float c) {
 #endif
 }
 
-// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (as k4_scale_min).
-RAGKV_HD void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Block geometry and decode8(block, e0, out): out[i] = element e0 + i of the block, e0 a multiple
 // of 8 below kElems.
 template <GgmlType T>
@@ -143,7 +132,7 @@ struct Block<GgmlType::Q4_K> {
   static RAGKV_HD void decode8(const uint8_t* b, int e0, float* out) {
     const int s = e0 / 32;  // sub-block: its scale and min
     int sc, m;
-    scale_min_k4(s, b + 4, &sc, &m);
+    k4_scale_min(s, b + 4, &sc, &m);
     const float ds = f16_at(b) * sc, ms = f16_at(b + 2) * m;
     const uint8_t* q = b + 16 + (e0 / 64) * 32 + (e0 & 31);
     const int shift = (s & 1) ? 4 : 0;
@@ -157,7 +146,7 @@ struct Block<GgmlType::Q5_K> {
   static RAGKV_HD void decode8(const uint8_t* b, int e0, float* out) {
     const int s = e0 / 32;
     int sc, m;
-    scale_min_k4(s, b + 4, &sc, &m);
+    k4_scale_min(s, b + 4, &sc, &m);
     const float ds = f16_at(b) * sc, ms = f16_at(b + 2) * m;
     const uint8_t* qh = b + 16 + (e0 & 31);
     const uint8_t* ql = b + 48 + (e0 / 64) * 32 + (e0 & 31);

@@ -41,11 +41,12 @@ inline uint32_t block_u32_at(const uint8_t* p) {
   return v;
 }
 
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block, from its 12 bytes:
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block, from its 12 bytes
+// (constexpr: the CUDA kernels call it too, cuda/quant-decode.cuh):
 //   bytes 0-3:  low 6 bits = scale 0-3, top 2 bits = high bits of scale 4-7
 //   bytes 4-7:  low 6 bits = min 0-3,   top 2 bits = high bits of min 4-7
 //   bytes 8-11: low nibble = low 4 bits of scale 4-7, high nibble = low 4 bits of min 4-7
-inline void k4_scale_min(int j, const uint8_t* q, int* sc, int* m) {
+constexpr void k4_scale_min(int j, const uint8_t* q, int* sc, int* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
