@@ -22,5 +22,6 @@ std::unique_ptr<CommandFamily> index_commands(CliOptions& o);  // build-index, s
 std::unique_ptr<CommandFamily> rag_commands(CliOptions& o);    // precompute, answer, eval, merge
 std::unique_ptr<CommandFamily> bench_commands(CliOptions& o);  // bench prefill, reuse, retrieval, cache
 std::unique_ptr<CommandFamily> store_commands(CliOptions& o);  // store verify, repair, stats, gc
+std::unique_ptr<CommandFamily> device_commands(CliOptions& o); // device-check
 
 }  // namespace ragkv::cli

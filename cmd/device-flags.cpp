@@ -1,9 +1,12 @@
 // The backend factory behind --device and --threads.
 #include "cmd/device-flags.h"
 
+#include <cstdio>
 #include <thread>
 
 #include "core/backend/cpu-backend.h"
+#include "core/eval/baseline-cache.h"
+#include "core/eval/device-record.h"
 #include "core/util/error.h"
 #ifdef RAGKV_HAVE_CUDA
 #include "cuda/cuda-backend.h"
@@ -31,10 +34,17 @@ std::unique_ptr<Backend> DeviceFlags::make_backend() const {
     fail("--device cuda: this ragkv was built without the CUDA backend (nvcc was not found)");
 #endif
   }
-  // "auto": the GPU when this build has CUDA and a device is present (DESIGN.md §1), else the CPU.
+  // "auto": the GPU when this build has CUDA, a device is present and `ragkv device-check` passed on
+  // that kind of chip with this build (core/eval/device-record.h; DESIGN.md §1), else the CPU.
   if (device == "auto") {
 #ifdef RAGKV_HAVE_CUDA
-    if (cuda_device_present()) return make_cuda_backend(0);
+    if (cuda_device_present()) {
+      auto gpu = make_cuda_backend(0);
+      const DeviceVerdict v = device_qualified(device_records_dir(), gpu->kernels(), engine_fingerprint());
+      if (v.qualified) return gpu;
+      std::fprintf(stderr, "ragkv: --device auto: running on the CPU: %s (`ragkv device-check` qualifies the GPU, "
+                   "or pass --device cuda)\n", v.reason.c_str());
+    }
 #endif
     return make_cpu_backend(thread_count());
   }

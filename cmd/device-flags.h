@@ -13,7 +13,8 @@ struct DeviceFlags {
   int threads = 0;
   int thread_count() const;  // --threads, or one per core
   // The backend for --device: cpu, cuda (Error when no GPU or no CUDA build), or auto (cuda when
-  // a GPU is present in a CUDA build, else the CPU).
+  // a GPU is present in a CUDA build and `ragkv device-check` passed on it with this build, else
+  // the CPU, saying why on stderr when a GPU was there).
   std::unique_ptr<Backend> make_backend() const;
 };
 

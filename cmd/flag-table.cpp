@@ -94,13 +94,13 @@ std::vector<Flag> retrieval_flags() {
 // Model and device.
 std::vector<Flag> model_device_flags() {
   return {
-      {kGenerate | kTokenize | kBuildIndex | kQueryRuns | kBenchReuse | kStoreRepair | kStoreGc, 0, 0, G::model_device,
+      {kGenerate | kTokenize | kBuildIndex | kQueryRuns | kBenchReuse | kStoreRepair | kStoreGc | kDeviceCheck, 0, 0, G::model_device,
        [](CLI::App* a, CliOptions& o) { return a->add_option("--model", o.model, "LLM in GGUF format")->capture_default_str(); }},
       {kComputing, 0, 0, G::model_device, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--device", o.dev.device, "Compute device: cpu, cuda, or auto (cuda when a GPU is present)")
+         return a->add_option("--device", o.dev.device, "Compute device: cpu, cuda, or auto (cuda when a GPU is present and `ragkv device-check` passed on it)")
              ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
        }},
-      {kComputing | kMakeTestModel, 0, 0, G::model_device, [](CLI::App* a, CliOptions& o) {
+      {kComputing | kMakeTestModel | kDeviceCheck, 0, 0, G::model_device, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--threads", o.dev.threads, "CPU threads (0: one per core)")->check(CLI::NonNegativeNumber);
        }},
   };

@@ -32,6 +32,7 @@ enum Cmd : uint32_t {
   kStoreStats = 1u << 14,
   kStoreGc = 1u << 15,
   kMerge = 1u << 16,
+  kDeviceCheck = 1u << 17,
 };
 inline constexpr uint32_t kAll = ~0u;
 // The commands that compute on a device (--device, --threads).

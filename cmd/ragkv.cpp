@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   families.push_back(ragkv::cli::rag_commands(options));
   families.push_back(ragkv::cli::bench_commands(options));
   families.push_back(ragkv::cli::store_commands(options));
+  families.push_back(ragkv::cli::device_commands(options));
   for (auto& f : families) f->add_to(app);
 
   try {

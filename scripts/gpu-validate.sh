@@ -2,7 +2,7 @@
 # The README's "GPU machine" recipe in one run, for the device machine: the CUDA tests, then
 # bench prefill and bench reuse on a random-weight model of Llama-3-8B's shapes. Each step has
 # its own time limit and its output lands in OUT_DIR (nvidia-smi.txt, cuda-tests.txt,
-# bench-prefill.json, bench-reuse.json and their .err logs), so one failing step still leaves
+# device-check.json, bench-prefill.json, bench-reuse.json and their .err logs), so one failing step still leaves
 # the others' results. The Q4_K_M steps come last: a slow one leaves the earlier figures.
 #
 #   bash scripts/gpu-validate.sh OUT_DIR [BUNDLE_DIR]     (BUNDLE_DIR from `make device-bundle`)
@@ -26,6 +26,9 @@ step() {  # step NAME LIMIT_S OUTFILE COMMAND...
 
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 step cuda-tests 180 cuda-tests.txt "$run" ragkv_tests -tc='cuda*'
+# The model-level check against the CPU (teacher-forced agreement, issue 40's bar) on the default
+# models' shapes; its record (what --device auto trusts) lands beside the report.
+step device-check 240 device-check.json env RAGKV_DEVICE_RECORDS="$out/device-records" "$run" ragkv device-check
 step make-model 180 make-model.txt "$run" ragkv make-test-model --arch llama --layers 32 \
   --embd 4096 --heads 32 --kv-heads 8 --ff 14336 --context 8192 --weight-type bf16 --out "$model"
 step bench-prefill 120 bench-prefill.json "$run" ragkv bench prefill --models "$model" \
