@@ -33,6 +33,9 @@ struct AttentionArgs {
   // Optional, instead of seg_mass (SegmentMass::key_totals): key_mass[j] = sum over every query
   // and head of their softmax probability of key row j.
   float* key_mass = nullptr;           // device f32 [n_kv]
+  // false: the f32 kernel even where the tensor-core one applies (attention-mma.cuh), for tests
+  // held to the f32 tolerance.
+  bool tensor_cores = true;
 };
 
 // Queues the attention on `stream`. q, k, v and out must be 16-byte aligned (row slices of

@@ -26,6 +26,7 @@
 #include "core/format/gguf.h"
 #include "core/format/quant.h"
 #include "cuda/attention.cuh"
+#include "cuda/attention-mma.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/cublas-loader.h"
 #include "cuda/cuda-check.h"
@@ -115,6 +116,11 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
   return std::make_unique<CudaBackend>(device);
 }
 
+std::string CudaBackend::kernels() const {
+  return name_ + (keep_quantised_ ? "+quant-weights" : "+f16-weights") +
+         (attention_mma_enabled() ? "+mma-attention" : "+f32-attention");
+}
+
 CudaBackend::CudaBackend(int device) : device_(device) {
   if (const char* policy = std::getenv("RAGKV_CUDA_WEIGHTS"); policy && *policy) {
     const std::string v = policy;
@@ -123,6 +129,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
            "default) or 'f16' (converted to f16 at load)",
            v);
     keep_quantised_ = v == "quant";
+  }
+  if (const char* attention = std::getenv("RAGKV_CUDA_ATTENTION"); attention && *attention) {
+    const std::string v = attention;
+    if (v != "mma" && v != "f32")
+      fail("RAGKV_CUDA_ATTENTION={}: expected 'mma' (tensor-core attention where it applies, the default) or "
+           "'f32' (the f32 kernel everywhere)",
+           v);
   }
   CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};

@@ -77,9 +77,10 @@ class CudaBackend : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return name_; }
-  // The device and the weight storage ("cuda:0 (NVIDIA H100 80GB HBM3)+quant-weights", or
-  // "+f16-weights" under RAGKV_CUDA_WEIGHTS=f16): the two round differently.
-  std::string kernels() const override { return name_ + (keep_quantised_ ? "+quant-weights" : "+f16-weights"); }
+  // The device, the weight storage and the attention kernels ("cuda:0 (NVIDIA H100 80GB
+  // HBM3)+quant-weights+mma-attention"; "+f16-weights" under RAGKV_CUDA_WEIGHTS=f16,
+  // "+f32-attention" under RAGKV_CUDA_ATTENTION=f32): each choice rounds differently.
+  std::string kernels() const override;
   void set_threads(int n) override;
 
   // ---- memory. upload and download return when the copy is complete; fill_zero and the ops

@@ -49,8 +49,10 @@
 #include "core/backend/cpu-backend.h"
 #include "core/util/error.h"
 #include "core/format/fp16.h"
+#include "cuda/attention-mma.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/cuda-backend.h"
+#include "tests/attention-f16-bound.h"
 
 namespace {
 
@@ -321,6 +323,7 @@ void run_case(const Case& c, uint32_t seed) {
   a.sliding_window = c.window;
   a.causal = c.causal();
   a.out = dout.as<float>() + out_guard;
+  a.tensor_cores = false;  // this table holds the f32 kernel to 5e-5; the tensor-core one has its own cases
   if (c.seg) {
     a.seg_begin = dseg.as<int64_t>();
     a.n_seg = n_seg;
@@ -359,6 +362,55 @@ void run_case(const Case& c, uint32_t seed) {
 
 void run_cases(std::span<const Case> cases, uint32_t seed) {
   for (const Case& c : cases) run_case(c, seed++);
+}
+
+// The tensor-core kernel (attention-mma.cu), called directly or through attention_cuda's routing,
+// against the CPU within the derived f16 bound and NMSE limit (tests/attention-f16-bound.h). The
+// first three queries are moved before every key (they must give exactly 0); K/V rows past n_kv
+// hold NaN and the output sits between guard rows.
+void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through_router) {
+  using namespace ragkv::test;
+  INFO("case: " << s.what << (through_router ? " (through attention_cuda)" : ""));
+  AttentionProblem p = make_problem(s, seed);
+  if (p.causal)
+    for (int64_t i = 0; i < std::min<int64_t>(3, p.n_q); ++i) p.q_pos[size_t(i)] = -1;
+  const std::vector<float> ref = cpu_attention(p);
+  const int64_t q_cols = int64_t(p.n_head) * p.head_dim, kv_cols = int64_t(p.n_kv_head) * p.head_dim;
+  std::vector<float> k = p.k, v = p.v;
+  k.resize(size_t((p.n_kv + kNanRows) * kv_cols), std::numeric_limits<float>::quiet_NaN());
+  v.resize(k.size(), std::numeric_limits<float>::quiet_NaN());
+  const size_t n_out = size_t(p.n_q * q_cols), out_guard = size_t(kGuardRows * q_cols);
+  DeviceBuffer dq(p.q), dq_pos(p.q_pos), dk_pos(p.k_pos), dk(to_f16(k)), dv(to_f16(v));
+  DeviceBuffer dout(std::vector<float>(n_out + 2 * out_guard, kGuard));
+  ragkv::AttentionArgs a;
+  a.q = dq.as<float>();
+  a.q_pos = p.causal ? dq_pos.as<int32_t>() : nullptr;
+  a.k = dk.as<void>();
+  a.v = dv.as<void>();
+  a.k_pos = p.causal ? dk_pos.as<int32_t>() : nullptr;
+  a.n_q = p.n_q;
+  a.n_kv = p.n_kv;
+  a.n_head = p.n_head;
+  a.n_kv_head = p.n_kv_head;
+  a.head_dim = p.head_dim;
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.sliding_window = p.window;
+  a.causal = p.causal;
+  a.out = dout.as<float>() + out_guard;
+  if (through_router) ragkv::attention_cuda(a, nullptr);
+  else ragkv::attention_mma_cuda(a, nullptr);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const std::vector<float> got = unguard(dout.download<float>(n_out + 2 * out_guard), out_guard, "output");
+  const BoundCheck c = check_against_bound(got, ref, attention_f16_bound(p));
+  MESSAGE(std::string(s.what) << ": worst error / bound " << c.worst_ratio << ", NMSE " << c.nmse);
+  CHECK(c.nonfinite == 0);
+  CHECK(c.over == 0);
+  CHECK(c.nmse <= kMmaNmse);
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < std::min<int64_t>(3, p.n_q) && p.causal; ++i)
+    for (int64_t j = 0; j < q_cols; ++j) nonzero += got[size_t(i * q_cols + j)] != 0.f;
+  CHECK(nonzero == 0);
 }
 
 }  // namespace
@@ -451,6 +503,29 @@ TEST_CASE("cuda attention: split-K decode (few query vectors over many keys)") {
       {"257 keys: a last range of one key", 128, 8, 2, 1, 257, true, Layout::prefill},
   };
   run_cases(cases, 7000);
+}
+
+// The tensor-core kernel: every head_dim, GQA, vectors not a multiple of the block's 64, keys
+// not a multiple of the tile, selective-recompute layouts, windows, softcap, non-causal.
+TEST_CASE("cuda attention: tensor-core kernel within the derived f16 bound") {
+  if (gpu_missing()) return;
+  using ragkv::test::ProblemSpec;
+  const ProblemSpec cases[] = {
+      {"prefill, GQA 4, head_dim 128", 128, 8, 2, 160, 160},
+      {"prefill continued, GQA 8, head_dim 64", 64, 8, 1, 61, 700},
+      {"recompute rows, shuffled keys, head_dim 128", 128, 4, 4, 90, 900, true},
+      {"recompute rows, Gemma 3 shape, softcap", 256, 4, 1, 50, 400, true, 0, 2.f},
+      {"sliding window 100, head_dim 32", 32, 6, 3, 120, 600, false, 100},
+      {"window 37, shuffled keys, softcap", 64, 12, 4, 70, 333, true, 37, 2.5f},
+      {"encoder, non-causal", 64, 4, 4, 40, 300, false, 0, 0.f, false},
+      {"one query row, MHA", 128, 2, 2, 1, 100},
+  };
+  uint32_t seed = 9000;
+  for (const ProblemSpec& s : cases) run_mma_case(s, seed++, false);
+  // Large enough that attention_cuda routes to the tensor-core kernel on an H100/H200 (the bound
+  // holds for either kernel, so the check does not depend on the route).
+  run_mma_case({"routed prefill, GQA 4, head_dim 128", 128, 16, 4, 1024, 1024}, seed++, true);
+  run_mma_case({"routed recompute rows, GQA 4", 128, 32, 8, 600, 1000, true}, seed++, true);
 }
 
 TEST_CASE("cuda attention: bad arguments throw ragkv::Error before touching the device") {

@@ -1,0 +1,341 @@
+// Tensor-core attention (issue 40 item 2): the FlashAttention-2 forward loop (Dao 2023, Alg. 1:
+// one pass over K/V tiles, the online softmax kept per query row in registers, O rescaled in
+// registers, divided by l once at the end) on mma.sync.m16n8k16 tiles — f16 operands, f32
+// accumulators — with attention.cu's semantics: queries at arbitrary absolute positions, key
+// rows in any position order, masks decided per (query, key) pair by position and window,
+// softcap, tile skipping by the block's position ranges. Segment mass and key totals stay on
+// attention.cu's f32 kernel (they need a second pass over normalised probabilities).
+//
+// Work split. Vectors as in attention.cu (vector t = row · group + hg of KV head g). A block of 4
+// warps owns 64 consecutive vectors of one KV head, 16 per warp (the M of one mma); grid
+// ⌈n_vec / 64⌉ × n_kv_head. Per tile of BN keys (64; 32 for head_dim 256, to bound registers):
+//   1. the block stages K and V rows [j0, j0 + BN) of head g as f16 (the cache's own values, no
+//      conversion) and their positions in shared memory;
+//   2. each warp computes S = Q·Kᵀ for its 16 vectors × BN keys: D/16 k-steps × BN/8 mma each,
+//      A from the f16 Q rows staged once per block, B straight from the K rows (Kᵀ's columns are
+//      K's rows, so the "col" operand is a row of K);
+//   3. scale, softcap, mask (−∞ past n_kv or invisible), online softmax on the accumulator
+//      registers: a lane holds two rows (groupID, groupID + 8), the row max and sum reduced over
+//      the lane quad with two xor shuffles; O's registers rescaled by α;
+//   4. O += P·V: P's accumulator registers repacked as f16 pairs are exactly the A fragments of
+//      the next mma (the m16n8 C layout equals the m16n8k16 A layout, two n-tiles per k-step); V
+//      read from shared memory as B (two halves of a key pair per register).
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"),
+// groupID = lane / 4, tig = lane % 4: A element pairs at (row groupID or +8, cols 2·tig (+8));
+// B pairs at (k = 2·tig (+8), n = groupID); C at (row groupID or +8, cols 2·tig, 2·tig + 1).
+//
+// Shared memory (f16 rows padded by 8 halves: a row stride of D/2 + 4 words puts the 8 rows × 4
+// columns of a fragment load on 32 distinct banks): Q [64][D + 8], K and V [BN][D + 8], positions.
+// D = 128: 52 KiB; D = 256 (BN 32): 68 KiB; the launcher opts in above 48 KiB.
+//
+// Numerics against the f32 CPU reference: Q is rounded to f16 (K and V are f16 already, the
+// same values on both sides); products are exact and summed in f32; P = exp(S − m) is rounded to
+// f16 before P·V while l sums the unrounded f32 values. A logit thus moves by at most
+// scale · u · Σ_d |q_d k_d| (u = 2⁻¹¹, plus f32 summation), and an output by about
+// (2·max logit error + u) · max |v| — the bound tests/test-cuda-attention.cpp derives per query
+// from the data and holds the kernel to, as llama.cpp's test-backend-ops normalises errors per op.
+#include "cuda/attention-mma.cuh"
+
+#include <cuda_fp16.h>
+#include <math_constants.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/cuda-check.h"
+
+namespace ragkv {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockVectors = 16 * kWarps;  // query vectors per block (16 per warp: one mma M)
+
+struct MmaParams {
+  const float* q;        // f32 [n_q][q_cols]
+  const int32_t* q_pos;  // [n_q]
+  const __half* k;       // f16 [>= n_kv][kv_cols]
+  const __half* v;
+  const int32_t* k_pos;  // [n_kv]
+  float* out;            // f32 [n_q][q_cols]
+  int64_t n_kv, n_vec, q_cols, kv_cols;
+  int group, window;
+  float scale, softcap;
+  bool causal;
+};
+
+template <int D>
+constexpr int row_halves() { return D + 8; }
+
+template <int D, int BN>
+constexpr size_t smem_bytes() {
+  return (size_t(kBlockVectors) + 2 * size_t(BN)) * row_halves<D>() * sizeof(__half) +
+         (size_t(BN) + kBlockVectors) * sizeof(int);
+}
+
+// D = C + A·B on one m16n8k16 tile: f16 A (4 registers of two halves), B (2), f32 C/D (4).
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two consecutive halves of shared memory as one register (the lower index in the low half).
+__device__ __forceinline__ uint32_t ld_pair(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Two halves from separate addresses (lo in the low half).
+__device__ __forceinline__ uint32_t pack_halves(__half lo, __half hi) {
+  return uint32_t(__half_as_ushort(lo)) | (uint32_t(__half_as_ushort(hi)) << 16);
+}
+
+__device__ __forceinline__ uint32_t pack_floats(float lo, float hi) {
+  return pack_halves(__float2half_rn(lo), __float2half_rn(hi));
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+__device__ __forceinline__ bool key_visible(const MmaParams& p, int qp, int kp) {
+  return kp <= qp && (p.window <= 0 || int64_t(kp) > int64_t(qp) - p.window);
+}
+
+// Whether no query of the block (positions in [qmin, qmax]) sees any key of the tile at j0 (the
+// same decision in every warp: block-uniform). Called with j0 < n_kv.
+template <int BN>
+__device__ __forceinline__ bool tile_hidden(const MmaParams& p, int64_t j0, int lane, int qmin, int qmax) {
+  if (!p.causal) return false;
+  int kmin = INT_MAX, kmax = INT_MIN;
+#pragma unroll
+  for (int r = lane; r < BN; r += 32)
+    if (j0 + r < p.n_kv) {
+      const int kp = __ldg(p.k_pos + j0 + r);
+      kmin = min(kmin, kp), kmax = max(kmax, kp);
+    }
+  kmin = __reduce_min_sync(0xffffffffu, kmin);
+  kmax = __reduce_max_sync(0xffffffffu, kmax);
+  return kmin > qmax || (p.window > 0 && int64_t(kmax) <= int64_t(qmin) - p.window);
+}
+
+// Rows [j0, j0 + BN) of KV head g to shared memory as they are (f16), 16 bytes per load; rows
+// past n_kv become zeros.
+template <int D, int BN>
+__device__ __forceinline__ void stage_rows(const __half* __restrict__ src, const MmaParams& p, int g, int64_t j0,
+                                           __half* dst) {
+  constexpr int kPerRow = D / 8;
+  for (int idx = threadIdx.x; idx < BN * kPerRow; idx += kThreads) {
+    const int r = idx / kPerRow, c = (idx % kPerRow) * 8;
+    const int64_t j = j0 + r;
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (j < p.n_kv) val = __ldg(reinterpret_cast<const uint4*>(src + j * p.kv_cols + int64_t(g) * D + c));
+    *reinterpret_cast<uint4*>(dst + r * row_halves<D>() + c) = val;
+  }
+}
+
+template <int D, int BN>
+__global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams p) {
+  static_assert(D % 16 == 0 && BN % 16 == 0, "head_dim and the key tile in whole k-steps");
+  constexpr int RS = row_halves<D>();
+  constexpr int NT = BN / 8;  // n-tiles of S per warp
+  constexpr int DT = D / 8;   // n-tiles of O per warp
+
+  extern __shared__ uint4 smem_u4[];
+  __half* Qs = reinterpret_cast<__half*>(smem_u4);  // [64][RS]
+  __half* Ks = Qs + kBlockVectors * RS;              // [BN][RS]
+  __half* Vs = Ks + BN * RS;                         // [BN][RS]
+  int* kpos_s = reinterpret_cast<int*>(Vs + BN * RS);  // [BN]
+  int* qpos_s = kpos_s + BN;                           // [64]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+  const int g = blockIdx.y;
+  const int64_t t0 = int64_t(blockIdx.x) * kBlockVectors;
+  const int n_valid = int(min(int64_t(kBlockVectors), p.n_vec - t0));
+
+  // The block's query vectors as f16 (zeros past n_vec), and their positions.
+  for (int idx = tid; idx < kBlockVectors * (D / 4); idx += kThreads) {
+    const int vl = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (vl < n_valid) {
+      const int64_t t = t0 + vl, row = t / p.group;
+      const int h = g * p.group + int(t % p.group);
+      val = *reinterpret_cast<const float4*>(p.q + row * p.q_cols + int64_t(h) * D + c);
+    }
+    __half2* dst = reinterpret_cast<__half2*>(Qs + vl * RS + c);
+    dst[0] = __floats2half2_rn(val.x, val.y);
+    dst[1] = __floats2half2_rn(val.z, val.w);
+  }
+  if (tid < kBlockVectors) qpos_s[tid] = tid < n_valid && p.causal ? p.q_pos[(t0 + tid) / p.group] : 0;
+  __syncthreads();
+
+  int qmin = INT_MAX, qmax = INT_MIN;
+  if (p.causal) {
+    for (int i = lane; i < n_valid; i += 32) qmin = min(qmin, qpos_s[i]), qmax = max(qmax, qpos_s[i]);
+    qmin = __reduce_min_sync(0xffffffffu, qmin);
+    qmax = __reduce_max_sync(0xffffffffu, qmax);
+  }
+
+  // This lane's two rows of the warp's 16 vectors.
+  const int r0 = warp * 16 + gid, r1 = r0 + 8;
+  const int qp0 = qpos_s[r0], qp1 = qpos_s[r1];
+  const __half* q0 = Qs + r0 * RS + 2 * tig;
+  const __half* q1 = Qs + r1 * RS + 2 * tig;
+
+  float o[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+  float m0 = -CUDART_INF_F, m1 = -CUDART_INF_F, l0 = 0.f, l1 = 0.f;  // l: this lane's share of the row sum
+
+  for (int64_t j0 = 0; j0 < p.n_kv; j0 += BN) {
+    if (tile_hidden<BN>(p, j0, lane, qmin, qmax)) continue;  // block-uniform
+    __syncthreads();  // the previous tile's readers of Ks, Vs and kpos_s are done
+    if (tid < BN) kpos_s[tid] = p.causal && j0 + tid < p.n_kv ? __ldg(p.k_pos + j0 + tid) : 0;
+    stage_rows<D, BN>(p.k, p, g, j0, Ks);
+    stage_rows<D, BN>(p.v, p, g, j0, Vs);
+    __syncthreads();
+
+    // S = Q·Kᵀ.
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D; kk += 16) {
+      const uint32_t a[4] = {ld_pair(q0 + kk), ld_pair(q1 + kk), ld_pair(q0 + kk + 8), ld_pair(q1 + kk + 8)};
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const __half* krow = Ks + (nt * 8 + gid) * RS + kk + 2 * tig;
+        mma_16816(s[nt], a, ld_pair(krow), ld_pair(krow + 8));
+      }
+    }
+
+    // Scale, softcap, mask; the tile's row maxima.
+    float mx0 = -CUDART_INF_F, mx1 = -CUDART_INF_F;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * tig + (e & 1);
+        bool vis = j0 + col < p.n_kv;
+        if (p.causal) vis = vis && key_visible(p, e < 2 ? qp0 : qp1, kpos_s[col]);
+        float x = p.scale * s[nt][e];
+        if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+        s[nt][e] = vis ? x : -CUDART_INF_F;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    const float mn0 = fmaxf(m0, quad_max(mx0)), mn1 = fmaxf(m1, quad_max(mx1));
+    // While a row has seen no key its max is −∞: subtract 0 instead (P = 0, α = 0), as attention.cu.
+    const float ref0 = mn0 == -CUDART_INF_F ? 0.f : mn0, ref1 = mn1 == -CUDART_INF_F ? 0.f : mn1;
+    const float alpha0 = expf(m0 - ref0), alpha1 = expf(m1 - ref1);
+    m0 = mn0, m1 = mn1;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      s[nt][0] = expf(s[nt][0] - ref0), s[nt][1] = expf(s[nt][1] - ref0);
+      s[nt][2] = expf(s[nt][2] - ref1), s[nt][3] = expf(s[nt][3] - ref1);
+      sum0 += s[nt][0] + s[nt][1];
+      sum1 += s[nt][2] + s[nt][3];
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) o[dt][0] *= alpha0, o[dt][1] *= alpha0, o[dt][2] *= alpha1, o[dt][3] *= alpha1;
+
+    // O += P·V, 16 keys per k-step: P's n-tiles 2kc and 2kc + 1 are the A fragment.
+#pragma unroll
+    for (int kc = 0; kc < BN / 16; ++kc) {
+      const uint32_t a[4] = {pack_floats(s[2 * kc][0], s[2 * kc][1]), pack_floats(s[2 * kc][2], s[2 * kc][3]),
+                             pack_floats(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                             pack_floats(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+      const __half* v0 = Vs + (kc * 16 + 2 * tig) * RS + gid;  // B rows k = 2·tig, 2·tig + 1 (+8), column gid
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        const __half* v = v0 + dt * 8;
+        mma_16816(o[dt], a, pack_halves(v[0], v[RS]), pack_halves(v[8 * RS], v[9 * RS]));
+      }
+    }
+  }
+
+  // O / l (0 for a row that saw no key).
+  l0 = quad_sum(l0), l1 = quad_sum(l1);
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+  for (int side = 0; side < 2; ++side) {
+    const int vl = side == 0 ? r0 : r1;
+    if (vl >= n_valid) continue;
+    const int64_t t = t0 + vl, row = t / p.group;
+    const int h = g * p.group + int(t % p.group);
+    const float inv = side == 0 ? inv0 : inv1;
+    float* dst = p.out + row * p.q_cols + int64_t(h) * D + 2 * tig;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(o[dt][2 * side] * inv, o[dt][2 * side + 1] * inv);
+  }
+}
+
+template <int D, int BN>
+void launch(const MmaParams& p, int n_kv_head, cudaStream_t stream) {
+  constexpr size_t smem = smem_bytes<D, BN>();
+  static_assert(smem <= 227 * 1024, "shared memory per block on sm_90");
+  const auto kernel = attention_mma_kernel<D, BN>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int64_t blocks = (p.n_vec + kBlockVectors - 1) / kBlockVectors;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(n_kv_head));
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+bool attention_mma_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("RAGKV_CUDA_ATTENTION");
+    return !(v && std::strcmp(v, "f32") == 0);
+  }();
+  return on;
+}
+
+bool attention_mma_applies(const AttentionArgs& a, int64_t n_vec, bool with_mass, int sms) {
+  if (!a.tensor_cores || !attention_mma_enabled() || !a.kv_f16 || with_mass || a.n_kv == 0) return false;
+  const int64_t blocks = (n_vec + kBlockVectors - 1) / kBlockVectors;
+  return blocks <= INT_MAX && blocks * a.n_kv_head >= sms;
+}
+
+void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream) {
+  const int group = a.n_head / a.n_kv_head;
+  MmaParams p{};
+  p.q = a.q;
+  p.q_pos = a.q_pos;
+  p.k = static_cast<const __half*>(a.k);
+  p.v = static_cast<const __half*>(a.v);
+  p.k_pos = a.k_pos;
+  p.out = a.out;
+  p.n_kv = a.n_kv;
+  p.n_vec = a.n_q * group;
+  p.q_cols = int64_t(a.n_head) * a.head_dim;
+  p.kv_cols = int64_t(a.n_kv_head) * a.head_dim;
+  p.group = group;
+  p.window = a.causal ? a.sliding_window : 0;
+  p.scale = a.scale;
+  p.softcap = a.softcap;
+  p.causal = a.causal;
+  switch (a.head_dim) {
+    case 32: launch<32, 64>(p, a.n_kv_head, stream); break;
+    case 64: launch<64, 64>(p, a.n_kv_head, stream); break;
+    case 128: launch<128, 64>(p, a.n_kv_head, stream); break;
+    default: launch<256, 32>(p, a.n_kv_head, stream); break;
+  }
+}
+
+}  // namespace ragkv

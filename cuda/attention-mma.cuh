@@ -1,0 +1,26 @@
+// Tensor-core attention for prefill and recompute rows (attention-mma.cu): the FlashAttention-2
+// loop on mma.sync f16 tiles with f32 accumulation. attention_cuda (attention.cu) routes a call
+// here when attention_mma_applies; the arguments were checked there.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/attention.cuh"
+
+namespace ragkv {
+
+// Whether the tensor-core kernel is on: yes unless RAGKV_CUDA_ATTENTION=f32 (the f32 FMA kernel of
+// attention.cu everywhere, for comparison). Read once per process.
+bool attention_mma_enabled();
+
+// True when the tensor-core path takes a checked call: enabled (and a.tensor_cores), K/V f16, no
+// segment mass or key totals, and enough query vectors (n_vec = n_q · group per KV head) for
+// blocks of 64 vectors to give every one of `sms` multiprocessors work.
+bool attention_mma_applies(const AttentionArgs& a, int64_t n_vec, bool with_mass, int sms);
+
+// Queues the kernel on `stream` (head_dim 32, 64, 128 or 256). Throws ragkv::Error when the
+// launch fails.
+void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream);
+
+}  // namespace ragkv
