@@ -12,6 +12,7 @@
 #include "core/util/error.h"
 #include "core/model/generate.h"
 #include "core/model/model.h"
+#include "core/format/gguf.h"
 #include "core/model/model-config.h"
 
 namespace ragkv {
@@ -49,6 +50,22 @@ double prefill_flops(const ModelConfig& c, int64_t tokens) {
   }
   return 2 * weights_per_token * t * c.n_layer + 2 * 2 * hd * double(c.n_head) * pairs_all + 2 * d * double(c.n_vocab);
 }
+
+namespace {
+
+// Bytes of the model file a decode step reads: every tensor but token_embd, of which a step reads
+// one row (the whole table when it is also the output head, with no output.weight). What a
+// decode rate is set against for "% of memory bandwidth" (scripts/gpu-report.py).
+double decode_weight_bytes(const GgufFile& gguf) {
+  bool separate_head = false;
+  for (const auto& t : gguf.tensors()) separate_head = separate_head || t.name == "output.weight";
+  double bytes = 0;
+  for (const auto& t : gguf.tensors())
+    if (t.name != "token_embd.weight" || !separate_head) bytes += double(t.nbytes);
+  return bytes;
+}
+
+}  // namespace
 
 nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
   using clock = std::chrono::steady_clock;
@@ -121,6 +138,9 @@ nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
       {"prefill_tokens_per_s_median", opt.prompt_tokens / (median / 1000.0)},
       {"decode_tokens", opt.decode_tokens},
       {"decode_tokens_per_s", decode_tps},
+      {"decode_weight_bytes", decode_weight_bytes(model.gguf())},
+      // f16 K and V of every layer per cached position (a step after p positions reads p of them).
+      {"kv_bytes_per_position", 2.0 * 2.0 * double(model.config().kv_dim()) * model.config().n_layer},
       {"decode_batch", opt.decode_batch},
       {"decode_batch_tokens_per_s", batch_tps},
       {"peak_rss_mib", peak_single},

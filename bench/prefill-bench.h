@@ -28,7 +28,8 @@ double prefill_flops(const ModelConfig& c, int64_t tokens);
 
 // Runs a warm-up, then `repetitions` timed prefills of a prompt_tokens-long real-text prompt
 // and as many greedy decodes of decode_tokens after it; reports the best and median prefill rates
-// and the median decode rate, then decode_batch
+// and the median decode rate (with the bytes a decode step reads: decode_weight_bytes, and
+// kv_bytes_per_position per cached position), then decode_batch
 // sequences decoded together (tokens/s summed over them), and the peak RSS (VmHWM) of the
 // model's run: of load, prefills and the single-sequence decodes, and with the batch as well.
 nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt);

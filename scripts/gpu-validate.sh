@@ -1,19 +1,30 @@
 #!/bin/bash
-# The README's "GPU machine" recipe in one run, for the device machine: the CUDA tests, then
-# bench prefill and bench reuse on a random-weight model of Llama-3-8B's shapes. Each step has
-# its own time limit and its output lands in OUT_DIR (nvidia-smi.txt, cuda-tests.txt,
-# device-check.json, bench-prefill.json, bench-reuse.json and their .err logs), so one failing step still leaves
-# the others' results. The Q4_K_M steps come last: a slow one leaves the earlier figures.
+# The one GPU check (issue 40 item 7), for the device machine: the CUDA tests, device-check (the
+# model-level agreement with the CPU behind --device auto), then bench prefill and bench reuse on
+# random-weight models of Llama-3-8B's shapes (bf16, and the Q4_K_M mix), llama.cpp's llama-bench
+# on the same files where the bundle carries one, and last scripts/gpu-report.py's table
+# (gpu-report.md / .json: % of the bf16 peak, % of HBM bandwidth, TTFT per tier, agreement,
+# ratios to llama.cpp). Each step has its own time limit and its output lands in OUT_DIR
+# (nvidia-smi.txt, cuda-tests.txt, device-check.json, bench-*.json, llama-bench-*.json, their .err
+# logs and steps.txt), so one failing step still leaves the others' results.
 #
-#   bash scripts/gpu-validate.sh OUT_DIR [BUNDLE_DIR]     (BUNDLE_DIR from `make device-bundle`)
+#   bash scripts/gpu-validate.sh OUT_DIR [BUNDLE_DIR [GROUP...]]    (BUNDLE_DIR from `make device-bundle`)
+#
+# Groups, in this order by default: tests (CUDA tests, device-check), bf16 (the 8B-shaped bf16
+# model: prefill with the tensor-core attention and with RAGKV_CUDA_ATTENTION=f32, reuse), q4km
+# (the Q4_K_M model: weights kept quantised, and RAGKV_CUDA_WEIGHTS=f16), llama (llama-bench on
+# both files, when BUNDLE_DIR/bin/llama-bench exists). All groups take about 5 minutes on an H100;
+# name fewer to split a run over two calls of the device tool.
 set -uo pipefail
 out=${1:?output directory}
 bundle=${2:-device-bundle}
+shift $(($# < 2 ? $# : 2))
+groups=${*:-tests bf16 q4km llama}
 mkdir -p "$out"
 run=$bundle/run
-model=${TMPDIR:-/tmp}/ragkv-llama8b-$$.gguf
-model_q4=${TMPDIR:-/tmp}/ragkv-llama8b-q4km-$$.gguf
-trap 'rm -f "$model" "$model_q4"' EXIT
+model=${TMPDIR:-/tmp}/ragkv-llama8b.gguf
+model_q4=${TMPDIR:-/tmp}/ragkv-llama8b-q4km.gguf
+here=$(cd "$(dirname "$0")" && pwd)
 
 step() {  # step NAME LIMIT_S OUTFILE COMMAND...
   local name=$1 limit=$2 file=$3
@@ -24,24 +35,46 @@ step() {  # step NAME LIMIT_S OUTFILE COMMAND...
   echo "$name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$out/steps.txt"
 }
 
+make_model() {  # make_model NAME WEIGHT_TYPE PATH (kept between groups and calls on a warm machine)
+  [ -s "$3" ] && return
+  step "$1" 240 "$1.txt" "$run" ragkv make-test-model --arch llama --layers 32 --embd 4096 --heads 32 \
+    --kv-heads 8 --ff 14336 --context 8192 --separate-output --vocab 128256 --weight-type "$2" --out "$3"
+}
+
+has() { [[ " $groups " == *" $1 "* ]]; }
+
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
-step cuda-tests 180 cuda-tests.txt "$run" ragkv_tests -tc='cuda*'
-# The model-level check against the CPU (teacher-forced agreement, issue 40's bar) on the default
-# models' shapes; its record (what --device auto trusts) lands beside the report.
-step device-check 240 device-check.json env RAGKV_DEVICE_RECORDS="$out/device-records" "$run" ragkv device-check
-step make-model 180 make-model.txt "$run" ragkv make-test-model --arch llama --layers 32 \
-  --embd 4096 --heads 32 --kv-heads 8 --ff 14336 --context 8192 --weight-type bf16 --out "$model"
-step bench-prefill 120 bench-prefill.json "$run" ragkv bench prefill --models "$model" \
-  --device cuda --tokens 4096
-step bench-reuse 200 bench-reuse.json "$run" ragkv bench reuse --model "$model" \
-  --device cuda --chunks 8 --chunk-tokens 496
-# The same shapes in Q4_K_M (llama.cpp's mix: Q4_K, Q6_K for the head and some layers' attn_v
-# and ffn_down; writing it takes about 2 minutes of one core): weights kept quantised on the
-# device (the default), then converted to f16 at load (RAGKV_CUDA_WEIGHTS=f16, the path before),
-# prefill and decode each.
-step make-model-q4km 240 make-model-q4km.txt "$run" ragkv make-test-model --arch llama --layers 32 \
-  --embd 4096 --heads 32 --kv-heads 8 --ff 14336 --context 8192 --weight-type q4_k_m --out "$model_q4"
-step bench-prefill-q4km 150 bench-prefill-q4km.json "$run" ragkv bench prefill --models "$model_q4" \
-  --device cuda --tokens 4096
-step bench-prefill-q4km-f16 150 bench-prefill-q4km-f16.json env RAGKV_CUDA_WEIGHTS=f16 "$run" ragkv bench prefill \
-  --models "$model_q4" --device cuda --tokens 4096
+if has tests; then
+  step cuda-tests 180 cuda-tests.txt "$run" ragkv_tests -tc='cuda*'
+  # Teacher-forced agreement with the CPU on the default models' shapes (issue 40's bar); its
+  # record (what --device auto trusts) lands beside the report.
+  step device-check 240 device-check.json env RAGKV_DEVICE_RECORDS="$out/device-records" "$run" ragkv device-check
+fi
+if has bf16; then
+  make_model make-model bf16 "$model"
+  step bench-prefill 120 bench-prefill.json "$run" ragkv bench prefill --models "$model" --device cuda --tokens 4096
+  step bench-prefill-attn-f32 120 bench-prefill-attn-f32.json env RAGKV_CUDA_ATTENTION=f32 "$run" ragkv bench prefill \
+    --models "$model" --device cuda --tokens 4096
+  step bench-reuse 200 bench-reuse.json "$run" ragkv bench reuse --model "$model" --device cuda --chunks 8 \
+    --chunk-tokens 496
+fi
+if has q4km; then
+  # llama.cpp's Q4_K_M mix (Q4_K; Q6_K for the head and some layers' attn_v and ffn_down): kept
+  # quantised on the device (the default), then converted to f16 at load (the path before).
+  make_model make-model-q4km q4_k_m "$model_q4"
+  step bench-prefill-q4km 150 bench-prefill-q4km.json "$run" ragkv bench prefill --models "$model_q4" \
+    --device cuda --tokens 4096
+  step bench-prefill-q4km-f16 150 bench-prefill-q4km-f16.json env RAGKV_CUDA_WEIGHTS=f16 "$run" ragkv bench prefill \
+    --models "$model_q4" --device cuda --tokens 4096
+fi
+if has llama && [ -x "$bundle/bin/llama-bench" ]; then
+  # Prefill of the same 4,096 tokens on an empty context; decode of 32 tokens on an empty context
+  # and after 4,096 (ours decodes after the timed prompt). Flash attention on, all layers on the GPU.
+  for pair in "bf16:$model" "q4km:$model_q4"; do
+    [ -s "${pair#*:}" ] || continue
+    step "llama-bench-${pair%%:*}" 240 "llama-bench-${pair%%:*}.json" env LD_LIBRARY_PATH="$bundle/lib" \
+      "$bundle/bin/llama-bench" -m "${pair#*:}" -p 4096 -n 32 -d 0,4096 -ngl 99 -fa 1 -r 3 -o json
+  done
+fi
+command -v python3 > /dev/null && python3 "$here/gpu-report.py" "$out" > /dev/null 2> "$out/gpu-report.err"
+echo "report: $out/gpu-report.md" | tee -a "$out/steps.txt"
