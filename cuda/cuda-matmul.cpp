@@ -1,7 +1,9 @@
 // The CUDA backend's matmul (host side): y [n][out] = x [n][in] · Wᵀ (+ bias), by the weight's
 // storage (cuda-backend.h, "Weight storage"):
-//  * f16 matrix: x rounded to f16 (row-scaled where it would overflow), one cuBLAS GEMM with f32
-//    accumulation, then the epilogue (row unscale, bias);
+//  * f16 matrix, n ≤ kQuantGemvMaxRows and rows of whole 8-value groups (decode steps): the f16
+//    GEMV of quant-matmul.cu, f32 activations times the f16 weights, bias in the kernel;
+//  * f16 matrix, more rows: x rounded to f16 (row-scaled where it would overflow), one cuBLAS GEMM
+//    with f32 accumulation, then the epilogue (row unscale, bias);
 //  * quantised matrix, n ≤ kQuantGemvMaxRows (decode steps, short recompute batches): one
 //    quant_gemv per part, f32 activations times the decoded weights, bias added in the kernel,
 //    straight into each part's output — the weight's bytes read once;
@@ -55,6 +57,13 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
 
   // y in the work buffer when it is split afterwards, else the output itself.
   const size_t y_bytes = split ? round_up_256(static_cast<size_t>(n * out) * sizeof(float)) : 0;
+  if (cw.dtype() == DType::f16 && !cw.quantised() && n <= kQuantGemvMaxRows && in % 8 == 0) {
+    // A few rows on an f16 matrix: the GEMV reads the weight once (a stack whole, then split).
+    float* y = split ? static_cast<float*>(work_reserve(y_bytes)) : outs[0].as<float>();
+    f16_gemv_cuda(cw.f16(), out, in, x.as<float>(), n, y, out, d_bias, stream_);
+    if (split) matmul_split_outputs(y, w, outs, biases);
+    return;
+  }
   if (cw.dtype() == DType::f16) {
     // x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM(s),
     // then y row scales and bias. A quantised weight adds its f16 tile to the work buffer.

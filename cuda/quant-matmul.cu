@@ -12,6 +12,9 @@
 // the lanes' partial sums are then added by butterfly shuffles and lane 0 writes y (+ bias).
 // One read of the weight per call whatever n is: a decode step streams each weight byte once.
 //
+// f16_gemv: the same kernel over an f16 matrix (groups of eight halves): a decode step reads an
+// f16 weight once at f32 activations, instead of cuBLAS's GEMM on f16-rounded, row-scaled rows.
+//
 // dequantize_to_f16: one thread per group of eight, grid-stride; __float2half_rn per value.
 // embed_quant: one block per id, threads over the row's groups; decoded value × scale.
 #include <algorithm>
@@ -29,6 +32,23 @@ namespace qd = quant_decode;
 constexpr int kWarps = 4;  // output rows per quant_gemv block
 constexpr int kBlock = 256;
 constexpr int64_t kMaxBlocks = 65535;
+
+// An f16 matrix read through the same GEMV: "blocks" of eight halves (one 16-byte load), widened
+// exactly to f32.
+struct F16Group {
+  static constexpr int kElems = 8;
+  static constexpr int kBytes = 16;
+  __device__ __forceinline__ static void decode8(const uint8_t* p, int /*first*/, float* out) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  }
+};
 
 template <typename B>
 __device__ __forceinline__ void decode_group(const uint8_t* row, int64_t k0, float* out) {
@@ -143,6 +163,25 @@ void quant_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, c
     }
   });
   if (!ok) cuda_internal_fail("quant_gemv_cuda: a type the device does not decode");
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void f16_gemv_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t y_ld,
+                   const float* bias, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  if (n > kQuantGemvMaxRows || cols % 8 != 0)
+    cuda_internal_fail("f16_gemv_cuda: more activation rows than kQuantGemvMaxRows, or a row not of whole 8-value groups");
+  const auto* wb = reinterpret_cast<const uint8_t*>(w);
+  switch (n) {
+    case 1: gemv_launch<F16Group, 1>(wb, rows, cols, x, y, y_ld, bias, stream); break;
+    case 2: gemv_launch<F16Group, 2>(wb, rows, cols, x, y, y_ld, bias, stream); break;
+    case 3: gemv_launch<F16Group, 3>(wb, rows, cols, x, y, y_ld, bias, stream); break;
+    case 4: gemv_launch<F16Group, 4>(wb, rows, cols, x, y, y_ld, bias, stream); break;
+    case 5: gemv_launch<F16Group, 5>(wb, rows, cols, x, y, y_ld, bias, stream); break;
+    case 6: gemv_launch<F16Group, 6>(wb, rows, cols, x, y, y_ld, bias, stream); break;
+    case 7: gemv_launch<F16Group, 7>(wb, rows, cols, x, y, y_ld, bias, stream); break;
+    default: gemv_launch<F16Group, 8>(wb, rows, cols, x, y, y_ld, bias, stream); break;
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -28,6 +28,11 @@ void dequantize_to_f16_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t 
 void quant_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n,
                      float* y, int64_t y_ld, const float* bias, cudaStream_t stream);
 
+// The same product over an f16 matrix w [rows][cols] (cols a multiple of 8, rows 16-byte aligned):
+// f32 activations times the exact f16 weights, f32 accumulation — decode steps on f16 weights.
+void f16_gemv_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t y_ld,
+                   const float* bias, cudaStream_t stream);
+
 // out[i][j] = W[ids[i]][j] · scale for i < n, j < cols: one f32 multiply of the decoded value, as
 // the CPU backend's embed (bit-identical). ids checked on the host (each in [0, rows)).
 void embed_quant_cuda(GgmlType t, const uint8_t* w, int64_t cols, const int32_t* ids, int64_t n, float* out,

@@ -1353,6 +1353,74 @@ TEST_CASE("cuda: quantised matmul (GEMV up to kQuantGemvMaxRows rows, f16 tiles 
   }
 }
 
+// f16 matrices times at most kQuantGemvMaxRows rows go through the f16 GEMV (f32 activations,
+// exact f16 weights: held to the f32 bound, which the f16-rounded GEMM path would not meet);
+// rows not of whole 8-value groups, and more rows, through cuBLAS (the f16-operand bound).
+TEST_CASE("cuda: f16 matmul (GEMV up to kQuantGemvMaxRows rows) within its bounds of the exact product") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 2600;
+  for (const int64_t in : {int64_t(576), int64_t(4096), int64_t(100)}) {
+    const int64_t out = 131;
+    CAPTURE(in);
+    const auto bytes = random_matrix_bytes(GgmlType::F16, out, in, ++seed);
+    const auto w = dequantized(GgmlType::F16, out, in, bytes);
+    auto gw = be.gpu->load_weight(matrix_tensor("blk.0.ffn_up.weight", GgmlType::F16, out, in, bytes));
+    const auto bias = random_values(size_t(out), ++seed, -0.5f, 0.5f);
+    auto gb = be.gpu->load_weight(f32_vector("blk.0.ffn_up.bias", bias));
+    for (int64_t n = 1; n <= ragkv::kQuantGemvMaxRows + 2; ++n) {
+      CAPTURE(n);
+      const bool gemv = n <= ragkv::kQuantGemvMaxRows && in % 8 == 0;
+      const auto x = random_values(size_t(n * in), ++seed);
+      Guarded gx = make_guarded(*be.gpu, DType::f32, n, in, x);
+      Guarded gy = make_guarded(*be.gpu, DType::f32, n, out, zeros(size_t(n * out)));
+      be.gpu->matmul(gx.view, *gw, gy.view, gb.get());
+      const auto ref = exact_matmul(x, w, &bias, n, in, out);
+      expect_within(read_guarded(*be.gpu, gy), ref, matmul_bounds(x, w, &bias, ref, n, in, out, !gemv),
+                    kMatmulMaxNmse);
+    }
+  }
+  // A stack of f16 parts into their own outputs (the GEMV writes the whole, then the split).
+  const int64_t in = 256, part_rows[] = {48, 16, 16};
+  std::vector<std::vector<uint8_t>> part_bytes;
+  std::vector<ragkv::GgufTensor> tensors;
+  std::vector<float> w_all;
+  for (size_t p = 0; p < 3; ++p) part_bytes.push_back(random_matrix_bytes(GgmlType::F16, part_rows[p], in, ++seed));
+  for (size_t p = 0; p < 3; ++p) {
+    tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p), GgmlType::F16, part_rows[p], in, part_bytes[p]));
+    const auto wp = dequantized(GgmlType::F16, part_rows[p], in, part_bytes[p]);
+    w_all.insert(w_all.end(), wp.begin(), wp.end());
+  }
+  const ragkv::GgufTensor* ptrs[] = {&tensors[0], &tensors[1], &tensors[2]};
+  auto stack = be.gpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
+  const int64_t n = 2, out = 80;
+  const auto x = random_values(size_t(n * in), ++seed);
+  const auto ref = exact_matmul(x, w_all, nullptr, n, in, out);
+  const auto bound = matmul_bounds(x, w_all, nullptr, ref, n, in, out, false);
+  Guarded gx = make_guarded(*be.gpu, DType::f32, n, in, x);
+  std::vector<Guarded> outs;
+  std::vector<Tensor> views;
+  for (size_t p = 0; p < 3; ++p) {
+    outs.push_back(make_guarded(*be.gpu, DType::f32, n, part_rows[p], zeros(size_t(n * part_rows[p]))));
+    views.push_back(outs.back().view);
+  }
+  const Weight* biases[] = {nullptr, nullptr, nullptr};
+  be.gpu->matmul_parts(gx.view, *stack, views, biases);
+  int64_t first = 0;
+  for (size_t p = 0; p < 3; ++p) {
+    CAPTURE(p);
+    std::vector<float> ref_p;
+    std::vector<double> bound_p;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = first; j < first + part_rows[p]; ++j) {
+        ref_p.push_back(ref[size_t(i * out + j)]);
+        bound_p.push_back(bound[size_t(i * out + j)]);
+      }
+    expect_within(read_guarded(*be.gpu, outs[p]), ref_p, bound_p, kMatmulMaxNmse);
+    first += part_rows[p];
+  }
+}
+
 TEST_CASE("cuda: embed of a quantised table equals the CPU backend's, bit for bit") {
   if (gpu_missing()) return;
   Backends be;
