@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -17,6 +19,8 @@
 #include "core/kv/kv-tiers.h"
 #include "core/model/generate.h"
 #include "core/rag/cache-keys.h"
+#include "core/rag/cost-profile.h"
+#include "core/rag/loading-controller.h"
 #include "core/rag/fusor.h"
 #include "core/rag/precompute.h"
 #include "core/rag/selection.h"
@@ -94,6 +98,7 @@ struct Timed {
   std::vector<float> logits;
   uint64_t kv_bytes = 0;    // f16 K and V of the cached segments (what the fusor receives)
   uint64_t file_bytes = 0;  // their chunk files' sizes (what a load reads)
+  std::optional<LoadControl> control;  // the last rep's loading-controller decisions
 };
 
 }  // namespace
@@ -143,6 +148,12 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
   std::vector<ChunkKvMeta> cached_keys;  // every segment but the question
   for (size_t s = 0; s + 1 < prompt.segments.size(); ++s) cached_keys.push_back(keys.segment(prompt.segments[s]));
 
+  std::unique_ptr<LoadingController> controller;
+  if (opt.load_control) {
+    const MachineProfile m = load_or_profile_machine(opt.cost_profile, model, keys.model_fingerprint(), &stores.front());
+    controller = std::make_unique<LoadingController>(m.tiers, m.prefill, L);
+  }
+
   KvCache kv = model.new_kv_cache(prompt.n_tokens() + 1);
   Workspace ws;
   auto run = [&](const KvStore& store, const ModeSpec& spec, KvStart start) {
@@ -166,6 +177,11 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       }
       const auto t_plan = Clock::now();
       PrefillPlan plan = plan_prefill(prompt, mode, bp, L, tier_lookup(keys, &tiers));
+      if (controller && mode != ReuseMode::full) {  // as answer: decided and carried out in the planning time
+        const PlanLoad pl = plan_load(*controller, prompt, plan);
+        t.control = controller->decide(pl.cached, pl.base_compute_ms, plan.blend.recompute_ratio, pl.pipelined);
+        apply_load_control(*t.control, plan, bp.preload_depth);
+      }
       const double plan_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_plan).count();
       if (plan.counts.misses + plan.counts.bad > 0)
         fail("bench reuse: {} chunk caches missing or bad in {}", plan.counts.misses + plan.counts.bad, store.dir().string());
@@ -229,6 +245,11 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       if (tier == KvStart::device && cached) row["device_fill_ms"] = t.warmup_prepare_ms;
       if (cached) row["kv_dtype"] = store.info().dtype;
       if (tier == KvStart::remote && cached) row["remote"] = remote->stats().to_json();  // cumulative over the run
+      if (t.control) {
+        row["load_control"] = {{"recomputed_segments", t.control->recomputed()},
+                               {"segments", t.control->segments.size()},
+                               {"preload_depth", t.control->preload_depth}};
+      }
       if (mode == ReuseMode::full)
         row["prefill_tflops"] = prefill_flops(model.config(), prompt.n_tokens()) / (median / 1000.0) / 1e12;
       results.push_back(std::move(row));
@@ -251,6 +272,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       {"selection", selection_name(blend.selection)},
       {"check_layers", opt.blend.check_layers},
       {"repetitions", opt.repetitions},
+      {"load_control", opt.load_control},
       {"precompute_s", pc.seconds},
       {"store_bytes", stores.front().usage().second},
       {"stores", store_rows},

@@ -44,6 +44,11 @@ struct ReuseBenchOptions {
   // KV encodings of the chunk caches (precompute --kv-bits: 16, 8, 4): one store each (with
   // several, STORE/f16, STORE/q8, ...), every cached mode and tier timed on each, side by side.
   std::vector<int> kv_bits = {16};
+  // The loading controller (CacheBlend §5.1, Cache-Craft Eq. 16) on every cached row, as answer
+  // applies it: per segment load or recompute, the preload depth. The machine is measured (or read
+  // from cost_profile, written there when measured) once, before the rows.
+  bool load_control = false;
+  std::string cost_profile;
 };
 
 // Precomputes the prompt's chunks into the store, then times the TTFT (planning — cache lookups,
@@ -52,7 +57,8 @@ struct ReuseBenchOptions {
 // the part of it compute did not hide, and the first token's agreement and KL with `full`. `full`
 // needs no store: it is timed once per run.
 // With several kv_bits, each cached row names its store's encoding (kv_dtype) and the bytes its
-// chunk files hold (kv_file_bytes; kv_bytes_loaded is the f16 KV they decode to).
+// chunk files hold (kv_file_bytes; kv_bytes_loaded is the f16 KV they decode to). With
+// load_control, each cached row also says how many segments the controller sent to recompute.
 nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt);
 
 }  // namespace ragkv

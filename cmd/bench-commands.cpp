@@ -84,6 +84,9 @@ class BenchCommands : public CommandFamily {
     opt.repetitions = o_.repetitions;
     opt.store_dir = o_.store;
     if (!o_.kv_bits.empty()) opt.kv_bits = o_.kv_bits;
+    opt.load_control = o_.cache.load_control_for(*backend) == "on";
+    if (o_.cache.load_control == "report") fail("bench reuse --load-control: on, off or auto (report is answer's)");
+    opt.cost_profile = o_.cache.cost_profile;
     opt.modes.clear();
     for (const auto& m : o_.modes.empty() ? reuse_mode_names() : o_.modes) {
       opt.modes.push_back(parse_mode_spec(m));

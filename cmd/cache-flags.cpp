@@ -30,4 +30,9 @@ KvTierConfig CacheFlags::config(const Backend& backend) const {
   return c;
 }
 
+std::string CacheFlags::load_control_for(const Backend& backend) const {
+  if (load_control != "auto") return load_control;
+  return backend.kind() == DeviceKind::cpu ? "off" : "on";
+}
+
 }  // namespace ragkv::cli

@@ -210,12 +210,12 @@ std::vector<Flag> tier_flags() {
          return a->add_option("--cache-policy", o.cache.policy, "Replacement policy of the tiers: pgdsf (RAGCache), gdsf or lru")
              ->check(CLI::IsMember(cache_policy_names()))->capture_default_str();
        }},
-      {kAnswer | kBenchCache, kBenchCache, kAnswer, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+      {kAnswer | kBenchCache | kBenchReuse, kBenchCache, kAnswer | kBenchReuse, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--cost-profile", o.cache.cost_profile, "File of the measured prefill cost and tier read rates: read when it fits this model and device, else measured and written");
        }},
-      {kAnswer, 0, kAnswer, G::store_tiers, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--load-control", o.cache.load_control, "Loading controller (CacheBlend §5, Cache-Craft Eq. 16): off, report (decide and report only) or on")
-             ->check(CLI::IsMember({"off", "report", "on"}))->capture_default_str();
+      {kAnswer | kBenchReuse, 0, kAnswer, G::store_tiers, [](CLI::App* a, CliOptions& o) {
+         return a->add_option("--load-control", o.cache.load_control, "Loading controller (CacheBlend §5, Cache-Craft Eq. 16): auto (on with a GPU, off on the CPU), off, report (decide and report only) or on")
+             ->check(CLI::IsMember({"auto", "off", "report", "on"}))->capture_default_str();
        }},
       {kAnswer, 0, kAnswer, G::store_tiers, [](CLI::App* a, CliOptions& o) {
          return a->add_flag("--raise-ratio", o.cache.raise_ratio, "With --load-control on: raise blend's ratio to the most that still hides under loading (CacheBlend §5.1)");

@@ -54,7 +54,7 @@ class RagCommands : public CommandFamily {
   QueryFile load_query_file(const char* command) const;
   int run_merge();
   RagEngineOptions engine_options(bool need_store) const;
-  AnswerRunOptions answer_options(const RagEngine& engine) const;
+  AnswerRunOptions answer_options(const RagEngine& engine, const std::string& load_control) const;
   EvalRunOptions eval_options() const;
   KvStore open_store(const CacheKeys& keys) const;
   std::vector<const Chunk*> precompute_selection(const IndexDir& index, const ContextRetriever& retriever,
@@ -283,7 +283,8 @@ int RagCommands::run_precompute() {
   return 0;
 }
 
-AnswerRunOptions RagCommands::answer_options(const RagEngine& engine) const {
+// load_control: --load-control with auto resolved for the backend (CacheFlags::load_control_for).
+AnswerRunOptions RagCommands::answer_options(const RagEngine& engine, const std::string& load_control) const {
   AnswerRunOptions o;
   o.mode = !o_.mode.empty() ? parse_mode_spec(o_.mode) : ModeSpec(engine.has_store() ? ReuseMode::auto_ : ReuseMode::full);
   if (!o_.compare.empty()) {
@@ -304,7 +305,7 @@ AnswerRunOptions RagCommands::answer_options(const RagEngine& engine) const {
   o.promotion_threshold = o_.promotion_threshold;
   o.pipeline = o_.pipeline;
   o.search_slice = o_.search_slice;
-  o.apply_load_control = o_.cache.load_control == "on";
+  o.apply_load_control = load_control == "on";
   o.raise_ratio = o_.cache.raise_ratio;
   o.require_exact = o_.require == "exact";
   o.fallback = !o_.fallback_margin.empty()       ? parse_fallback_rule(o_.fallback_margin)
@@ -319,11 +320,12 @@ int RagCommands::run_answer() {
   auto backend = o_.dev.make_backend();
   RagEngineOptions eo = engine_options(false);
   eo.tiers = o_.cache.config(*backend);
-  eo.load_control = o_.cache.load_control;
+  const std::string load_control = o_.cache.load_control_for(*backend);
+  eo.load_control = load_control;
   eo.cost_profile = o_.cache.cost_profile;
   RagEngine engine(eo, qf.queries, *backend);
-  const AnswerRunOptions o = answer_options(engine);
-  if (o_.cache.load_control != "off" && !engine.load_controller())
+  const AnswerRunOptions o = answer_options(engine, load_control);
+  if (o_.cache.load_control != "off" && o_.cache.load_control != "auto" && !engine.load_controller())
     std::fprintf(stderr, "ragkv: answer: --load-control %s: no store of this model, nothing is loaded\n",
                  o_.cache.load_control.c_str());
   // --resume: keep what an earlier run of this command wrote, answer the rest.

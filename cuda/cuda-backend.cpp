@@ -174,6 +174,7 @@ CudaBackend::~CudaBackend() {
     std::fprintf(stderr, "ragkv: cuBLAS error %s destroying the handle of %s\n", cublas::api().status_name(st),
                  name_.c_str());
   if (scratch_) CUDA_CHECK_NOTHROW(cudaFree(scratch_));
+  if (attention_params_) CUDA_CHECK_NOTHROW(cudaFree(attention_params_));
   if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
   CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
 }
@@ -302,6 +303,18 @@ void* CudaBackend::scratch_upload(size_t bytes) {
   // the next op may refill host_staging_ at once; stream order protects scratch_ on the device.
   CUDA_CHECK(cudaMemcpyAsync(scratch_, host_staging_.data(), bytes, cudaMemcpyHostToDevice, stream_));
   return scratch_;
+}
+
+const void* CudaBackend::upload_attention_params() {
+  if (host_staging_.empty()) return nullptr;
+  if (host_staging_ == attention_params_host_) return attention_params_;  // every layer after the first
+  grow_device_buffer(attention_params_, attention_params_bytes_, host_staging_.size());
+  // Pageable source: staged by the time the call returns; the copy is ordered on stream_ after
+  // the kernels that read the previous contents.
+  CUDA_CHECK(cudaMemcpyAsync(attention_params_, host_staging_.data(), host_staging_.size(), cudaMemcpyHostToDevice,
+                             stream_));
+  attention_params_host_ = host_staging_;
+  return attention_params_;
 }
 
 void* CudaBackend::work_reserve(size_t bytes) {
@@ -562,7 +575,7 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);
   if (qpos_bytes) std::memcpy(host_staging_.data() + seg_bytes, q_pos.data(), qpos_bytes);
   if (kpos_bytes) std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes, k_pos.data(), kpos_bytes);
-  auto* staged = static_cast<uint8_t*>(host_staging_.empty() ? nullptr : scratch_upload(host_staging_.size()));
+  const auto* staged = static_cast<const uint8_t*>(upload_attention_params());
 
   AttentionArgs a;
   a.q = q.as<float>();

@@ -162,6 +162,13 @@ class CudaBackend : public Backend {
   size_t scratch_bytes_ = 0;
   std::vector<uint8_t> host_staging_;
   void* scratch_upload(size_t bytes);  // copies host_staging_[0, bytes) to scratch_, returns it
+  // Attention's positions and segment boundaries, kept on the device in a buffer of their own: a
+  // prefill or decode step passes every layer the same positions, so only the first layer's call
+  // copies them (the bytes last copied are kept on the host to compare).
+  void* attention_params_ = nullptr;  // device bytes [attention_params_bytes_]
+  size_t attention_params_bytes_ = 0;
+  std::vector<uint8_t> attention_params_host_;
+  const void* upload_attention_params();  // host_staging_ on the device, copied only when it changed
 
   // Device intermediates of one op (matmul's f16 activations and row scales, load_weight's f32
   // rows before conversion): one grow-only buffer, safe to reuse for the same stream-order reason.

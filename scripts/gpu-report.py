@@ -12,7 +12,8 @@ table says which file was missing):
     timed decode) x tokens/s, as a share of the chip's HBM bandwidth — for the bf16 model and the
     Q4_K_M model (weights kept quantised, and converted to f16 at load), and for the bf16 model with
     RAGKV_CUDA_ATTENTION=f32 where that step ran;
-  - each mode's TTFT per KV tier over `full` (bench reuse);
+  - each mode's TTFT per KV tier over `full` (bench reuse), with the loading controller on
+    (bench-reuse.json, the GPU's default) and off (bench-reuse-no-control.json);
   - device-check's teacher-forced agreement per model (top-1 rate, first-token KL);
   - llama.cpp's llama-bench on the same GGUF files, where llama-bench-bf16.json / -q4km.json are
     there (`llama-bench -p TOKENS -n 32 -d 0,TOKENS -o json`), and our ratios to it.
@@ -134,10 +135,12 @@ def markdown(report):
                      f"{fmt(r.get('prefill_pct_of_peak'))} | {fmt(r['decode_tokens_per_s'])} | "
                      f"{fmt(r.get('decode_bandwidth_gb_s'))} | {fmt(r.get('decode_pct_of_bandwidth'))} |")
     if report["reuse"]:
-        lines += ["", "| mode | KV tier | TTFT ms | / full | first token = full |", "|---|---|---|---|---|"]
+        lines += ["", "| loading controller | mode | KV tier | TTFT ms | / full | segments recomputed | "
+                  "first token = full |", "|---|---|---|---|---|---|---|"]
         for r in report["reuse"]:
-            lines.append(f"| {r['mode']} | {r['kv_tier']} | {fmt(r['ttft_ms_median'])} | "
-                         f"{fmt(r['ttft_ratio_vs_full'], 3)} | {r['first_token_matches_full']} |")
+            rec = "–" if r["recomputed_segments"] is None else r["recomputed_segments"]
+            lines.append(f"| {r['load_control']} | {r['mode']} | {r['kv_tier']} | {fmt(r['ttft_ms_median'])} | "
+                         f"{fmt(r['ttft_ratio_vs_full'], 3)} | {rec} | {r['first_token_matches_full']} |")
     if report["device_check"]:
         dc = report["device_check"]
         lines += ["", f"device-check ({'passed' if dc.get('passed') else 'FAILED'}): teacher-forced agreement "
@@ -170,10 +173,16 @@ def build_report(out):
         data = load(out, name, missing)
         for result in (data or {}).get("results", []):
             report["prefill"].append(prefill_row(label, result, peak_tflops, peak_bw))
-    reuse = load(out, "bench-reuse.json", missing)
-    for r in (reuse or {}).get("results", []):
-        report["reuse"].append({k: r.get(k) for k in ("mode", "kv_tier", "ttft_ms_median", "ttft_ratio_vs_full",
-                                                      "first_token_matches_full", "real_compute_fraction")})
+    for name, control in (("bench-reuse.json", "on"), ("bench-reuse-no-control.json", "off")):
+        reuse = load(out, name, missing)
+        if reuse and not reuse.get("load_control", control == "off"):
+            control = "off"  # a CPU run, or a bench from before the controller's default
+        for r in (reuse or {}).get("results", []):
+            row = {k: r.get(k) for k in ("mode", "kv_tier", "ttft_ms_median", "ttft_ratio_vs_full",
+                                         "first_token_matches_full", "compute_fraction")}
+            row["load_control"] = control
+            row["recomputed_segments"] = (r.get("load_control") or {}).get("recomputed_segments")
+            report["reuse"].append(row)
     report["device_check"] = load(out, "device-check.json", missing)
     report["llama_bench"] = llama_bench_rows(out, missing)
     report["vs_llama_cpp"] = llama_ratios(out, report["llama_bench"], missing)

@@ -11,7 +11,8 @@
 #   bash scripts/gpu-validate.sh OUT_DIR [BUNDLE_DIR [GROUP...]]    (BUNDLE_DIR from `make device-bundle`)
 #
 # Groups, in this order by default: tests (CUDA tests, device-check), bf16 (the 8B-shaped bf16
-# model: prefill with the tensor-core attention and with RAGKV_CUDA_ATTENTION=f32, reuse), q4km
+# model: prefill with the tensor-core attention and with RAGKV_CUDA_ATTENTION=f32, reuse with the
+# loading controller on and off), q4km
 # (the Q4_K_M model: weights kept quantised, and RAGKV_CUDA_WEIGHTS=f16), llama (llama-bench on
 # both files, when BUNDLE_DIR/bin/llama-bench exists). All groups take about 5 minutes on an H100;
 # name fewer to split a run over two calls of the device tool.
@@ -55,8 +56,11 @@ if has bf16; then
   step bench-prefill 120 bench-prefill.json "$run" ragkv bench prefill --models "$model" --device cuda --tokens 4096
   step bench-prefill-attn-f32 120 bench-prefill-attn-f32.json env RAGKV_CUDA_ATTENTION=f32 "$run" ragkv bench prefill \
     --models "$model" --device cuda --tokens 4096
+  # The loading controller on (the GPU's default), then off (the runs of 2026-11-24/26).
   step bench-reuse 200 bench-reuse.json "$run" ragkv bench reuse --model "$model" --device cuda --chunks 8 \
     --chunk-tokens 496
+  step bench-reuse-no-control 200 bench-reuse-no-control.json "$run" ragkv bench reuse --model "$model" \
+    --device cuda --chunks 8 --chunk-tokens 496 --load-control off
 fi
 if has q4km; then
   # llama.cpp's Q4_K_M mix (Q4_K; Q6_K for the head and some layers' attn_v and ffn_down): kept
@@ -73,7 +77,7 @@ if has llama && [ -x "$bundle/bin/llama-bench" ]; then
   for pair in "bf16:$model" "q4km:$model_q4"; do
     [ -s "${pair#*:}" ] || continue
     step "llama-bench-${pair%%:*}" 240 "llama-bench-${pair%%:*}.json" env LD_LIBRARY_PATH="$bundle/lib" \
-      "$bundle/bin/llama-bench" -m "${pair#*:}" -p 4096 -n 32 -d 0,4096 -ngl 99 -fa 1 -r 3 -o json
+      "$bundle/bin/llama-bench" -m "${pair#*:}" -p 4096 -n 32 -d 0,4096 -ngl 99 -fa on -r 3 -o json
   done
 fi
 command -v python3 > /dev/null && python3 "$here/gpu-report.py" "$out" > /dev/null 2> "$out/gpu-report.err"

@@ -191,3 +191,39 @@ TEST_CASE("bench reuse: --kv-bits 16,4 times every cached row on both stores, th
   CHECK(file_bytes["q4/host"] < file_bytes["f16/host"] * 0.8);
   CHECK(file_bytes["q4/page-cache"] == file_bytes["q4/host"]);
 }
+
+TEST_CASE("bench reuse: with the loading controller every cached row says what it decided, and the profile is kept") {
+  test::TempDir dir("bench-reuse-control");
+  ReuseBenchOptions o = small_bench(dir, 2, 40);
+  RandomModelSpec s;  // the machine profile's grid prefills 1,024 + 512 tokens
+  s.n_layer = 3;
+  s.n_ctx = 2048;
+  write_random_model(s, o.model_path);
+  o.modes = {ModeSpec(ReuseMode::full), ModeSpec(ReuseMode::reuse), ModeSpec(ReuseMode::blend)};
+  o.tiers = {KvStart::disk, KvStart::device};
+  o.load_control = true;
+  o.cost_profile = (dir.path / "profile.json").string();
+  o.store_dir = (dir.path / "store").string();
+  const nlohmann::json j = bench_reuse(*make_cpu_backend(1), o);
+  CHECK(j["load_control"] == true);
+  const auto& rows = j["results"];
+  REQUIRE(rows.size() == 1 + 2 * 2);
+  for (const auto& r : rows) {
+    CAPTURE(r.dump());
+    if (r["mode"] == "full") {
+      CHECK_FALSE(r.contains("load_control"));
+      continue;
+    }
+    REQUIRE(r.contains("load_control"));
+    const auto& lc = r["load_control"];
+    CHECK(lc["segments"].get<size_t>() >= 2);  // the chunks (and the instruction prefix)
+    CHECK(lc["recomputed_segments"].get<size_t>() <= lc["segments"].get<size_t>());
+    CHECK(lc["preload_depth"].get<int>() >= 1);
+  }
+  CHECK(fs::exists(dir.path / "profile.json"));  // measured once, kept for the next run
+
+  o.load_control = false;
+  const nlohmann::json off = bench_reuse(*make_cpu_backend(1), o);
+  CHECK(off["load_control"] == false);
+  for (const auto& r : off["results"]) CHECK_FALSE(r.contains("load_control"));
+}
