@@ -35,6 +35,7 @@
 // (2·max logit error + u) · max |v| — the bound tests/test-cuda-attention.cpp derives per query
 // from the data and holds the kernel to, as llama.cpp's test-backend-ops normalises errors per op.
 #include "cuda/attention-mma.cuh"
+#include "cuda/attention-tiles.cuh"
 
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -108,7 +109,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 __device__ __forceinline__ bool key_visible(const MmaParams& p, int qp, int kp) {
-  return kp <= qp && (p.window <= 0 || int64_t(kp) > int64_t(qp) - p.window);
+  return attention_tiles::key_visible(qp, kp, p.window);
 }
 
 // Whether no query of the block (positions in [qmin, qmax]) sees any key of the tile at j0 (the
@@ -178,12 +179,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
   if (tid < kBlockVectors) qpos_s[tid] = tid < n_valid && p.causal ? p.q_pos[(t0 + tid) / p.group] : 0;
   __syncthreads();
 
-  int qmin = INT_MAX, qmax = INT_MIN;
-  if (p.causal) {
-    for (int i = lane; i < n_valid; i += 32) qmin = min(qmin, qpos_s[i]), qmax = max(qmax, qpos_s[i]);
-    qmin = __reduce_min_sync(0xffffffffu, qmin);
-    qmax = __reduce_max_sync(0xffffffffu, qmax);
-  }
+  int qmin, qmax;
+  attention_tiles::query_position_range(qpos_s, n_valid, p.causal, lane, qmin, qmax);
 
   // This lane's two rows of the warp's 16 vectors.
   const int r0 = warp * 16 + gid, r1 = r0 + 8;

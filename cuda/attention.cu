@@ -68,6 +68,7 @@
 #include "cuda/attention.cuh"
 #include "cuda/attention-decode.cuh"
 #include "cuda/attention-mma.cuh"
+#include "cuda/attention-tiles.cuh"
 
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -183,7 +184,7 @@ __device__ __forceinline__ void load_kv_tile(const T* __restrict__ src, int64_t 
 
 // Whether a query at qp sees a key at kp (causal by position, optional sliding window).
 __device__ __forceinline__ bool key_visible(const Params& p, int qp, int kp) {
-  return kp <= qp && (p.window <= 0 || int64_t(kp) > int64_t(qp) - p.window);
+  return attention_tiles::key_visible(qp, kp, p.window);
 }
 
 // Loads this lane's key position of the tile at j0 into kp (0 past n_kv or when not causal) and
@@ -292,12 +293,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
   __syncthreads();
 
   // The block's query position range, in every warp.
-  int qmin = INT_MAX, qmax = INT_MIN;
-  if (p.causal) {
-    for (int i = lane; i < n_valid; i += 32) qmin = min(qmin, qpos_s[i]), qmax = max(qmax, qpos_s[i]);
-    qmin = __reduce_min_sync(0xffffffffu, qmin);
-    qmax = __reduce_max_sync(0xffffffffu, qmax);
-  }
+  int qmin, qmax;
+  attention_tiles::query_position_range(qpos_s, n_valid, p.causal, lane, qmin, qmax);
 
   float m[RQ], l[RQ], o[RQ][NC * VW];
 #pragma unroll

@@ -130,6 +130,22 @@ void gemv_launch(const uint8_t* w, int64_t rows, int64_t cols, const float* x, f
                                                               bias);
 }
 
+// The kernel for n activation rows (1 ≤ n ≤ kQuantGemvMaxRows: N is a template argument).
+template <typename B>
+void gemv_rows(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t y_ld,
+               const float* bias, cudaStream_t stream) {
+  switch (n) {
+    case 1: gemv_launch<B, 1>(w, rows, cols, x, y, y_ld, bias, stream); break;
+    case 2: gemv_launch<B, 2>(w, rows, cols, x, y, y_ld, bias, stream); break;
+    case 3: gemv_launch<B, 3>(w, rows, cols, x, y, y_ld, bias, stream); break;
+    case 4: gemv_launch<B, 4>(w, rows, cols, x, y, y_ld, bias, stream); break;
+    case 5: gemv_launch<B, 5>(w, rows, cols, x, y, y_ld, bias, stream); break;
+    case 6: gemv_launch<B, 6>(w, rows, cols, x, y, y_ld, bias, stream); break;
+    case 7: gemv_launch<B, 7>(w, rows, cols, x, y, y_ld, bias, stream); break;
+    default: gemv_launch<B, 8>(w, rows, cols, x, y, y_ld, bias, stream); break;
+  }
+}
+
 }  // namespace
 
 void dequantize_to_f16_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, __half* dst,
@@ -149,19 +165,8 @@ void quant_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, c
                      float* y, int64_t y_ld, const float* bias, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
   if (n > kQuantGemvMaxRows) cuda_internal_fail("quant_gemv_cuda: more activation rows than kQuantGemvMaxRows");
-  const bool ok = qd::with_block(t, [&](auto block) {
-    using B = decltype(block);
-    switch (n) {
-      case 1: gemv_launch<B, 1>(w, rows, cols, x, y, y_ld, bias, stream); break;
-      case 2: gemv_launch<B, 2>(w, rows, cols, x, y, y_ld, bias, stream); break;
-      case 3: gemv_launch<B, 3>(w, rows, cols, x, y, y_ld, bias, stream); break;
-      case 4: gemv_launch<B, 4>(w, rows, cols, x, y, y_ld, bias, stream); break;
-      case 5: gemv_launch<B, 5>(w, rows, cols, x, y, y_ld, bias, stream); break;
-      case 6: gemv_launch<B, 6>(w, rows, cols, x, y, y_ld, bias, stream); break;
-      case 7: gemv_launch<B, 7>(w, rows, cols, x, y, y_ld, bias, stream); break;
-      default: gemv_launch<B, 8>(w, rows, cols, x, y, y_ld, bias, stream); break;
-    }
-  });
+  const bool ok =
+      qd::with_block(t, [&](auto block) { gemv_rows<decltype(block)>(w, rows, cols, x, n, y, y_ld, bias, stream); });
   if (!ok) cuda_internal_fail("quant_gemv_cuda: a type the device does not decode");
   CUDA_CHECK(cudaGetLastError());
 }
@@ -171,17 +176,7 @@ void f16_gemv_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, 
   if (rows == 0 || n == 0) return;
   if (n > kQuantGemvMaxRows || cols % 8 != 0)
     cuda_internal_fail("f16_gemv_cuda: more activation rows than kQuantGemvMaxRows, or a row not of whole 8-value groups");
-  const auto* wb = reinterpret_cast<const uint8_t*>(w);
-  switch (n) {
-    case 1: gemv_launch<F16Group, 1>(wb, rows, cols, x, y, y_ld, bias, stream); break;
-    case 2: gemv_launch<F16Group, 2>(wb, rows, cols, x, y, y_ld, bias, stream); break;
-    case 3: gemv_launch<F16Group, 3>(wb, rows, cols, x, y, y_ld, bias, stream); break;
-    case 4: gemv_launch<F16Group, 4>(wb, rows, cols, x, y, y_ld, bias, stream); break;
-    case 5: gemv_launch<F16Group, 5>(wb, rows, cols, x, y, y_ld, bias, stream); break;
-    case 6: gemv_launch<F16Group, 6>(wb, rows, cols, x, y, y_ld, bias, stream); break;
-    case 7: gemv_launch<F16Group, 7>(wb, rows, cols, x, y, y_ld, bias, stream); break;
-    default: gemv_launch<F16Group, 8>(wb, rows, cols, x, y, y_ld, bias, stream); break;
-  }
+  gemv_rows<F16Group>(reinterpret_cast<const uint8_t*>(w), rows, cols, x, n, y, y_ld, bias, stream);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1238,6 +1238,28 @@ TEST_CASE("cuda: dequantize_to_f16 gives the f16 values load_weight stores for t
   }
 }
 
+namespace {
+
+// A stack's split outputs: part p holds columns [first_p, first_p + part_rows[p]) of ref [n][out].
+void expect_parts_within(Backend& gpu, const std::vector<Guarded>& outs, std::span<const int64_t> part_rows,
+                         const std::vector<float>& ref, const std::vector<double>& bound, int64_t n, int64_t out) {
+  int64_t first = 0;
+  for (size_t p = 0; p < outs.size(); ++p) {
+    CAPTURE(p);
+    std::vector<float> ref_p;
+    std::vector<double> bound_p;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = first; j < first + part_rows[p]; ++j) {
+        ref_p.push_back(ref[size_t(i * out + j)]);
+        bound_p.push_back(bound[size_t(i * out + j)]);
+      }
+    expect_within(read_guarded(gpu, outs[p]), ref_p, bound_p, kMatmulMaxNmse);
+    first += part_rows[p];
+  }
+}
+
+}  // namespace
+
 TEST_CASE("cuda: quantised matmul (GEMV up to kQuantGemvMaxRows rows, f16 tiles beyond) within its bounds of the exact product") {
   if (gpu_missing()) return;
   Backends be;
@@ -1321,19 +1343,7 @@ TEST_CASE("cuda: quantised matmul (GEMV up to kQuantGemvMaxRows rows, f16 tiles 
     }
     const Weight* biases[] = {part_bias[0].get(), part_bias[1].get(), part_bias[2].get(), part_bias[3].get()};
     be.gpu->matmul_parts(gx.view, *stack, views, biases);
-    first = 0;
-    for (size_t p = 0; p < 4; ++p) {
-      CAPTURE(p);
-      std::vector<float> ref_p, got_p;
-      std::vector<double> bound_p;
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = first; j < first + part_rows[p]; ++j) {
-          ref_p.push_back(ref[size_t(i * out + j)]);
-          bound_p.push_back(bound[size_t(i * out + j)]);
-        }
-      expect_within(read_guarded(*be.gpu, outs[p]), ref_p, bound_p, kMatmulMaxNmse);
-      first += part_rows[p];
-    }
+    expect_parts_within(*be.gpu, outs, part_rows, ref, bound, n, out);
   }
 
   // A matrix larger than one f16 tile (2^25 values): a prefill over tile boundaries.
@@ -1406,19 +1416,7 @@ TEST_CASE("cuda: f16 matmul (GEMV up to kQuantGemvMaxRows rows) within its bound
   }
   const Weight* biases[] = {nullptr, nullptr, nullptr};
   be.gpu->matmul_parts(gx.view, *stack, views, biases);
-  int64_t first = 0;
-  for (size_t p = 0; p < 3; ++p) {
-    CAPTURE(p);
-    std::vector<float> ref_p;
-    std::vector<double> bound_p;
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = first; j < first + part_rows[p]; ++j) {
-        ref_p.push_back(ref[size_t(i * out + j)]);
-        bound_p.push_back(bound[size_t(i * out + j)]);
-      }
-    expect_within(read_guarded(*be.gpu, outs[p]), ref_p, bound_p, kMatmulMaxNmse);
-    first += part_rows[p];
-  }
+  expect_parts_within(*be.gpu, outs, part_rows, ref, bound, n, out);
 }
 
 TEST_CASE("cuda: embed of a quantised table equals the CPU backend's, bit for bit") {
