@@ -14,8 +14,9 @@
 # model: prefill with the tensor-core attention and with RAGKV_CUDA_ATTENTION=f32, reuse with the
 # loading controller on and off), q4km
 # (the Q4_K_M model: weights kept quantised, and RAGKV_CUDA_WEIGHTS=f16), llama (llama-bench on
-# both files, when BUNDLE_DIR/bin/llama-bench exists). All groups take about 5 minutes on an H100;
-# name fewer to split a run over two calls of the device tool.
+# both files, when $LLAMA_BUNDLE, default llama-bundle/, holds scripts/llama-bench-bundle.sh's
+# llama-bench.xz). Name fewer groups to split a run over calls of the device tool: the models stay
+# in $TMPDIR on a warm machine, so a second call for `llama` finds them.
 set -uo pipefail
 out=${1:?output directory}
 bundle=${2:-device-bundle}
@@ -71,13 +72,19 @@ if has q4km; then
   step bench-prefill-q4km-f16 150 bench-prefill-q4km-f16.json env RAGKV_CUDA_WEIGHTS=f16 "$run" ragkv bench prefill \
     --models "$model_q4" --device cuda --tokens 4096
 fi
-if has llama && [ -x "$bundle/bin/llama-bench" ]; then
-  # Prefill of the same 4,096 tokens on an empty context; decode of 32 tokens on an empty context
-  # and after 4,096 (ours decodes after the timed prompt). Flash attention on, all layers on the GPU.
+llama_bundle=${LLAMA_BUNDLE:-llama-bundle}
+llama_bench=${TMPDIR:-/tmp}/llama-bench
+if has llama && [ -s "$llama_bundle/llama-bench.xz" ]; then
+  # llama.cpp's CUDA llama-bench (scripts/llama-bench-bundle.sh; too large to travel with
+  # device-bundle/, so it comes in a call of its own). Prefill of the same 4,096 tokens on an
+  # empty context; decode of 32 tokens on an empty context and after 4,096 (ours decodes after the
+  # timed prompt). Flash attention on, every layer on the GPU.
+  [ -x "$llama_bench" ] || { xz -dc "$llama_bundle/llama-bench.xz" > "$llama_bench" && chmod +x "$llama_bench"; }
   for pair in "bf16:$model" "q4km:$model_q4"; do
     [ -s "${pair#*:}" ] || continue
-    step "llama-bench-${pair%%:*}" 240 "llama-bench-${pair%%:*}.json" env LD_LIBRARY_PATH="$bundle/lib" \
-      "$bundle/bin/llama-bench" -m "${pair#*:}" -p 4096 -n 32 -d 0,4096 -ngl 99 -fa on -r 3 -o json
+    step "llama-bench-${pair%%:*}" 240 "llama-bench-${pair%%:*}.json" \
+      env LD_LIBRARY_PATH="$llama_bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$llama_bench" -m "${pair#*:}" \
+      -p 4096 -n 32 -d 0,4096 -ngl 99 -fa on -r 3 -o json
   done
 fi
 command -v python3 > /dev/null && python3 "$here/gpu-report.py" "$out" > /dev/null 2> "$out/gpu-report.err"
