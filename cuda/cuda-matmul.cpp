@@ -3,7 +3,8 @@
 //  * f16 matrix, n ≤ kQuantGemvMaxRows and rows of whole 8-value groups (decode steps): the f16
 //    GEMV of quant-matmul.cu, f32 activations times the f16 weights, bias in the kernel;
 //  * f16 matrix, more rows: x rounded to f16 (row-scaled where it would overflow), one cuBLAS GEMM
-//    with f32 accumulation, then the epilogue (row unscale, bias);
+//    with f32 accumulation (one per part of a stack split into its outputs, each written in place
+//    with its own row stride), then the epilogue (row unscale, bias);
 //  * quantised matrix, n ≤ kQuantGemvMaxRows (decode steps, short recompute batches): one
 //    quant_gemv per part, f32 activations times the decoded weights, bias added in the kernel,
 //    straight into each part's output — the weight's bytes read once;
@@ -11,9 +12,12 @@
 //    f16 in the work buffer (the values an f16 matrix would hold, bit for bit) and the same GEMM
 //    per tile, so a prefill costs the f16 path's GEMMs plus one pass over the weight per call;
 //  * f32 vector weight (out_features == 1): an f32 GEMM.
-// A stack's parts go to their own outputs (outs[p] ↔ part p), or all into one output.
+// A stack's parts go to their own outputs (outs[p] ↔ part p), or all into one output. (Splitting
+// a whole product afterwards copied it once more: for an 8B model's gate/up stack, 0.9 GB per
+// layer of a 4,096-token prefill.)
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "core/util/error.h"
 #include "cuda/convert.cuh"
@@ -66,7 +70,9 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   }
   if (cw.dtype() == DType::f16) {
     // x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM(s),
-    // then y row scales and bias. A quantised weight adds its f16 tile to the work buffer.
+    // then row scales and bias. A quantised weight adds its f16 tile to the work buffer. A stack
+    // split into its parts' outputs: each part's GEMMs write its output directly (ld = its rows),
+    // with no [n][out] product copied apart afterwards.
     const size_t xh_bytes = round_up_256(static_cast<size_t>(n * in) * sizeof(__half));
     const size_t unscale_bytes = round_up_256(static_cast<size_t>(n) * sizeof(float));
     int64_t tile_rows = 0;
@@ -76,28 +82,53 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
       tile_rows = std::min(largest_part, std::max<int64_t>(1, kDequantTileValues / in));
     }
     const size_t tile_bytes = static_cast<size_t>(tile_rows * in) * sizeof(__half);
-    auto* work = static_cast<uint8_t*>(work_reserve(y_bytes + xh_bytes + unscale_bytes + tile_bytes));
-    float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
-    auto* xh = reinterpret_cast<__half*>(work + y_bytes);
-    auto* row_unscale = reinterpret_cast<float*>(work + y_bytes + xh_bytes);
-    auto* tile = reinterpret_cast<__half*>(work + y_bytes + xh_bytes + unscale_bytes);
+    auto* work = static_cast<uint8_t*>(work_reserve(xh_bytes + unscale_bytes + tile_bytes));
+    auto* xh = reinterpret_cast<__half*>(work);
+    auto* row_unscale = reinterpret_cast<float*>(work + xh_bytes);
+    auto* tile = reinterpret_cast<__half*>(work + xh_bytes + unscale_bytes);
     convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
+    // Destination of the output column c: (the part's output, its column, its row stride).
+    const auto part_out = [&](size_t p, int64_t first) -> std::pair<float*, int64_t> {
+      if (split) return {outs[p].as<float>(), w.part_rows[p]};
+      return {outs[0].as<float>() + first, out};
+    };
+    if (split && !cw.quantised() && w.part_rows.size() != outs.size())
+      fail("internal: CUDA matmul of {}: {} parts into {} outputs", w.name, w.part_rows.size(), outs.size());
     if (!cw.quantised()) {
-      gemm_f16_rows(cw.f16(), out, in, xh, n, y, out);
+      if (!split) {
+        gemm_f16_rows(cw.f16(), out, in, xh, n, outs[0].as<float>(), out);
+      } else {
+        int64_t first = 0;  // the part's first row of the stacked matrix
+        for (size_t p = 0; p < outs.size(); ++p) {
+          const auto [y, ldy] = part_out(p, first);
+          gemm_f16_rows(cw.f16() + first * in, w.part_rows[p], in, xh, n, y, ldy);
+          first += w.part_rows[p];
+        }
+      }
     } else {
-      int64_t first = 0;  // the part's first output column in y
-      for (const QuantPart& p : cw.parts()) {
+      if (split && cw.parts().size() != outs.size())
+        fail("internal: CUDA matmul of {}: {} quantised parts into {} outputs", w.name, cw.parts().size(), outs.size());
+      int64_t first = 0;  // the part's first output column of the whole product
+      for (size_t pi = 0; pi < cw.parts().size(); ++pi) {
+        const QuantPart& p = cw.parts()[pi];
+        const auto [y, ldy] = part_out(pi, first);
         const size_t row_bytes = ggml_row_bytes(p.type, in);
         for (int64_t r0 = 0; r0 < p.rows; r0 += tile_rows) {
           const int64_t nr = std::min(tile_rows, p.rows - r0);
           dequantize_to_f16_cuda(p.type, p.data + static_cast<size_t>(r0) * row_bytes, nr, in, tile, stream_);
-          gemm_f16_rows(tile, nr, in, xh, n, y + first + r0, out);
+          gemm_f16_rows(tile, nr, in, xh, n, y + r0, ldy);
         }
         first += p.rows;
       }
     }
-    matmul_epilogue_f32_cuda(y, row_unscale, d_bias, n, out, stream_);
-    if (split) matmul_split_outputs(y, w, outs, biases);
+    if (!split) {
+      matmul_epilogue_f32_cuda(outs[0].as<float>(), row_unscale, d_bias, n, out, stream_);
+    } else {
+      for (size_t p = 0; p < outs.size(); ++p) {
+        const float* bias = biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr;
+        matmul_epilogue_f32_cuda(outs[p].as<float>(), row_unscale, bias, n, w.part_rows[p], stream_);
+      }
+    }
   } else {  // an f32 vector weight (out_features == 1)
     auto* work = static_cast<uint8_t*>(split ? work_reserve(y_bytes) : nullptr);
     float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();

@@ -1390,7 +1390,8 @@ TEST_CASE("cuda: f16 matmul (GEMV up to kQuantGemvMaxRows rows) within its bound
                     kMatmulMaxNmse);
     }
   }
-  // A stack of f16 parts into their own outputs (the GEMV writes the whole, then the split).
+  // A stack of f16 parts into their own outputs, with biases: the GEMV writes the whole, then the
+  // split (2 rows); the GEMM writes each part in place (20 rows).
   const int64_t in = 256, part_rows[] = {48, 16, 16};
   std::vector<std::vector<uint8_t>> part_bytes;
   std::vector<ragkv::GgufTensor> tensors;
@@ -1403,20 +1404,28 @@ TEST_CASE("cuda: f16 matmul (GEMV up to kQuantGemvMaxRows rows) within its bound
   }
   const ragkv::GgufTensor* ptrs[] = {&tensors[0], &tensors[1], &tensors[2]};
   auto stack = be.gpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
-  const int64_t n = 2, out = 80;
-  const auto x = random_values(size_t(n * in), ++seed);
-  const auto ref = exact_matmul(x, w_all, nullptr, n, in, out);
-  const auto bound = matmul_bounds(x, w_all, nullptr, ref, n, in, out, false);
-  Guarded gx = make_guarded(*be.gpu, DType::f32, n, in, x);
-  std::vector<Guarded> outs;
-  std::vector<Tensor> views;
-  for (size_t p = 0; p < 3; ++p) {
-    outs.push_back(make_guarded(*be.gpu, DType::f32, n, part_rows[p], zeros(size_t(n * part_rows[p]))));
-    views.push_back(outs.back().view);
+  const int64_t out = 80;
+  const auto bias_all = random_values(size_t(out), ++seed, -0.5f, 0.5f);
+  std::vector<std::unique_ptr<Weight>> part_bias;
+  for (int64_t p = 0, first = 0; p < 3; first += part_rows[p], ++p)
+    part_bias.push_back(be.gpu->load_weight(f32_vector(
+        "b" + std::to_string(p), std::vector<float>(bias_all.begin() + first, bias_all.begin() + first + part_rows[p]))));
+  for (const int64_t n : {int64_t(2), int64_t(20)}) {
+    CAPTURE(n);
+    const auto x = random_values(size_t(n * in), ++seed);
+    const auto ref = exact_matmul(x, w_all, &bias_all, n, in, out);
+    const auto bound = matmul_bounds(x, w_all, &bias_all, ref, n, in, out, n > ragkv::kQuantGemvMaxRows);
+    Guarded gx = make_guarded(*be.gpu, DType::f32, n, in, x);
+    std::vector<Guarded> outs;
+    std::vector<Tensor> views;
+    for (size_t p = 0; p < 3; ++p) {
+      outs.push_back(make_guarded(*be.gpu, DType::f32, n, part_rows[p], zeros(size_t(n * part_rows[p]))));
+      views.push_back(outs.back().view);
+    }
+    const Weight* biases[] = {part_bias[0].get(), part_bias[1].get(), part_bias[2].get()};
+    be.gpu->matmul_parts(gx.view, *stack, views, biases);
+    expect_parts_within(*be.gpu, outs, part_rows, ref, bound, n, out);
   }
-  const Weight* biases[] = {nullptr, nullptr, nullptr};
-  be.gpu->matmul_parts(gx.view, *stack, views, biases);
-  expect_parts_within(*be.gpu, outs, part_rows, ref, bound, n, out);
 }
 
 TEST_CASE("cuda: embed of a quantised table equals the CPU backend's, bit for bit") {
