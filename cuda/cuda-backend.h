@@ -186,6 +186,9 @@ class CudaBackend : public Backend {
   // matmul (cuda-matmul.cpp): y (row stride ldy) = xh · Wᵀ for f16 W [rows][in] and xh [n][in].
   void gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const __half* xh, int64_t n, float* y,
                      int64_t ldy);
+  // matmul through cuBLAS on f16 operands: an f16 matrix, or a quantised one in dequantised tiles.
+  void matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
+                   std::span<const Weight* const> biases);
   // matmul of a quantised weight by a few rows: one GEMV per part into its output.
   void matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
                          std::span<const Weight* const> biases);

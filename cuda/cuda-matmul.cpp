@@ -69,66 +69,7 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
     return;
   }
   if (cw.dtype() == DType::f16) {
-    // x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM(s),
-    // then row scales and bias. A quantised weight adds its f16 tile to the work buffer. A stack
-    // split into its parts' outputs: each part's GEMMs write its output directly (ld = its rows),
-    // with no [n][out] product copied apart afterwards.
-    const size_t xh_bytes = round_up_256(static_cast<size_t>(n * in) * sizeof(__half));
-    const size_t unscale_bytes = round_up_256(static_cast<size_t>(n) * sizeof(float));
-    int64_t tile_rows = 0;
-    if (cw.quantised()) {
-      int64_t largest_part = 0;
-      for (const QuantPart& p : cw.parts()) largest_part = std::max(largest_part, p.rows);
-      tile_rows = std::min(largest_part, std::max<int64_t>(1, kDequantTileValues / in));
-    }
-    const size_t tile_bytes = static_cast<size_t>(tile_rows * in) * sizeof(__half);
-    auto* work = static_cast<uint8_t*>(work_reserve(xh_bytes + unscale_bytes + tile_bytes));
-    auto* xh = reinterpret_cast<__half*>(work);
-    auto* row_unscale = reinterpret_cast<float*>(work + xh_bytes);
-    auto* tile = reinterpret_cast<__half*>(work + xh_bytes + unscale_bytes);
-    convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
-    // Destination of the output column c: (the part's output, its column, its row stride).
-    const auto part_out = [&](size_t p, int64_t first) -> std::pair<float*, int64_t> {
-      if (split) return {outs[p].as<float>(), w.part_rows[p]};
-      return {outs[0].as<float>() + first, out};
-    };
-    if (split && !cw.quantised() && w.part_rows.size() != outs.size())
-      fail("internal: CUDA matmul of {}: {} parts into {} outputs", w.name, w.part_rows.size(), outs.size());
-    if (!cw.quantised()) {
-      if (!split) {
-        gemm_f16_rows(cw.f16(), out, in, xh, n, outs[0].as<float>(), out);
-      } else {
-        int64_t first = 0;  // the part's first row of the stacked matrix
-        for (size_t p = 0; p < outs.size(); ++p) {
-          const auto [y, ldy] = part_out(p, first);
-          gemm_f16_rows(cw.f16() + first * in, w.part_rows[p], in, xh, n, y, ldy);
-          first += w.part_rows[p];
-        }
-      }
-    } else {
-      if (split && cw.parts().size() != outs.size())
-        fail("internal: CUDA matmul of {}: {} quantised parts into {} outputs", w.name, cw.parts().size(), outs.size());
-      int64_t first = 0;  // the part's first output column of the whole product
-      for (size_t pi = 0; pi < cw.parts().size(); ++pi) {
-        const QuantPart& p = cw.parts()[pi];
-        const auto [y, ldy] = part_out(pi, first);
-        const size_t row_bytes = ggml_row_bytes(p.type, in);
-        for (int64_t r0 = 0; r0 < p.rows; r0 += tile_rows) {
-          const int64_t nr = std::min(tile_rows, p.rows - r0);
-          dequantize_to_f16_cuda(p.type, p.data + static_cast<size_t>(r0) * row_bytes, nr, in, tile, stream_);
-          gemm_f16_rows(tile, nr, in, xh, n, y + r0, ldy);
-        }
-        first += p.rows;
-      }
-    }
-    if (!split) {
-      matmul_epilogue_f32_cuda(outs[0].as<float>(), row_unscale, d_bias, n, out, stream_);
-    } else {
-      for (size_t p = 0; p < outs.size(); ++p) {
-        const float* bias = biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr;
-        matmul_epilogue_f32_cuda(outs[p].as<float>(), row_unscale, bias, n, w.part_rows[p], stream_);
-      }
-    }
+    matmul_gemm(x, cw, outs, biases);
   } else {  // an f32 vector weight (out_features == 1)
     auto* work = static_cast<uint8_t*>(split ? work_reserve(y_bytes) : nullptr);
     float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
@@ -138,6 +79,74 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
                                        y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     matmul_epilogue_f32_cuda(y, nullptr, d_bias, n, out, stream_);
     if (split) matmul_split_outputs(y, w, outs, biases);
+  }
+}
+
+// x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM(s), then
+// row scales and bias. A quantised weight adds its f16 tile to the work buffer. A stack split into
+// its parts' outputs: each part's GEMMs write its output directly (ld = its rows), with no [n][out]
+// product copied apart afterwards.
+void CudaBackend::matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
+                              std::span<const Weight* const> biases) {
+  const int64_t n = x.rows, in = cw.in_features, out = cw.out_features;
+  const bool split = outs.size() > 1;
+  const float* d_bias = !split && biases[0] ? cuda_vector(*biases[0], "matmul bias").f32() : nullptr;
+  const size_t xh_bytes = round_up_256(static_cast<size_t>(n * in) * sizeof(__half));
+  const size_t unscale_bytes = round_up_256(static_cast<size_t>(n) * sizeof(float));
+  int64_t tile_rows = 0;
+  if (cw.quantised()) {
+    int64_t largest_part = 0;
+    for (const QuantPart& p : cw.parts()) largest_part = std::max(largest_part, p.rows);
+    tile_rows = std::min(largest_part, std::max<int64_t>(1, kDequantTileValues / in));
+  }
+  const size_t tile_bytes = static_cast<size_t>(tile_rows * in) * sizeof(__half);
+  auto* work = static_cast<uint8_t*>(work_reserve(xh_bytes + unscale_bytes + tile_bytes));
+  auto* xh = reinterpret_cast<__half*>(work);
+  auto* row_unscale = reinterpret_cast<float*>(work + xh_bytes);
+  auto* tile = reinterpret_cast<__half*>(work + xh_bytes + unscale_bytes);
+  convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
+  // Where part p (its first output column `first`) goes, and the row stride there: its own output
+  // when split, else its columns of the one output.
+  const auto part_out = [&](size_t p, int64_t first) -> std::pair<float*, int64_t> {
+    if (split) return {outs[p].as<float>(), cw.part_rows[p]};
+    return {outs[0].as<float>() + first, out};
+  };
+  if (split && !cw.quantised() && cw.part_rows.size() != outs.size())
+    fail("internal: CUDA matmul of {}: {} parts into {} outputs", cw.name, cw.part_rows.size(), outs.size());
+  if (!cw.quantised()) {
+    if (!split) {
+      gemm_f16_rows(cw.f16(), out, in, xh, n, outs[0].as<float>(), out);
+    } else {
+      int64_t first = 0;  // the part's first row of the stacked matrix
+      for (size_t p = 0; p < outs.size(); ++p) {
+        const auto [y, ldy] = part_out(p, first);
+        gemm_f16_rows(cw.f16() + first * in, cw.part_rows[p], in, xh, n, y, ldy);
+        first += cw.part_rows[p];
+      }
+    }
+  } else {
+    if (split && cw.parts().size() != outs.size())
+      fail("internal: CUDA matmul of {}: {} quantised parts into {} outputs", cw.name, cw.parts().size(), outs.size());
+    int64_t first = 0;  // the part's first output column of the whole product
+    for (size_t pi = 0; pi < cw.parts().size(); ++pi) {
+      const QuantPart& p = cw.parts()[pi];
+      const auto [y, ldy] = part_out(pi, first);
+      const size_t row_bytes = ggml_row_bytes(p.type, in);
+      for (int64_t r0 = 0; r0 < p.rows; r0 += tile_rows) {
+        const int64_t nr = std::min(tile_rows, p.rows - r0);
+        dequantize_to_f16_cuda(p.type, p.data + static_cast<size_t>(r0) * row_bytes, nr, in, tile, stream_);
+        gemm_f16_rows(tile, nr, in, xh, n, y + r0, ldy);
+      }
+      first += p.rows;
+    }
+  }
+  if (!split) {
+    matmul_epilogue_f32_cuda(outs[0].as<float>(), row_unscale, d_bias, n, out, stream_);
+  } else {
+    for (size_t p = 0; p < outs.size(); ++p) {
+      const float* bias = biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr;
+      matmul_epilogue_f32_cuda(outs[p].as<float>(), row_unscale, bias, n, cw.part_rows[p], stream_);
+    }
   }
 }
 
