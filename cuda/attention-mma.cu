@@ -288,6 +288,7 @@ void launch(const MmaParams& p, int n_kv_head, cudaStream_t stream) {
   const auto kernel = attention_mma_kernel<D, BN>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t blocks = (p.n_vec + kBlockVectors - 1) / kBlockVectors;
+  if (blocks > INT_MAX) cuda_internal_fail("attention_mma_cuda: too many query vectors for one grid");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(n_kv_head));
   kernel<<<grid, kThreads, smem, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
@@ -303,10 +304,8 @@ bool attention_mma_enabled() {
   return on;
 }
 
-bool attention_mma_applies(const AttentionArgs& a, int64_t n_vec, bool with_mass, int sms) {
-  if (!a.tensor_cores || !attention_mma_enabled() || !a.kv_f16 || with_mass || a.n_kv == 0) return false;
-  const int64_t blocks = (n_vec + kBlockVectors - 1) / kBlockVectors;
-  return blocks <= INT_MAX && blocks * a.n_kv_head >= sms;
+bool attention_mma_applies(const AttentionArgs& a, bool with_mass) {
+  return a.tensor_cores && attention_mma_enabled() && a.kv_f16 && !with_mass && a.n_kv > 0;
 }
 
 void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream) {

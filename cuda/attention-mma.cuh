@@ -15,9 +15,10 @@ namespace ragkv {
 bool attention_mma_enabled();
 
 // True when the tensor-core path takes a checked call: enabled (and a.tensor_cores), K/V f16, no
-// segment mass or key totals, and enough query vectors (n_vec = n_q · group per KV head) for
-// blocks of 64 vectors to give every one of `sms` multiprocessors work.
-bool attention_mma_applies(const AttentionArgs& a, int64_t n_vec, bool with_mass, int sms);
+// segment mass or key totals, at least one key. Any number of query vectors: even a block with few
+// of its 64 vectors in use computes a key tile on tensor cores several times faster than the f32
+// kernel's FMAs (calls of a few vectors over many keys went to split-K before).
+bool attention_mma_applies(const AttentionArgs& a, bool with_mass);
 
 // Queues the kernel on `stream` (head_dim 32, 64, 128 or 256). Throws ragkv::Error when the
 // launch fails.

@@ -1,9 +1,9 @@
 // Fused attention for the selective-recompute fusor (DESIGN.md §4): queries at arbitrary
 // absolute positions against key rows in any position order, FlashAttention-style (Dao et al.
 // 2022, Alg. 1: one pass over K/V tiles with an online softmax), f32 arithmetic throughout.
-// Calls with f16 K/V, no segment mass and enough query vectors to fill the GPU go to the
-// tensor-core kernel of attention-mma.cu instead (RAGKV_CUDA_ATTENTION=f32 keeps them here);
-// this kernel serves the segment-mass and key-total passes, f32 K/V and short questions.
+// Calls with f16 K/V and no segment mass or key totals go to the tensor-core kernel of
+// attention-mma.cu instead (RAGKV_CUDA_ATTENTION=f32 keeps them here); this kernel serves the
+// segment-mass and key-total passes and f32 K/V.
 //
 // Work split. A query *vector* is one (query row, query head) pair; the GQA heads of a KV head g
 // are heads g·group … g·group + group − 1, so vector t = row · group + hg of KV head g reads the
@@ -538,14 +538,14 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
     return;
   }
 
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  // Enough query vectors for every SM, f16 K/V, no mass: the tensor-core kernel.
-  if (attention_mma_applies(a, p.n_vec, with_mass || with_key_mass, sms)) {
+  // f16 K/V and no mass (prefill, recompute rows, questions): the tensor-core kernel.
+  if (attention_mma_applies(a, with_mass || with_key_mass)) {
     attention_mma_cuda(a, stream);
     return;
   }
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // M = 16 vectors per block when 64 would leave SMs idle (few query rows).
   const bool small_m = (p.n_vec + 63) / 64 * a.n_kv_head < sms;
 

@@ -522,10 +522,11 @@ TEST_CASE("cuda attention: tensor-core kernel within the derived f16 bound") {
   };
   uint32_t seed = 9000;
   for (const ProblemSpec& s : cases) run_mma_case(s, seed++, false);
-  // Large enough that attention_cuda routes to the tensor-core kernel on an H100/H200 (the bound
-  // holds for either kernel, so the check does not depend on the route).
+  // Through attention_cuda's routing: f16 K/V without mass go to the tensor-core kernel (a decode
+  // step's few vectors over more than 256 keys to split-K, which the bound holds too).
   run_mma_case({"routed prefill, GQA 4, head_dim 128", 128, 16, 4, 1024, 1024}, seed++, true);
   run_mma_case({"routed recompute rows, GQA 4", 128, 32, 8, 600, 1000, true}, seed++, true);
+  run_mma_case({"routed question rows, GQA 4", 128, 8, 2, 12, 700, true}, seed++, true);
 }
 
 TEST_CASE("cuda attention: bad arguments throw ragkv::Error before touching the device") {
