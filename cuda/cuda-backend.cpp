@@ -174,7 +174,8 @@ CudaBackend::~CudaBackend() {
     std::fprintf(stderr, "ragkv: cuBLAS error %s destroying the handle of %s\n", cublas::api().status_name(st),
                  name_.c_str());
   if (scratch_) CUDA_CHECK_NOTHROW(cudaFree(scratch_));
-  if (attention_params_) CUDA_CHECK_NOTHROW(cudaFree(attention_params_));
+  for (const RepeatedUpload* u : {&attention_params_, &rope_params_})
+    if (u->device) CUDA_CHECK_NOTHROW(cudaFree(u->device));
   if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
   CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
 }
@@ -305,16 +306,15 @@ void* CudaBackend::scratch_upload(size_t bytes) {
   return scratch_;
 }
 
-const void* CudaBackend::upload_attention_params() {
+const void* CudaBackend::upload_if_changed(RepeatedUpload& u) {
   if (host_staging_.empty()) return nullptr;
-  if (host_staging_ == attention_params_host_) return attention_params_;  // every layer after the first
-  grow_device_buffer(attention_params_, attention_params_bytes_, host_staging_.size());
+  if (host_staging_ == u.host) return u.device;  // every layer after the first
+  grow_device_buffer(u.device, u.capacity, host_staging_.size());
   // Pageable source: staged by the time the call returns; the copy is ordered on stream_ after
   // the kernels that read the previous contents.
-  CUDA_CHECK(cudaMemcpyAsync(attention_params_, host_staging_.data(), host_staging_.size(), cudaMemcpyHostToDevice,
-                             stream_));
-  attention_params_host_ = host_staging_;
-  return attention_params_;
+  CUDA_CHECK(cudaMemcpyAsync(u.device, host_staging_.data(), host_staging_.size(), cudaMemcpyHostToDevice, stream_));
+  u.host = host_staging_;
+  return u.device;
 }
 
 void* CudaBackend::work_reserve(size_t bytes) {
@@ -464,7 +464,7 @@ void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions,
   float* inv_freq = reinterpret_cast<float*>(host_staging_.data() + pos_bytes);
   const std::vector<float> freqs = rope_inv_freq(p);
   std::memcpy(inv_freq, freqs.data(), freqs.size() * sizeof(float));
-  auto* dev = static_cast<uint8_t*>(scratch_upload(bytes));
+  const auto* dev = static_cast<const uint8_t*>(upload_if_changed(rope_params_));
   const auto* d_pos = reinterpret_cast<const int32_t*>(dev);
   const auto* d_inv_freq = reinterpret_cast<const float*>(dev + pos_bytes);
 
@@ -575,7 +575,7 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);
   if (qpos_bytes) std::memcpy(host_staging_.data() + seg_bytes, q_pos.data(), qpos_bytes);
   if (kpos_bytes) std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes, k_pos.data(), kpos_bytes);
-  const auto* staged = static_cast<const uint8_t*>(upload_attention_params());
+  const auto* staged = static_cast<const uint8_t*>(upload_if_changed(attention_params_));
 
   AttentionArgs a;
   a.q = q.as<float>();

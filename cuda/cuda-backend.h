@@ -162,13 +162,18 @@ class CudaBackend : public Backend {
   size_t scratch_bytes_ = 0;
   std::vector<uint8_t> host_staging_;
   void* scratch_upload(size_t bytes);  // copies host_staging_[0, bytes) to scratch_, returns it
-  // Attention's positions and segment boundaries, kept on the device in a buffer of their own: a
-  // prefill or decode step passes every layer the same positions, so only the first layer's call
-  // copies them (the bytes last copied are kept on the host to compare).
-  void* attention_params_ = nullptr;  // device bytes [attention_params_bytes_]
-  size_t attention_params_bytes_ = 0;
-  std::vector<uint8_t> attention_params_host_;
-  const void* upload_attention_params();  // host_staging_ on the device, copied only when it changed
+  // Parameters every layer of a prefill or decode step passes again unchanged (attention's
+  // positions and segment boundaries; rope's positions and frequencies), kept on the device in a
+  // buffer of their own per op: only the first layer's call copies them, the bytes last copied
+  // kept on the host to compare.
+  struct RepeatedUpload {
+    void* device = nullptr;  // device bytes [capacity]
+    size_t capacity = 0;
+    std::vector<uint8_t> host;  // what device holds
+  };
+  RepeatedUpload attention_params_, rope_params_;
+  // host_staging_ on the device in u's buffer, copied only when it differs from the last copy.
+  const void* upload_if_changed(RepeatedUpload& u);
 
   // Device intermediates of one op (matmul's f16 activations and row scales, load_weight's f32
   // rows before conversion): one grow-only buffer, safe to reuse for the same stream-order reason.
