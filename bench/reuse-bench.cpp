@@ -150,7 +150,8 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
 
   std::unique_ptr<LoadingController> controller;
   if (opt.load_control) {
-    const MachineProfile m = load_or_profile_machine(opt.cost_profile, model, keys.model_fingerprint(), &stores.front());
+    const MachineProfile m =
+        load_or_profile_machine(opt.cost_profile, model, keys.model_fingerprint(), &stores.front());
     controller = std::make_unique<LoadingController>(m.tiers, m.prefill, L);
   }
 

@@ -175,7 +175,8 @@ void f16_gemv_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, 
                    const float* bias, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
   if (n > kQuantGemvMaxRows || cols % 8 != 0)
-    cuda_internal_fail("f16_gemv_cuda: more activation rows than kQuantGemvMaxRows, or a row not of whole 8-value groups");
+    cuda_internal_fail(
+        "f16_gemv_cuda: more activation rows than kQuantGemvMaxRows, or a row not of whole 8-value groups");
   gemv_rows<F16Group>(reinterpret_cast<const uint8_t*>(w), rows, cols, x, n, y, y_ld, bias, stream);
   CUDA_CHECK(cudaGetLastError());
 }

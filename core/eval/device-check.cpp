@@ -63,7 +63,10 @@ DeviceCheckResult run_device_check(Backend& reference, Backend& candidate, const
   result.report = {{"reference", reference.kernels()},
                    {"candidate", candidate.kernels()},
                    {"options",
-                    {{"prompts", opt.prompts}, {"prompt_tokens", opt.prompt_tokens}, {"steps", opt.steps}, {"seed", opt.seed}}},
+                    {{"prompts", opt.prompts},
+                     {"prompt_tokens", opt.prompt_tokens},
+                     {"steps", opt.steps},
+                     {"seed", opt.seed}}},
                    {"bar", bar.to_json()},
                    {"models", nlohmann::json::array()}};
   for (size_t i = 0; i < models.size(); ++i) {

@@ -57,11 +57,13 @@ void write_device_record(const std::filesystem::path& dir, const std::string& ke
   write_file_atomic(device_record_path(dir, kernels), {record.dump(1) + "\n"});
 }
 
-DeviceVerdict device_qualified(const std::filesystem::path& dir, const std::string& kernels, const std::string& binary) {
+DeviceVerdict device_qualified(const std::filesystem::path& dir, const std::string& kernels,
+                               const std::string& binary) {
   if (dir.empty()) return {false, "no device-check records directory (HOME is not set)"};
   const std::filesystem::path path = device_record_path(dir, kernels);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return {false, fmt::format("`ragkv device-check` has not run on {}", kernels)};
+  if (!std::filesystem::exists(path, ec))
+    return {false, fmt::format("`ragkv device-check` has not run on {}", kernels)};
   try {
     const nlohmann::json r = nlohmann::json::parse(read_regular_file(path));
     if (!r.is_object() || r.value("format", "") != kFormat || r.value("kernels", "") != kernels)
