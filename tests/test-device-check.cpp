@@ -72,13 +72,16 @@ TEST_CASE("backend agreement: a backend agrees with itself exactly, two differen
   CHECK(other.first_token_kl_mean > 1e-3);
   CHECK(other.prefill_logits_rel_l2_max > 0.1);
   CHECK_FALSE(AgreementBar{}.met_by(other));
-  // The bar is checked on both figures: a rate alone or a KL alone does not pass.
-  AgreementFigures kl_only = same;
-  kl_only.first_token_kl_mean = 2e-3;
-  CHECK_FALSE(AgreementBar{}.met_by(kl_only));
-  AgreementFigures top1_only = same;
-  top1_only.top1_equal = 22;  // 22 of 24 = 0.917
-  CHECK_FALSE(AgreementBar{}.met_by(top1_only));
+  // The bar is checked on all three figures: any one past its limit fails.
+  AgreementFigures kl_off = same;
+  kl_off.first_token_kl_mean = 2e-3;
+  CHECK_FALSE(AgreementBar{}.met_by(kl_off));
+  AgreementFigures top1_off = same;
+  top1_off.top1_equal = 22;  // 22 of 24 = 0.917
+  CHECK_FALSE(AgreementBar{}.met_by(top1_off));
+  AgreementFigures l2_off = same;
+  l2_off.prefill_logits_rel_l2_max = 0.02;
+  CHECK_FALSE(AgreementBar{}.met_by(l2_off));
   CHECK_FALSE(AgreementBar{}.met_by(AgreementFigures{}));  // nothing compared is no pass
 }
 

@@ -38,7 +38,9 @@ nlohmann::json AgreementFigures::to_json() const {
 }
 
 nlohmann::json AgreementBar::to_json() const {
-  return {{"min_top1_rate", min_top1_rate}, {"max_first_token_kl_mean", max_first_token_kl}};
+  return {{"min_top1_rate", min_top1_rate},
+          {"max_first_token_kl_mean", max_first_token_kl},
+          {"max_prefill_logits_rel_l2", max_prefill_rel_l2}};
 }
 
 AgreementFigures teacher_forced_agreement(const Model& reference, const Model& candidate, const AgreementOptions& opt,

@@ -31,13 +31,19 @@ struct AgreementFigures {
   nlohmann::json to_json() const;
 };
 
-// What a candidate backend must reach (issue 40's model-level bar).
+// What a candidate backend must reach: issue 40's model-level bar (top-1, first-token KL), and the
+// prefill logits' relative L2 error that tests/test-cuda-model.cpp holds the CUDA backend to. The
+// third matters on random-weight models, whose next-token distributions are flat: there a small
+// error moves neither the argmax nor the KL much (on the CPU, f16-rounded weights against f32 ones
+// give a KL of about 1e-6 but a relative L2 error of 1.6e-3).
 struct AgreementBar {
   double min_top1_rate = 0.95;
   double max_first_token_kl = 1e-3;  // on the mean over prompts
+  double max_prefill_rel_l2 = 1e-2;  // on the largest over prompts
 
   bool met_by(const AgreementFigures& f) const {
-    return f.steps > 0 && f.top1_rate() >= min_top1_rate && f.first_token_kl_mean <= max_first_token_kl;
+    return f.steps > 0 && f.top1_rate() >= min_top1_rate && f.first_token_kl_mean <= max_first_token_kl &&
+           f.prefill_logits_rel_l2_max <= max_prefill_rel_l2;
   }
   nlohmann::json to_json() const;
 };
