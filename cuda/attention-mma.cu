@@ -167,11 +167,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
   for (int idx = tid; idx < kBlockVectors * (D / 4); idx += kThreads) {
     const int vl = idx / (D / 4), c = (idx % (D / 4)) * 4;
     float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (vl < n_valid) {
-      const int64_t t = t0 + vl, row = t / p.group;
-      const int h = g * p.group + int(t % p.group);
-      val = *reinterpret_cast<const float4*>(p.q + row * p.q_cols + int64_t(h) * D + c);
-    }
+    if (vl < n_valid)
+      val = *reinterpret_cast<const float4*>(p.q + attention_tiles::vector_offset(t0 + vl, p.group, g, p.q_cols, D) + c);
     __half2* dst = reinterpret_cast<__half2*>(Qs + vl * RS + c);
     dst[0] = __floats2half2_rn(val.x, val.y);
     dst[1] = __floats2half2_rn(val.z, val.w);
@@ -271,10 +268,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
   for (int side = 0; side < 2; ++side) {
     const int vl = side == 0 ? r0 : r1;
     if (vl >= n_valid) continue;
-    const int64_t t = t0 + vl, row = t / p.group;
-    const int h = g * p.group + int(t % p.group);
     const float inv = side == 0 ? inv0 : inv1;
-    float* dst = p.out + row * p.q_cols + int64_t(h) * D + 2 * tig;
+    float* dst = p.out + attention_tiles::vector_offset(t0 + vl, p.group, g, p.q_cols, D) + 2 * tig;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt)
       *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(o[dt][2 * side] * inv, o[dt][2 * side + 1] * inv);

@@ -1,5 +1,6 @@
-// Device helpers the tiled attention kernels share (attention.cu, attention-mma.cu): the mask by
-// position and the block's query position range that tile skipping compares key tiles against.
+// Device helpers the tiled attention kernels share (attention.cu, attention-mma.cu): the mapping of
+// query vectors to rows and heads, the mask by position and the block's query position range that
+// tile skipping compares key tiles against.
 // Device code only: included from .cu files.
 #pragma once
 #include <climits>
@@ -11,6 +12,15 @@ namespace ragkv::attention_tiles {
 // (positions in (qp − window, qp]) when window > 0.
 __device__ __forceinline__ bool key_visible(int qp, int kp, int window) {
   return kp <= qp && (window <= 0 || int64_t(kp) > int64_t(qp) - window);
+}
+
+// A query vector is one (query row, query head) pair; the GQA heads of KV head g are g · group …
+// g · group + group − 1, and vector t of KV head g is row t / group, head g · group + t % group.
+__device__ __forceinline__ int64_t vector_row(int64_t t, int group) { return t / group; }
+__device__ __forceinline__ int vector_head(int64_t t, int group, int g) { return g * group + int(t % group); }
+// Where vector t's head_dim values start in a [n_q][q_cols] row-major q or output.
+__device__ __forceinline__ int64_t vector_offset(int64_t t, int group, int g, int64_t q_cols, int head_dim) {
+  return vector_row(t, group) * q_cols + int64_t(vector_head(t, group, g)) * head_dim;
 }
 
 // [qmin, qmax] of the block's n_valid query positions in shared memory, reduced over the warp so

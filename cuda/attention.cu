@@ -282,11 +282,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
   for (int idx = tid; idx < M * (D / 4); idx += kThreads) {
     const int vl = idx / (D / 4), c = (idx % (D / 4)) * 4;
     float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (vl < n_valid) {
-      const int64_t t = t0 + vl, row = t / p.group;
-      const int h = g * p.group + int(t % p.group);
-      val = *reinterpret_cast<const float4*>(p.q + row * p.q_cols + int64_t(h) * D + c);
-    }
+    if (vl < n_valid)
+      val = *reinterpret_cast<const float4*>(p.q + attention_tiles::vector_offset(t0 + vl, p.group, g, p.q_cols, D) + c);
     *reinterpret_cast<float4*>(Qs + vl * kQKStride + c) = val;
   }
   if (tid < M) qpos_s[tid] = tid < n_valid && p.causal ? p.q_pos[(t0 + tid) / p.group] : 0;
@@ -359,10 +356,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
   for (int a = 0; a < RQ; ++a) {
     const int vl = tq + 16 * a;
     if (vl >= n_valid) continue;
-    const int64_t t = t0 + vl, row = t / p.group;
-    const int h = g * p.group + int(t % p.group);
     const float inv = l[a] > 0.f ? 1.f / l[a] : 0.f;
-    float* dst = p.out + row * p.q_cols + int64_t(h) * D + tk * VW;
+    float* dst = p.out + attention_tiles::vector_offset(t0 + vl, p.group, g, p.q_cols, D) + tk * VW;
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       float r[VW];
@@ -431,8 +426,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
         part = group16_sum(part);
         const int vl = tq + 16 * a;
         if (tk == 0 && vl < n_valid && part != 0.f) {
-          const int64_t t = t0 + vl, row = t / p.group;
-          const int h = g * p.group + int(t % p.group);
+          const int64_t t = t0 + vl, row = attention_tiles::vector_row(t, p.group);
+          const int h = attention_tiles::vector_head(t, p.group, g);
           atomicAdd(p.seg_mass + (row * p.n_head + h) * p.n_seg + sg, part);
         }
       }
