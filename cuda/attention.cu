@@ -474,6 +474,16 @@ bool misaligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 
 
 }  // namespace
 
+AttentionRoute attention_route(const AttentionArgs& a) {
+  const bool mass = (a.seg_mass != nullptr && a.n_seg > 0 && a.n_q > 0) || (a.key_mass != nullptr && a.n_kv > 0);
+  // Few query vectors per KV head over many keys (decode, short questions): split-K.
+  if (a.n_head > 0 && a.n_kv_head > 0 && attention_decode_applies(a.n_q * (a.n_head / a.n_kv_head), a.n_kv, mass))
+    return AttentionRoute::split_k;
+  // f16 K/V and no mass (prefill, recompute rows, questions): the tensor-core kernel.
+  if (attention_mma_applies(a, mass)) return AttentionRoute::mma;
+  return mass ? AttentionRoute::f32_mass : AttentionRoute::f32;
+}
+
 void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
   const int hd = a.head_dim;
   if (hd != 32 && hd != 64 && hd != 128 && hd != 256)
@@ -527,16 +537,10 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
   p.softcap = a.softcap;
   p.causal = a.causal;
 
-  // Few query vectors per KV head over many keys (decode, short questions): split-K instead.
-  if (attention_decode_applies(p.n_vec, p.n_kv, with_mass || with_key_mass)) {
-    attention_decode_cuda(a, stream);
-    return;
-  }
-
-  // f16 K/V and no mass (prefill, recompute rows, questions): the tensor-core kernel.
-  if (attention_mma_applies(a, with_mass || with_key_mass)) {
-    attention_mma_cuda(a, stream);
-    return;
+  switch (attention_route(a)) {
+    case AttentionRoute::split_k: attention_decode_cuda(a, stream); return;
+    case AttentionRoute::mma: attention_mma_cuda(a, stream); return;
+    case AttentionRoute::f32: case AttentionRoute::f32_mass: break;
   }
   int device = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));

@@ -38,6 +38,13 @@ struct AttentionArgs {
   bool tensor_cores = true;
 };
 
+// The kernel attention_cuda runs a checked call on: split-K (attention-decode.cu) for a few query
+// vectors per KV head over many keys without mass; the tensor-core kernel (attention-mma.cu) for
+// f16 K/V without mass; else the f32 kernel of attention.cu, with or without segment mass / key
+// totals.
+enum class AttentionRoute { split_k, mma, f32, f32_mass };
+AttentionRoute attention_route(const AttentionArgs& a);
+
 // Queues the attention on `stream`. q, k, v and out must be 16-byte aligned (row slices of
 // cudaMalloc'd tensors are); out must not overlap q, k, v or seg_mass. Rows [0, n_kv) of k and v
 // must hold finite values (a masked key still meets a zero probability in P·V). A query that

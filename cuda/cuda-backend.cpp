@@ -92,6 +92,17 @@ std::optional<std::vector<int32_t>> surviving_writes(std::span<const int32_t> ro
   return keep;
 }
 
+// The profile's label of each attention route (op-profile.h).
+const char* attention_profile_name(AttentionRoute r) {
+  switch (r) {
+    case AttentionRoute::split_k: return "attention/split-k";
+    case AttentionRoute::mma: return "attention/mma";
+    case AttentionRoute::f32: return "attention/f32";
+    case AttentionRoute::f32_mass: return "attention/f32+mass";
+  }
+  return "attention";
+}
+
 }  // namespace
 
 bool cuda_device_present() {
@@ -148,6 +159,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));
+    if (const char* path = std::getenv("RAGKV_CUDA_PROFILE"); path && *path)
+      profiler_ = std::make_unique<CudaOpProfiler>(path, stream_);
   } catch (...) {
     // The destructor does not run for a constructor that throws.
     if (uploads_done_) CUDA_CHECK_NOTHROW(cudaEventDestroy(uploads_done_));
@@ -161,6 +174,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   // Destructors must not throw: errors are reported to stderr.
+  if (profiler_) {
+    try {
+      profiler_->write(name_, kernels());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ragkv: the CUDA profile (RAGKV_CUDA_PROFILE) was not written: %s\n", e.what());
+    }
+    profiler_.reset();
+  }
   CUDA_CHECK_NOTHROW(cudaStreamSynchronize(copy_stream_));
   CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
   for (PinnedSlot& slot : slots_) {
@@ -268,6 +289,7 @@ void CudaBackend::wait_uploads() {
 void CudaBackend::download(const Tensor& src, void* host_dst) {
   const size_t bytes = src.bytes();
   if (bytes == 0) return;
+  const auto timed = profile("download", src.rows);
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -275,11 +297,13 @@ void CudaBackend::download(const Tensor& src, void* host_dst) {
 void CudaBackend::fill_zero(const Tensor& t) {
   const size_t bytes = t.bytes();
   if (bytes == 0) return;
+  const auto timed = profile("fill_zero", t.rows);
   CUDA_CHECK(cudaMemsetAsync(t.data(), 0, bytes, stream_));
 }
 
 void CudaBackend::copy_impl(const Tensor& src, const Tensor& dst) {
   if (src.bytes() == 0) return;
+  const auto timed = profile("copy", src.rows);
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
 }
 
@@ -433,6 +457,7 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n == 0) return;
   check_grid_rows(n, "embed");
+  const auto timed = profile("embed", n);
 
   host_staging_.resize(ids.size_bytes());
   std::memcpy(host_staging_.data(), ids.data(), ids.size_bytes());
@@ -447,6 +472,7 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
 void CudaBackend::rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) {
   const CudaWeight& cw = cuda_vector(w, "rms_norm");
   check_grid_rows(x.rows, "rms_norm");
+  const auto timed = profile("rms_norm", x.rows);
   rms_norm_f32_cuda(x.as<float>(), cw.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
@@ -454,6 +480,7 @@ void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions,
                             const RopeParams& p, bool inverse) {
   const int half = p.n_rot / 2;
   if (half == 0 || x.rows == 0) return;
+  const auto timed = profile("rope", x.rows);
 
   // Staging layout: int32 positions [rows], then f32 inv_freq [half]. inv_freq comes from
   // rope_inv_freq(), shared with the CPU backend, so both rotate by the same float θ.
@@ -484,27 +511,33 @@ void CudaBackend::layer_norm_impl(const Tensor& x, const Weight& w, const Weight
   const CudaWeight& cw = cuda_vector(w, "layer_norm");
   const CudaWeight& cb = cuda_vector(b, "layer_norm");
   check_grid_rows(x.rows, "layer_norm");
+  const auto timed = profile("layer_norm", x.rows);
   layer_norm_f32_cuda(x.as<float>(), cw.f32(), cb.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
 void CudaBackend::gelu_erf_impl(const Tensor& x, const Tensor& y) {
+  const auto timed = profile("gelu_erf", x.rows);
   gelu_erf_f32_cuda(x.as<float>(), y.as<float>(), x.numel(), stream_);
 }
 
 void CudaBackend::swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  const auto timed = profile("swiglu", gate.rows);
   swiglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
 }
 
 void CudaBackend::geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  const auto timed = profile("geglu", gate.rows);
   geglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
 }
 
 void CudaBackend::add_impl(const Tensor& a, const Tensor& b) {
+  const auto timed = profile("add", a.rows);
   add_f32_cuda(a.as<float>(), b.as<float>(), a.numel(), stream_);
 }
 
 void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
+  const auto timed = profile("scatter_rows", int64_t(rows.size()));
 
   // Staging layout: int32 destination rows [k], then, when a destination repeats, the int32
   // source rows [k] of the writes that survive; otherwise source row i goes to rows[i].
@@ -535,6 +568,7 @@ void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::s
 void CudaBackend::gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
   check_grid_rows(out.rows, "gather_rows");
+  const auto timed = profile("gather_rows", out.rows);
 
   host_staging_.resize(rows.size_bytes());
   std::memcpy(host_staging_.data(), rows.data(), rows.size_bytes());
@@ -546,6 +580,7 @@ void CudaBackend::row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<c
                                    const Tensor& out) {
   if (rows.empty()) return;
   check_grid_rows(a.rows, "row_sq_dist");
+  const auto timed = profile("row_sq_dist", a.rows);
 
   host_staging_.resize(rows.size_bytes());
   std::memcpy(host_staging_.data(), rows.data(), rows.size_bytes());
@@ -600,6 +635,7 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
     a.seg_mass = static_cast<float*>(work_reserve(seg_mass->out->size() * sizeof(float)));
   }
   if (key_totals && n_kv > 0) a.key_mass = static_cast<float*>(work_reserve(size_t(n_kv) * sizeof(float)));
+  const auto timed = profile(attention_profile_name(attention_route(a)), n_q);
   attention_cuda(a, stream_);
   if (a.key_mass) {
     CUDA_CHECK(cudaMemcpyAsync(seg_mass->out->data(), a.key_mass, size_t(n_kv) * sizeof(float),

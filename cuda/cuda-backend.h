@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "core/backend/backend.h"
+#include "cuda/op-profile.h"
 
 namespace ragkv {
 
@@ -139,6 +140,12 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;   // every copy and kernel of this backend
   cublasHandle_t cublas_ = nullptr; // bound to stream_; matmul's GEMMs
   bool keep_quantised_ = true;      // RAGKV_CUDA_WEIGHTS: quantised matrices stay quantised (default)
+  // RAGKV_CUDA_PROFILE=FILE: every op's device time (op-profile.h), written at destruction.
+  std::unique_ptr<CudaOpProfiler> profiler_;
+  // Times one op under `op` (a literal: "matmul/gemv-f16") when profiling, else nothing.
+  CudaOpProfiler::Scope profile(const char* op, int64_t rows) {
+    return profiler_ ? CudaOpProfiler::Scope(profiler_.get(), op, rows) : CudaOpProfiler::Scope();
+  }
 
   // upload_async: its own stream, pinned staging slots (reused once their copy has completed),
   // and the events that order the two streams.

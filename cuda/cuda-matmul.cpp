@@ -52,6 +52,12 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   check_int_dim(in, "in_features", "matmul");
   check_int_dim(out, "out_features", "matmul");
   check_grid_rows(n, "matmul");
+  const bool gemv_f16 = cw.dtype() == DType::f16 && !cw.quantised() && n <= kQuantGemvMaxRows && in % 8 == 0;
+  const auto timed = profile(cw.quantised()   ? (n <= kQuantGemvMaxRows ? "matmul/gemv-quant" : "matmul/gemm-quant-tiles")
+                             : gemv_f16        ? "matmul/gemv-f16"
+                             : cw.dtype() == DType::f16 ? "matmul/gemm-f16"
+                                                         : "matmul/gemm-f32",
+                             n);
   if (cw.quantised() && n <= kQuantGemvMaxRows) {
     matmul_quant_gemv(x, cw, outs, biases);
     return;
@@ -61,7 +67,7 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
 
   // y in the work buffer when it is split afterwards, else the output itself.
   const size_t y_bytes = split ? round_up_256(static_cast<size_t>(n * out) * sizeof(float)) : 0;
-  if (cw.dtype() == DType::f16 && !cw.quantised() && n <= kQuantGemvMaxRows && in % 8 == 0) {
+  if (gemv_f16) {
     // A few rows on an f16 matrix: the GEMV reads the weight once (a stack whole, then split).
     float* y = split ? static_cast<float*>(work_reserve(y_bytes)) : outs[0].as<float>();
     f16_gemv_cuda(cw.f16(), out, in, x.as<float>(), n, y, out, d_bias, stream_);

@@ -15,6 +15,9 @@ table says which file was missing):
   - each mode's TTFT per KV tier over `full` (bench reuse), with the loading controller on
     (bench-reuse.json, the GPU's default) and off (bench-reuse-no-control.json);
   - device-check's teacher-forced agreement per model (top-1 rate, first-token KL);
+  - where the time goes, from the RAGKV_CUDA_PROFILE files (profile-*.json, cuda/op-profile.h): per
+    phase (prefill: ops over more than 8 rows; decode: up to 8) the device's busy and idle time, and
+    the ops that take the most of it;
   - llama.cpp's llama-bench on the same GGUF files, where llama-bench-bf16.json / -q4km.json are
     there (`llama-bench -p TOKENS -n 32 -d 0,TOKENS -o json`), and our ratios to it.
 Peaks (dense, no sparsity; NVIDIA's data sheets): H100 SXM 989 TFLOP/s bf16 and 3.35 TB/s, H100
@@ -122,6 +125,31 @@ def llama_ratios(out, rows, missing):
     return ratios
 
 
+PROFILES = [  # (file, label)
+    ("profile-prefill-bf16.json", "bench prefill, 8B-shaped bf16"),
+    ("profile-blend-bf16.json", "bench reuse full + blend (device tier), 8B-shaped bf16"),
+    ("profile-prefill-q4km.json", "bench prefill, 8B-shaped Q4_K_M"),
+]
+PROFILE_TOP_OPS = 8
+
+
+def profile_rows(out, missing):
+    """Per profile and phase: busy and idle device time, and the longest ops with their shares."""
+    rows = []
+    for name, label in PROFILES:
+        data = load(out, name, missing)
+        if not data:
+            continue
+        for phase, p in sorted(data.get("phases", {}).items()):
+            busy, idle = p["busy_ms"], p["idle_ms"]
+            ops = [o for o in data.get("ops", []) if o["phase"] == phase][:PROFILE_TOP_OPS]
+            rows.append({"profile": label, "file": name, "phase": phase, "busy_ms": busy, "idle_ms": idle,
+                         "idle_share": idle / (busy + idle) if busy + idle > 0 else None, "ops": p["ops"],
+                         "top_ops": [{k: o[k] for k in ("op", "calls", "ms", "ms_per_call", "share_of_phase")}
+                                     for o in ops]})
+    return rows
+
+
 def fmt(v, digits=1):
     return "–" if v is None else f"{v:.{digits}f}"
 
@@ -159,6 +187,14 @@ def markdown(report):
             lines.append(f"\nOurs / llama.cpp ({r['ours']} / {r['llama_bench']}): prefill "
                          f"{fmt(r.get('prefill_ratio'), 2)}, decode {fmt(r.get('decode_ratio'), 2)} "
                          f"(llama-bench's decode at depth {r.get('decode_llama_depth', '–')}, ours after the prompt)")
+    if report["profile"]:
+        lines += ["", "Where the device time goes (RAGKV_CUDA_PROFILE; idle = between ops, launch gaps and host "
+                  "work)", "", "| profile | phase | busy ms | idle ms | idle share | longest ops (share of busy) |",
+                  "|---|---|---|---|---|---|"]
+        for r in report["profile"]:
+            top = ", ".join(f"{o['op']} {100 * o['share_of_phase']:.0f} %" for o in r["top_ops"])
+            lines.append(f"| {r['profile']} | {r['phase']} | {fmt(r['busy_ms'])} | {fmt(r['idle_ms'])} | "
+                         f"{fmt(None if r['idle_share'] is None else 100 * r['idle_share'])} % | {top} |")
     if report["missing"]:
         lines += ["", "Missing (the step failed or did not run): " + ", ".join(report["missing"])]
     return "\n".join(lines) + "\n"
@@ -168,7 +204,8 @@ def build_report(out):
     missing = []
     gpu, peak_tflops, peak_bw = chip(out)
     report = {"gpu": gpu, "peak_bf16_tflops": peak_tflops, "peak_hbm_bytes_per_s": peak_bw,
-              "prefill": [], "reuse": [], "device_check": None, "llama_bench": [], "missing": missing}
+              "prefill": [], "reuse": [], "device_check": None, "profile": [], "llama_bench": [],
+              "missing": missing}
     for name, label in PREFILL_RUNS:
         data = load(out, name, missing)
         for result in (data or {}).get("results", []):
@@ -184,6 +221,7 @@ def build_report(out):
             row["recomputed_segments"] = (r.get("load_control") or {}).get("recomputed_segments")
             report["reuse"].append(row)
     report["device_check"] = load(out, "device-check.json", missing)
+    report["profile"] = profile_rows(out, missing)
     report["llama_bench"] = llama_bench_rows(out, missing)
     report["vs_llama_cpp"] = llama_ratios(out, report["llama_bench"], missing)
     return report

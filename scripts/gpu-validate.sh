@@ -13,7 +13,8 @@
 # Groups, in this order by default: tests (CUDA tests, device-check), bf16 (the 8B-shaped bf16
 # model: prefill with the tensor-core attention and with RAGKV_CUDA_ATTENTION=f32, reuse with the
 # loading controller on and off), q4km
-# (the Q4_K_M model: weights kept quantised, and RAGKV_CUDA_WEIGHTS=f16), llama (llama-bench on
+# (the Q4_K_M model: weights kept quantised, and RAGKV_CUDA_WEIGHTS=f16), profile (per-op device
+# time under RAGKV_CUDA_PROFILE: bf16 prefill and decode, blend beside full, Q4_K_M), llama (llama-bench on
 # both files, when $LLAMA_BUNDLE, default llama-bundle/, holds scripts/llama-bench-bundle.sh's
 # llama-bench.xz). Name fewer groups to split a run over calls of the device tool: the models stay
 # in $TMPDIR on a warm machine, so a second call for `llama` finds them.
@@ -21,7 +22,7 @@ set -uo pipefail
 out=${1:?output directory}
 bundle=${2:-device-bundle}
 shift $(($# < 2 ? $# : 2))
-groups=${*:-tests bf16 q4km llama}
+groups=${*:-tests bf16 q4km profile llama}
 mkdir -p "$out"
 run=$bundle/run
 model=${TMPDIR:-/tmp}/ragkv-llama8b.gguf
@@ -71,6 +72,21 @@ if has q4km; then
     --device cuda --tokens 4096
   step bench-prefill-q4km-f16 150 bench-prefill-q4km-f16.json env RAGKV_CUDA_WEIGHTS=f16 "$run" ragkv bench prefill \
     --models "$model_q4" --device cuda --tokens 4096
+fi
+if has profile; then
+  # Where the time goes (cuda/op-profile.h: device time per op, path and phase, and the idle time
+  # between ops): the bf16 prefill and decode, a blend run beside full on the device tier, and the
+  # Q4_K_M prefill and decode. Timing events slow a step a little: the figures above are unprofiled.
+  make_model make-model bf16 "$model"
+  step profile-prefill 120 bench-prefill-profiled.json env RAGKV_CUDA_PROFILE="$out/profile-prefill-bf16.json" \
+    "$run" ragkv bench prefill --models "$model" --device cuda --tokens 4096
+  step profile-blend 150 bench-reuse-profiled.json env RAGKV_CUDA_PROFILE="$out/profile-blend-bf16.json" \
+    "$run" ragkv bench reuse --model "$model" --device cuda --chunks 8 --chunk-tokens 496 --modes blend \
+    --tiers device --repetitions 1
+  make_model make-model-q4km q4_k_m "$model_q4"
+  step profile-prefill-q4km 150 bench-prefill-q4km-profiled.json \
+    env RAGKV_CUDA_PROFILE="$out/profile-prefill-q4km.json" "$run" ragkv bench prefill --models "$model_q4" \
+    --device cuda --tokens 4096
 fi
 llama_bundle=${LLAMA_BUNDLE:-llama-bundle}
 llama_bench=${TMPDIR:-/tmp}/llama-bench
