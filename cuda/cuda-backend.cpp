@@ -195,7 +195,7 @@ CudaBackend::~CudaBackend() {
     std::fprintf(stderr, "ragkv: cuBLAS error %s destroying the handle of %s\n", cublas::api().status_name(st),
                  name_.c_str());
   if (scratch_) CUDA_CHECK_NOTHROW(cudaFree(scratch_));
-  for (const RepeatedUpload* u : {&attention_params_, &rope_params_})
+  for (const RepeatedUpload* u : {&attention_params_, &rope_params_, &scatter_params_})
     if (u->device) CUDA_CHECK_NOTHROW(cudaFree(u->device));
   if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
   CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
@@ -554,7 +554,7 @@ void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::s
     std::memcpy(staged, rows.data(), rows.size_bytes());
   }
   check_grid_rows(int64_t(k), "scatter_rows");
-  const auto* dev = static_cast<const int32_t*>(scratch_upload(host_staging_.size()));
+  const auto* dev = static_cast<const int32_t*>(upload_if_changed(scatter_params_));
   const int32_t* d_dst_rows = dev;
   const int32_t* d_src_rows = keep ? dev + k : nullptr;
   if (dst.dtype == DType::f16)

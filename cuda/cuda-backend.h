@@ -170,7 +170,8 @@ class CudaBackend : public Backend {
   std::vector<uint8_t> host_staging_;
   void* scratch_upload(size_t bytes);  // copies host_staging_[0, bytes) to scratch_, returns it
   // Parameters every layer of a prefill or decode step passes again unchanged (attention's
-  // positions and segment boundaries; rope's positions and frequencies), kept on the device in a
+  // positions and segment boundaries; rope's positions and frequencies; scatter_rows's KV rows,
+  // the same for K and V and every layer), kept on the device in a
   // buffer of their own per op: only the first layer's call copies them, the bytes last copied
   // kept on the host to compare.
   struct RepeatedUpload {
@@ -178,7 +179,7 @@ class CudaBackend : public Backend {
     size_t capacity = 0;
     std::vector<uint8_t> host;  // what device holds
   };
-  RepeatedUpload attention_params_, rope_params_;
+  RepeatedUpload attention_params_, rope_params_, scatter_params_;
   // host_staging_ on the device in u's buffer, copied only when it differs from the last copy.
   const void* upload_if_changed(RepeatedUpload& u);
 

@@ -67,11 +67,31 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
 
   // y in the work buffer when it is split afterwards, else the output itself.
   const size_t y_bytes = split ? round_up_256(static_cast<size_t>(n * out) * sizeof(float)) : 0;
-  if (gemv_f16) {
-    // A few rows on an f16 matrix: the GEMV reads the weight once (a stack whole, then split).
-    float* y = split ? static_cast<float*>(work_reserve(y_bytes)) : outs[0].as<float>();
+  if (gemv_f16 && (!split || outs.size() <= size_t(GemvOutputs::kMaxParts))) {
+    // A few rows on an f16 matrix: the GEMV reads the weight once, a stack's rows straight into
+    // their parts' outputs.
+    GemvOutputs go;
+    if (!split) {
+      go.first[1] = out;
+      go.y[0] = outs[0].as<float>();
+      go.ld[0] = out;
+      go.bias[0] = d_bias;
+    } else {
+      go.parts = int(outs.size());
+      for (size_t p = 0; p < outs.size(); ++p) {
+        go.first[p + 1] = go.first[p] + w.part_rows[p];
+        go.y[p] = outs[p].as<float>();
+        go.ld[p] = w.part_rows[p];
+        go.bias[p] = biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr;
+      }
+    }
+    f16_gemv_parts_cuda(cw.f16(), out, in, x.as<float>(), n, go, stream_);
+    return;
+  }
+  if (gemv_f16) {  // a stack of more parts than one launch writes: whole, then split
+    float* y = static_cast<float*>(work_reserve(y_bytes));
     f16_gemv_cuda(cw.f16(), out, in, x.as<float>(), n, y, out, d_bias, stream_);
-    if (split) matmul_split_outputs(y, w, outs, biases);
+    matmul_split_outputs(y, w, outs, biases);
     return;
   }
   if (cw.dtype() == DType::f16) {

@@ -14,6 +14,8 @@
 //
 // f16_gemv: the same kernel over an f16 matrix (groups of eight halves): a decode step reads an
 // f16 weight once at f32 activations, instead of cuBLAS's GEMM on f16-rounded, row-scaled rows.
+// A stack (QKV, gate/up) is one launch whose lane 0 writes each row into its part's output
+// (GemvOutputs), instead of one product copied apart afterwards.
 //
 // dequantize_to_f16: one thread per group of eight, grid-stride; __float2half_rn per value.
 // embed_quant: one block per id, threads over the row's groups; decoded value × scale.
@@ -62,8 +64,7 @@ size_t row_bytes_of(int64_t cols) {
 
 template <typename B, int N>
 __global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
-                                  const float* __restrict__ x, float* __restrict__ y, int64_t y_ld,
-                                  const float* __restrict__ bias) {
+                                  const float* __restrict__ x, const GemvOutputs out) {
   const int lane = threadIdx.x % 32;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (o >= rows) return;  // whole warps leave together: the shuffles below see all 32 lanes
@@ -71,6 +72,10 @@ __global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_byte
   float acc[N];
 #pragma unroll
   for (int r = 0; r < N; ++r) acc[r] = 0.f;
+  // For one or two rows (decode), unrolled so that a lane has several 16-byte weight loads in
+  // flight (the accumulation order of each acc[r] is the loop's, unchanged); for more rows the
+  // registers would cost occupancy (K-quants: 131-153 registers at 4-8 rows, against 40).
+#pragma unroll(N <= 2 ? 4 : 1)
   for (int64_t k0 = int64_t(lane) * 8; k0 < cols; k0 += 32 * 8) {
     float wv[8];
     decode_group<B>(wr, k0, wv);
@@ -87,9 +92,22 @@ __global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_byte
     for (int offset = 16; offset > 0; offset >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
   }
   if (lane == 0) {
-    const float b = bias ? bias[o] : 0.f;
+    // The output holding row o, picked with constant indices (a dynamic index into the parameter
+    // struct would copy it to local memory).
+    float* y = out.y[0];
+    const float* bias = out.bias[0];
+    int64_t ld = out.ld[0], c = o;
 #pragma unroll
-    for (int r = 0; r < N; ++r) y[r * y_ld + o] = bias ? acc[r] + b : acc[r];
+    for (int p = 1; p < GemvOutputs::kMaxParts; ++p)
+      if (p < out.parts && o >= out.first[p]) {
+        y = out.y[p];
+        bias = out.bias[p];
+        ld = out.ld[p];
+        c = o - out.first[p];
+      }
+    const float b = bias ? bias[c] : 0.f;
+#pragma unroll
+    for (int r = 0; r < N; ++r) y[r * ld + c] = bias ? acc[r] + b : acc[r];
   }
 }
 
@@ -123,27 +141,36 @@ __global__ void embed_quant_kernel(const uint8_t* __restrict__ w, size_t row_byt
 }
 
 template <typename B, int N>
-void gemv_launch(const uint8_t* w, int64_t rows, int64_t cols, const float* x, float* y, int64_t y_ld,
-                 const float* bias, cudaStream_t stream) {
+void gemv_launch(const uint8_t* w, int64_t rows, int64_t cols, const float* x, const GemvOutputs& out,
+                 cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-  quant_gemv_kernel<B, N><<<blocks, kWarps * 32, 0, stream>>>(w, row_bytes_of<B>(cols), rows, cols, x, y, y_ld,
-                                                              bias);
+  quant_gemv_kernel<B, N><<<blocks, kWarps * 32, 0, stream>>>(w, row_bytes_of<B>(cols), rows, cols, x, out);
 }
 
 // The kernel for n activation rows (1 ≤ n ≤ kQuantGemvMaxRows: N is a template argument).
 template <typename B>
-void gemv_rows(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t y_ld,
-               const float* bias, cudaStream_t stream) {
+void gemv_rows(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n, const GemvOutputs& out,
+               cudaStream_t stream) {
   switch (n) {
-    case 1: gemv_launch<B, 1>(w, rows, cols, x, y, y_ld, bias, stream); break;
-    case 2: gemv_launch<B, 2>(w, rows, cols, x, y, y_ld, bias, stream); break;
-    case 3: gemv_launch<B, 3>(w, rows, cols, x, y, y_ld, bias, stream); break;
-    case 4: gemv_launch<B, 4>(w, rows, cols, x, y, y_ld, bias, stream); break;
-    case 5: gemv_launch<B, 5>(w, rows, cols, x, y, y_ld, bias, stream); break;
-    case 6: gemv_launch<B, 6>(w, rows, cols, x, y, y_ld, bias, stream); break;
-    case 7: gemv_launch<B, 7>(w, rows, cols, x, y, y_ld, bias, stream); break;
-    default: gemv_launch<B, 8>(w, rows, cols, x, y, y_ld, bias, stream); break;
+    case 1: gemv_launch<B, 1>(w, rows, cols, x, out, stream); break;
+    case 2: gemv_launch<B, 2>(w, rows, cols, x, out, stream); break;
+    case 3: gemv_launch<B, 3>(w, rows, cols, x, out, stream); break;
+    case 4: gemv_launch<B, 4>(w, rows, cols, x, out, stream); break;
+    case 5: gemv_launch<B, 5>(w, rows, cols, x, out, stream); break;
+    case 6: gemv_launch<B, 6>(w, rows, cols, x, out, stream); break;
+    case 7: gemv_launch<B, 7>(w, rows, cols, x, out, stream); break;
+    default: gemv_launch<B, 8>(w, rows, cols, x, out, stream); break;
   }
+}
+
+GemvOutputs one_output(int64_t rows, float* y, int64_t y_ld, const float* bias) {
+  GemvOutputs out;
+  out.parts = 1;
+  out.first[1] = rows;
+  out.y[0] = y;
+  out.ld[0] = y_ld;
+  out.bias[0] = bias;
+  return out;
 }
 
 }  // namespace
@@ -165,19 +192,27 @@ void quant_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, c
                      float* y, int64_t y_ld, const float* bias, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
   if (n > kQuantGemvMaxRows) cuda_internal_fail("quant_gemv_cuda: more activation rows than kQuantGemvMaxRows");
+  const GemvOutputs out = one_output(rows, y, y_ld, bias);
   const bool ok =
-      qd::with_block(t, [&](auto block) { gemv_rows<decltype(block)>(w, rows, cols, x, n, y, y_ld, bias, stream); });
+      qd::with_block(t, [&](auto block) { gemv_rows<decltype(block)>(w, rows, cols, x, n, out, stream); });
   if (!ok) cuda_internal_fail("quant_gemv_cuda: a type the device does not decode");
   CUDA_CHECK(cudaGetLastError());
 }
 
 void f16_gemv_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t y_ld,
                    const float* bias, cudaStream_t stream) {
+  f16_gemv_parts_cuda(w, rows, cols, x, n, one_output(rows, y, y_ld, bias), stream);
+}
+
+void f16_gemv_parts_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n,
+                         const GemvOutputs& out, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
   if (n > kQuantGemvMaxRows || cols % 8 != 0)
     cuda_internal_fail(
         "f16_gemv_cuda: more activation rows than kQuantGemvMaxRows, or a row not of whole 8-value groups");
-  gemv_rows<F16Group>(reinterpret_cast<const uint8_t*>(w), rows, cols, x, n, y, y_ld, bias, stream);
+  if (out.parts < 1 || out.parts > GemvOutputs::kMaxParts || out.first[0] != 0 || out.first[out.parts] != rows)
+    cuda_internal_fail("f16_gemv_parts_cuda: the outputs do not split the matrix's rows");
+  gemv_rows<F16Group>(reinterpret_cast<const uint8_t*>(w), rows, cols, x, n, out, stream);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -28,10 +28,24 @@ void dequantize_to_f16_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t 
 void quant_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n,
                      float* y, int64_t y_ld, const float* bias, cudaStream_t stream);
 
+// Where a GEMV's output rows go: rows [first[p], first[p + 1]) of the matrix to y[p] (row stride
+// ld[p], column o − first[p]), plus bias[p] when not null; first[0] = 0, first[parts] = rows.
+struct GemvOutputs {
+  static constexpr int kMaxParts = 3;
+  int parts = 1;
+  int64_t first[kMaxParts + 1] = {};
+  float* y[kMaxParts] = {};
+  int64_t ld[kMaxParts] = {};
+  const float* bias[kMaxParts] = {};
+};
+
 // The same product over an f16 matrix w [rows][cols] (cols a multiple of 8, rows 16-byte aligned):
 // f32 activations times the exact f16 weights, f32 accumulation — decode steps on f16 weights.
 void f16_gemv_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t y_ld,
                    const float* bias, cudaStream_t stream);
+// f16_gemv_cuda into a stack's outputs, one launch (a decode step's QKV and gate/up).
+void f16_gemv_parts_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n,
+                         const GemvOutputs& out, cudaStream_t stream);
 
 // out[i][j] = W[ids[i]][j] · scale for i < n, j < cols: one f32 multiply of the decoded value, as
 // the CPU backend's embed (bit-identical). ids checked on the host (each in [0, rows)).

@@ -183,7 +183,11 @@ void Model::layer_output_ffn(int l, int64_t n, Workspace& ws) const {
 std::vector<float> Model::logits(int64_t first, int64_t n, Workspace& ws) const {
   const Tensor xn = ws.xn.slice_rows(0, n);
   backend_.rms_norm(ws.x.slice_rows(first, n), *output_norm_, cfg_.norm_eps, xn);
-  Tensor out = backend_.alloc(DType::f32, n, cfg_.n_vocab);
+  if (ws.logit_rows < n || ws.logits.cols != cfg_.n_vocab) {
+    ws.logits = backend_.alloc(DType::f32, n, cfg_.n_vocab);
+    ws.logit_rows = n;
+  }
+  const Tensor out = ws.logits.slice_rows(0, n);
   backend_.matmul(xn, output_ ? *output_ : *tok_embd_, out);
   std::vector<float> host(static_cast<size_t>(n * cfg_.n_vocab));
   backend_.download(out, host.data());

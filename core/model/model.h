@@ -36,6 +36,10 @@ struct Workspace {
   Tensor attn;   // f32 [rows][n_head * head_dim]
   Tensor proj;   // f32 [rows][n_embd]
   Tensor gate, up;  // f32 [rows][n_ff]
+  // f32 [logit_rows][n_vocab]: logits()'s product, kept between calls (a decode step would
+  // otherwise allocate and free it every token: on the GPU a cudaMalloc and a cudaFree per step).
+  Tensor logits;
+  int64_t logit_rows = 0;
   // The layers' products' activations (backend.h): f32 for prompts; decode_step uses block8 for
   // its own calls and restores this.
   Activations act = Activations::f32;
