@@ -167,7 +167,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       for (const ChunkKvMeta& key : cached_keys) {
         if (start == KvStart::host) {  // read and verified into host memory before every prefill
           tiers.drop(key);
-          tiers.place(key, KvTier::host);
+          tiers.place(key, KvTier::host, &backend);  // pinned for direct uploads, as answer's tiers do
         }
         if (start == KvStart::device) tiers.place(key, KvTier::device, &backend);  // once, at the warm-up
         if (start == KvStart::remote) {  // only the remote tier holds it: planning fetches it

@@ -184,6 +184,7 @@ CudaBackend::~CudaBackend() {
   }
   CUDA_CHECK_NOTHROW(cudaStreamSynchronize(copy_stream_));
   CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
+  for (const auto& [p, bytes] : registered_) CUDA_CHECK_NOTHROW(cudaHostUnregister(const_cast<uint8_t*>(p)));
   for (PinnedSlot& slot : slots_) {
     CUDA_CHECK_NOTHROW(cudaEventDestroy(slot.copied));
     CUDA_CHECK_NOTHROW(cudaFreeHost(slot.host));
@@ -273,10 +274,42 @@ void CudaBackend::upload_async(const Tensor& dst, const void* host_src) {
     CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0));
     batch_open_ = true;
   }
+  if (registered_range(host_src, bytes)) {  // pinned by the caller: DMA straight from it
+    CUDA_CHECK(cudaMemcpyAsync(dst.data(), host_src, bytes, cudaMemcpyHostToDevice, copy_stream_));
+    return;
+  }
   PinnedSlot& slot = free_slot(bytes);
   std::memcpy(slot.host, host_src, bytes);
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), slot.host, bytes, cudaMemcpyHostToDevice, copy_stream_));
   CUDA_CHECK(cudaEventRecord(slot.copied, copy_stream_));
+}
+
+bool CudaBackend::registered_range(const void* p, size_t bytes) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  auto it = registered_.upper_bound(b);  // the first range starting after p
+  if (it == registered_.begin()) return false;
+  --it;
+  return b + bytes <= it->first + it->second;
+}
+
+void CudaBackend::pin_host_memory(const void* p, size_t bytes) {
+  if (!p || bytes == 0 || registered_.count(static_cast<const uint8_t*>(p))) return;
+  // cudaHostRegister takes a non-const pointer but only pins the pages; the bytes are not written.
+  const cudaError_t err = cudaHostRegister(const_cast<void*>(p), bytes, cudaHostRegisterDefault);
+  if (err != cudaSuccess) {  // a hint only (backend.h): uploads from it stay staged
+    (void)cudaGetLastError();
+    return;
+  }
+  registered_[static_cast<const uint8_t*>(p)] = bytes;
+}
+
+void CudaBackend::unpin_host_memory(const void* p) {
+  const auto it = registered_.find(static_cast<const uint8_t*>(p));
+  if (it == registered_.end()) return;
+  // Called from destructors: must not throw. Copies queued from the range must finish first.
+  CUDA_CHECK_NOTHROW(cudaStreamSynchronize(copy_stream_));
+  CUDA_CHECK_NOTHROW(cudaHostUnregister(const_cast<void*>(p)));
+  registered_.erase(it);
 }
 
 void CudaBackend::wait_uploads() {

@@ -49,6 +49,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -95,8 +96,12 @@ class CudaBackend : public Backend {
   // Layer-wise loading: host data is copied into a pinned staging slot, then to the device on
   // copy_stream_ (after the compute work queued so far, which may still read the rows); the
   // compute stream waits for those copies at wait_uploads().
+  // A source inside memory given to pin_host_memory (registered with cudaHostRegister) is copied
+  // straight from there; any other is staged first.
   void upload_async(const Tensor& dst, const void* host_src) override;
   void wait_uploads() override;
+  void pin_host_memory(const void* p, size_t bytes) override;
+  void unpin_host_memory(const void* p) override;
 
   bool supports(BackendOp op, DType dtype) const override;
 
@@ -160,6 +165,9 @@ class CudaBackend : public Backend {
   cudaEvent_t uploads_done_ = nullptr;  // every upload of the batch
   bool batch_open_ = false;             // upload_async calls since the last wait_uploads
   PinnedSlot& free_slot(size_t bytes);
+  // pin_host_memory's registered ranges: start → bytes.
+  std::map<const uint8_t*, size_t> registered_;
+  bool registered_range(const void* p, size_t bytes) const;
 
   // Per-op parameters that live on the host (rope positions and frequencies, token ids, row
   // indices) go to the device through one grow-only scratch buffer, staged in host_staging_ and

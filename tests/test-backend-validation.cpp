@@ -19,6 +19,7 @@
 #include "core/backend/backend.h"
 #include "core/backend/cpu-backend.h"
 #include "core/format/gguf.h"
+#include "tests/test-recording-backend.h"
 #include "tests/test-ops-util.h"
 #include "core/util/error.h"
 #ifdef RAGKV_HAVE_CUDA
@@ -28,56 +29,8 @@
 namespace {
 
 using namespace ragkv;
+using ragkv::test::RecordingBackend;
 using ragkv::test::weight_from;
-
-// A backend on host memory whose op implementations do nothing but count their calls, and which
-// may be told not to support some (op, dtype) pairs.
-class RecordingBackend : public Backend {
- public:
-  std::vector<std::pair<BackendOp, DType>> unsupported;
-  int impl_calls = 0;
-
-  DeviceKind kind() const override { return DeviceKind::cpu; }
-  std::string name() const override { return "recording"; }
-  void set_threads(int) override {}
-  bool supports(BackendOp op, DType dtype) const override {
-    for (const auto& [o, d] : unsupported)
-      if (o == op && d == dtype) return false;
-    return backend_op_defined(op, dtype);
-  }
-  void* raw_alloc(size_t bytes) override { return std::calloc(bytes, 1); }
-  void raw_free(void* p) override { std::free(p); }
-  void upload(const Tensor& dst, const void* src) override { std::memcpy(dst.data(), src, dst.bytes()); }
-  void download(const Tensor& src, void* dst) override { std::memcpy(dst, src.data(), src.bytes()); }
-  void fill_zero(const Tensor& t) override { std::memset(t.data(), 0, t.bytes()); }
-
- protected:
-  void copy_impl(const Tensor&, const Tensor&) override { ++impl_calls; }
-  std::unique_ptr<Weight> load_weight_impl(std::span<const GgufTensor* const>, WeightMemory) override {
-    ++impl_calls;
-    return std::make_unique<Weight>();
-  }
-  void embed_impl(const Weight&, std::span<const int32_t>, const Tensor&, float) override { ++impl_calls; }
-  void matmul_impl(const Tensor&, const Weight&, std::span<const Tensor>, std::span<const Weight* const>, Activations) override {
-    ++impl_calls;
-  }
-  void rms_norm_impl(const Tensor&, const Weight&, float, const Tensor&) override { ++impl_calls; }
-  void rope_impl(const Tensor&, std::span<const int32_t>, int, int, const RopeParams&, bool) override { ++impl_calls; }
-  void layer_norm_impl(const Tensor&, const Weight&, const Weight&, float, const Tensor&) override { ++impl_calls; }
-  void gelu_erf_impl(const Tensor&, const Tensor&) override { ++impl_calls; }
-  void swiglu_impl(const Tensor&, const Tensor&, const Tensor&) override { ++impl_calls; }
-  void geglu_impl(const Tensor&, const Tensor&, const Tensor&) override { ++impl_calls; }
-  void add_impl(const Tensor&, const Tensor&) override { ++impl_calls; }
-  void scatter_rows_impl(const Tensor&, const Tensor&, std::span<const int32_t>) override { ++impl_calls; }
-  void gather_rows_impl(const Tensor&, const Tensor&, std::span<const int32_t>) override { ++impl_calls; }
-  void row_sq_dist_impl(const Tensor&, const Tensor&, std::span<const int32_t>, const Tensor&) override {
-    ++impl_calls;
-  }
-  void attention_impl(const Tensor&, std::span<const int32_t>, const Tensor&, const Tensor&, std::span<const int32_t>,
-                      int64_t, const AttentionParams&, const Tensor&, SegmentMass*) override {
-    ++impl_calls;
-  }
-};
 
 // Tensors and weights on the backend under test (all zero, or small finite values), plus a tensor
 // and a weight of another backend.

@@ -693,6 +693,34 @@ TEST_CASE("cuda: upload_async copies land before the ops queued after wait_uploa
   }
 }
 
+// Pinned host memory (the host tier's, Backend::pin_host_memory): copied straight from it by DMA;
+// ranges inside it and a copy that runs past its end (staged) both land; unpinning waits for
+// the copies that read it.
+TEST_CASE("cuda: upload_async from memory given to pin_host_memory lands, and unpinning waits for it") {
+  if (gpu_missing()) return;
+  Backends be;
+  const int64_t rows = 512, cols = 256, parts = 4;
+  std::vector<float> host = random_values(size_t(rows * cols * parts), 7);
+  // Pinned: all but the last part, so that one upload starts inside the range and ends past it.
+  be.gpu->pin_host_memory(host.data(), size_t(rows * cols * (parts - 1)) * sizeof(float));
+  Tensor dst = be.gpu->alloc(DType::f32, rows * parts, cols);
+  for (int64_t part = 0; part < parts; ++part)
+    be.gpu->upload_async(dst.slice_rows(part * rows, rows), host.data() + part * rows * cols);
+  const int64_t straddle = rows / 2;  // rows [2.5 parts, 3.5 parts): crosses the range's end
+  Tensor tail = be.gpu->alloc(DType::f32, rows, cols);
+  be.gpu->upload_async(tail, host.data() + ((parts - 1) * rows - straddle) * cols);
+  be.gpu->wait_uploads();
+  CHECK(download_values(*be.gpu, dst) == host);
+  const std::vector<float> tail_expect(host.begin() + ((parts - 1) * rows - straddle) * cols,
+                                       host.begin() + ((parts - 1) * rows - straddle + rows) * cols);
+  CHECK(download_values(*be.gpu, tail) == tail_expect);
+  be.gpu->upload_async(dst.slice_rows(0, rows), host.data());
+  be.gpu->unpin_host_memory(host.data());  // waits for that copy
+  be.gpu->unpin_host_memory(host.data());  // no longer pinned: nothing
+  be.gpu->wait_uploads();
+  CHECK(download_values(*be.gpu, dst) == host);
+}
+
 TEST_CASE("cuda: rms_norm matches the CPU backend (out of place and in place)") {
   if (gpu_missing()) return;
   Backends be;

@@ -19,6 +19,7 @@
 #include "core/kv/kv-store.h"
 #include "core/kv/kv-tiers.h"
 #include "core/kv/segment-kv.h"
+#include "tests/test-recording-backend.h"
 #include "tests/test-tempdir.h"
 #include "tests/test-util.h"
 
@@ -200,6 +201,37 @@ TEST_CASE("KV tiers: disk, host and device feeds give the same layers, and copie
   CHECK_THROWS_AS(tiers.place(other, ragkv::KvTier::host), ragkv::Error);
   CHECK(ragkv::parse_kv_tier("host") == ragkv::KvTier::host);
   CHECK_THROWS_WITH_AS(ragkv::parse_kv_tier("gpu"), doctest::Contains("expected device, host or disk"), ragkv::Error);
+}
+
+TEST_CASE("KV tiers: a host copy placed with a backend is pinned on it once, and unpinned when it goes") {
+  TempDir tmp("kv-tiers-pin");
+  const ChunkKvMeta m = small_meta(3, 9);
+  const ChunkData d(m, 5);
+  const KvStore s = KvStore::open_for_write(tmp.path / "store", store_info());
+  s.put(m, d.kp, d.vp);
+  ragkv::test::RecordingBackend backend;
+  {
+    ragkv::KvTiers tiers(s);
+    tiers.place(m, ragkv::KvTier::host, &backend);
+    tiers.place(m, ragkv::KvTier::host, &backend);  // already held: nothing more
+    REQUIRE(backend.pinned.size() == 1);
+    auto host = tiers.find(m);
+    REQUIRE(host);
+    std::vector<uint16_t> unused;
+    // The whole segment, from its first layer's K on.
+    CHECK(backend.pinned[0].first == host->host_layer(0, unused).k);
+    CHECK(backend.pinned[0].second == host->bytes());
+    tiers.drop(m);
+    CHECK(backend.unpinned.empty());  // `host` still holds it
+  }
+  CHECK(backend.unpinned.size() == 1);
+  CHECK(backend.unpinned[0] == backend.pinned[0].first);
+  // Without a backend nothing is pinned (and nothing unpinned).
+  ragkv::KvTiers tiers(s);
+  tiers.place(m, ragkv::KvTier::host);
+  tiers.drop(m);
+  CHECK(backend.pinned.size() == 1);
+  CHECK(backend.unpinned.size() == 1);
 }
 
 TEST_CASE("chunk KV file: layers read from two threads at once") {

@@ -194,10 +194,23 @@ class Backend {
   // the ops: a device-resident chunk KV copied into a prompt's rows).
   void copy(const Tensor& src, const Tensor& dst);
   // Layer-wise KV loading (CacheBlend §5): upload_async starts copying host_src into dst on a
-  // copy queue that runs beside compute and returns once host_src may be reused; the ops queued
-  // after the next wait_uploads() see the data. Synchronous on backends without such a queue.
+  // copy queue that runs beside compute and returns once host_src may be reused (from memory
+  // given to pin_host_memory: read until the copy completes, which unpin_host_memory waits for);
+  // the ops queued after the next wait_uploads() see the data. Synchronous on backends without
+  // such a queue.
   virtual void upload_async(const Tensor& dst, const void* host_src) { upload(dst, host_src); }
   virtual void wait_uploads() {}
+  // Host memory that upload_async will read again and again (the host tier's chunk KV): a backend
+  // that copies by DMA may pin it (CUDA: cudaHostRegister) and copy straight from it, without
+  // staging it through a buffer of its own first (a CPU memcpy per upload). While pinned, the
+  // caller keeps [p, p + bytes) allocated and unchanged; unpin_host_memory(p) (before freeing it,
+  // and before the backend goes) waits for the copies that read it. A hint: a backend may ignore
+  // it (the CPU backend does), and a failed pin leaves uploads staged as before.
+  virtual void pin_host_memory(const void* p, size_t bytes) {
+    (void)p;
+    (void)bytes;
+  }
+  virtual void unpin_host_memory(const void* p) { (void)p; }
   virtual void synchronize() {}
 
   // ---- weights

@@ -56,7 +56,9 @@ void KvTiers::place(const ChunkKvMeta& key, KvTier tier, Backend* backend) {
     if (!backend) fail("internal: placing chunk '{}' in device memory needs the backend", key.chunk_id);
     held[a] = DeviceSegmentKv::load(*backend, *file);
   } else {
-    held[a] = HostSegmentKv::load(*file);
+    std::shared_ptr<const HostSegmentKv> host = HostSegmentKv::load(*file);
+    if (backend) host->pin_on(*backend);  // uploads straight from it (Backend::pin_host_memory)
+    held[a] = std::move(host);
   }
 }
 
@@ -185,12 +187,16 @@ bool KvTiers::copy(int n, std::optional<KvTier> from, KvTier to) {
                      : file ? DeviceSegmentKv::load(*backend_, *file)
                             : DeviceSegmentKv::upload(*backend_, *src);
         return true;
-      case KvTier::host:
-        host_[a] = !from ? HostSegmentKv::from_rows(*backend_, key, *rows_k_, *rows_v_, row)
-                   : file ? HostSegmentKv::load(*file)
-                   : src->tier() == KvTier::device ? HostSegmentKv::download(*backend_, *src)
-                                                   : std::static_pointer_cast<const HostSegmentKv>(src);
+      case KvTier::host: {
+        std::shared_ptr<const HostSegmentKv> host =
+            !from ? HostSegmentKv::from_rows(*backend_, key, *rows_k_, *rows_v_, row)
+            : file ? HostSegmentKv::load(*file)
+            : src->tier() == KvTier::device ? HostSegmentKv::download(*backend_, *src)
+                                            : std::static_pointer_cast<const HostSegmentKv>(src);
+        host->pin_on(*backend_);  // uploads straight from it (Backend::pin_host_memory)
+        host_[a] = std::move(host);
         return true;
+      }
       case KvTier::disk: {
         if (!key.exact_chain) return false;  // the tiers write chain nodes only
         std::shared_ptr<const SegmentKv> host =

@@ -56,8 +56,9 @@ class KvTiers : private KnowledgeTree::Mover {
   // key's KV from the highest tier that holds it; nullptr when none does (or the store belongs to
   // another model); CacheFileError when only the store has it and its file fails its header checks.
   std::shared_ptr<const SegmentKv> find(const ChunkKvMeta& key) const;
-  // Keeps a verified copy of key's KV in host memory, or in `backend`'s memory for the device
-  // tier; a no-op when that tier already holds it. Error when the store has no file for key;
+  // Keeps a verified copy of key's KV in host memory (offered to `backend`, when given, for
+  // direct uploads: Backend::pin_host_memory), or in `backend`'s memory for the device tier; a
+  // no-op when that tier already holds it. Error when the store has no file for key;
   // CacheFileError when the file fails its checks (nothing is kept then). Outside any budget.
   void place(const ChunkKvMeta& key, KvTier tier, Backend* backend = nullptr);
   // Drops key's copies from the memory tiers (e.g. after they failed to load).

@@ -45,6 +45,16 @@ std::shared_ptr<const HostSegmentKv> HostSegmentKv::load(const ChunkKvReader& fi
   return std::shared_ptr<const HostSegmentKv>(new HostSegmentKv(file.meta(), file.layer_bytes(), std::move(all)));
 }
 
+HostSegmentKv::~HostSegmentKv() {
+  if (pinned_on_) pinned_on_->unpin_host_memory(data_.data());
+}
+
+void HostSegmentKv::pin_on(Backend& backend) const {
+  if (pinned_on_ || data_.empty()) return;
+  backend.pin_host_memory(data_.data(), data_.size() * sizeof(uint16_t));
+  pinned_on_ = &backend;
+}
+
 HostKvLayer HostSegmentKv::host_layer(int l, std::vector<uint16_t>&) const {
   if (l < 0 || uint32_t(l) >= meta_.n_layer)
     fail("internal: layer {} of chunk '{}' out of range, it has {}", l, meta_.chunk_id, meta_.n_layer);

@@ -75,13 +75,19 @@ class HostSegmentKv final : public SegmentKv {
   // Rows [begin, begin + meta.n_tokens) of a prompt's per-layer K and V tensors.
   static std::shared_ptr<const HostSegmentKv> from_rows(Backend& backend, ChunkKvMeta meta, const std::vector<Tensor>& k,
                                                         const std::vector<Tensor>& v, int64_t begin);
+  ~HostSegmentKv() override;
   KvTier tier() const override { return KvTier::host; }
   HostKvLayer host_layer(int l, std::vector<uint16_t>& staging) const override;
+  // Offers this segment's memory to `backend` for direct uploads (Backend::pin_host_memory), once;
+  // the destructor unpins it, so the segment must go before the backend. Not thread-safe: the
+  // thread that holds the tiers calls it.
+  void pin_on(Backend& backend) const;
 
  private:
   HostSegmentKv(ChunkKvMeta meta, size_t layer_bytes, std::vector<uint16_t> data)
       : SegmentKv(std::move(meta), layer_bytes), data_(std::move(data)) {}
   std::vector<uint16_t> data_;  // per layer: K then V, f16 [n_tokens][kv_dim] each
+  mutable Backend* pinned_on_ = nullptr;
 };
 
 // The device tier: every layer verified and uploaded once into backend memory. The tensors keep
