@@ -51,6 +51,7 @@ class CachedKvInstaller {
       }
     }
     if (!jobs.empty()) loader_.emplace(std::move(jobs), model.config().n_layer, plan.blend.preload_depth);
+    plan_rotations(segments);
   }
 
   void install_layer(int l, KvCache& kv) {
@@ -59,13 +60,13 @@ class CachedKvInstaller {
       const int64_t begin = plan_.segments[s].begin, n = plan_.segments[s].n_tokens;
       b.copy(*plan_.segments[s].kv->device_k(l), kv.k[l].slice_rows(begin, n));
       b.copy(*plan_.segments[s].kv->device_v(l), kv.v[l].slice_rows(begin, n));
-      rotate(l, s, kv);
     }
-    if (!loader_) return;
-    if (l == 0) upload(0, kv);
-    b.wait_uploads();
-    for (size_t s : host_side_) rotate(l, s, kv);
-    if (l + 1 < model_.config().n_layer) upload(l + 1, kv);
+    if (loader_) {
+      if (l == 0) upload(0, kv);
+      b.wait_uploads();
+    }
+    rotate(l, kv);
+    if (loader_ && l + 1 < model_.config().n_layer) upload(l + 1, kv);
   }
 
   double load_ms() const { return loader_ ? loader_->load_ms() : 0.0; }
@@ -88,19 +89,41 @@ class CachedKvInstaller {
     loader_->release_layer(l);  // upload_async copies or stages the host data before returning
   }
 
-  void rotate(int l, size_t s, KvCache& kv) {
-    const SegmentPlan& seg = plan_.segments[s];
-    const int32_t delta = int32_t(seg.begin - seg.kv->meta().first_pos);
-    if (delta == 0) return;
-    const ModelConfig& c = model_.config();
-    const std::vector<int32_t> d(static_cast<size_t>(seg.n_tokens), delta);
-    model_.backend().rope(kv.k[l].slice_rows(seg.begin, seg.n_tokens), d, c.n_head_kv, c.head_dim, c.rope(l),
-                          /*inverse=*/false);
+  // The cached segments that moved (Δ ≠ 0), adjacent ones merged into one run of rows with each
+  // row's own Δ: one rope call per run and layer instead of one per segment (a RAG prompt's
+  // chunks lie side by side: one call, and on the GPU one launch and one upload, for all of
+  // them). Each row is rotated exactly as alone (rope is per row).
+  void plan_rotations(const std::vector<size_t>& segments) {
+    std::vector<size_t> moved;
+    for (size_t s : segments)
+      if (plan_.segments[s].begin != plan_.segments[s].kv->meta().first_pos) moved.push_back(s);
+    std::sort(moved.begin(), moved.end(),
+              [&](size_t a, size_t b) { return plan_.segments[a].begin < plan_.segments[b].begin; });
+    for (size_t s : moved) {
+      const SegmentPlan& seg = plan_.segments[s];
+      const int32_t delta = int32_t(seg.begin - seg.kv->meta().first_pos);
+      if (runs_.empty() || runs_.back().begin + int64_t(runs_.back().deltas.size()) != seg.begin)
+        runs_.push_back({seg.begin, {}});
+      runs_.back().deltas.insert(runs_.back().deltas.end(), size_t(seg.n_tokens), delta);
+    }
   }
+
+  void rotate(int l, KvCache& kv) {
+    const ModelConfig& c = model_.config();
+    for (const RotationRun& run : runs_)
+      model_.backend().rope(kv.k[l].slice_rows(run.begin, int64_t(run.deltas.size())), run.deltas, c.n_head_kv,
+                            c.head_dim, c.rope(l), /*inverse=*/false);
+  }
+
+  struct RotationRun {
+    int64_t begin = 0;            // the run's first row
+    std::vector<int32_t> deltas;  // per row: its segment's Δ = new position − computed position
+  };
 
   const Model& model_;
   const PrefillPlan& plan_;
   std::vector<size_t> device_, host_side_;
+  std::vector<RotationRun> runs_;
   std::optional<LayerKvLoader> loader_;
 };
 
