@@ -83,6 +83,7 @@ nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
   KvCache kv = model.new_kv_cache(n_ctx);
   Workspace ws;
   std::vector<double> prefill_ms;
+  backend.set_profile_section("prefill");
   for (int rep = 0; rep <= opt.repetitions; ++rep) {  // rep 0 is the warm-up
     kv.n_used = 0;
     const auto t0 = clock::now();
@@ -98,6 +99,7 @@ nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
   // As many greedy decodes as timed prefills; one 32-token decode is a third of a second, and a
   // shared machine's noise moved single runs by ±15 %: the median is quoted.
   std::vector<double> decode_tps_runs;
+  backend.set_profile_section("generate (prefill, then decode one sequence)");
   for (int rep = 0; rep < opt.repetitions; ++rep) {
     const GenerateResult r = generate_text(model, ids, g);
     decode_tps_runs.push_back(opt.decode_tokens / (r.decode_ms / 1000.0));
@@ -110,6 +112,7 @@ nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
   double batch_tps = 0;
   if (opt.decode_batch > 1) {
     const int64_t len = std::min<int64_t>(opt.prompt_tokens, 128);
+    backend.set_profile_section("decode batch");
     DecodeBatch batch(model);
     for (int s = 0; s < opt.decode_batch; ++s) {
       const int64_t n = std::max<int64_t>(1, len - s);

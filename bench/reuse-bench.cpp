@@ -159,6 +159,9 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
   Workspace ws;
   auto run = [&](const KvStore& store, const ModeSpec& spec, KvStart start) {
     const ReuseMode mode = spec.mode;
+    backend.set_profile_section(mode == ReuseMode::full ? spec.name()
+                                                         : spec.name() + "/" + kv_start_name(start) + "/" +
+                                                               store.info().dtype);
     const BlendParams bp = spec.blend(blend);
     Timed t;
     KvTiers tiers(store);  // the memory tiers of this run: filled below, dropped at its end

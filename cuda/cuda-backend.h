@@ -102,6 +102,9 @@ class CudaBackend : public Backend {
   void wait_uploads() override;
   void pin_host_memory(const void* p, size_t bytes) override;
   void unpin_host_memory(const void* p) override;
+  void set_profile_section(std::string_view name) override {
+    if (profiler_) profiler_->set_section(name);
+  }
 
   bool supports(BackendOp op, DType dtype) const override;
 

@@ -20,13 +20,18 @@ constexpr size_t kBatchOps = 4096;
 
 std::string_view OpTimeTable::phase_of(int64_t rows) { return rows <= kQuantGemvMaxRows ? "decode" : "prefill"; }
 
-void OpTimeTable::add(std::string_view op, int64_t rows, double ms, double idle_ms) {
+void OpTimeTable::add(std::string_view section, std::string_view op, int64_t rows, double ms, double idle_ms) {
+  auto sec = std::find_if(sections_.begin(), sections_.end(), [&](const Section& x) { return x.name == section; });
+  if (sec == sections_.end()) {
+    sections_.push_back({std::string(section), {}, {}});
+    sec = sections_.end() - 1;
+  }
   const std::string phase(phase_of(rows));
-  Total& t = ops_[{std::string(op), phase}];
+  Total& t = sec->ops[{std::string(op), phase}];
   ++t.calls;
   t.rows += rows;
   t.ms += ms;
-  Phase& p = phases_[phase];
+  Phase& p = sec->phases[phase];
   p.busy_ms += ms;
   p.idle_ms += std::max(0.0, idle_ms);
   ++p.ops;
@@ -37,24 +42,27 @@ std::string OpTimeTable::json(std::string_view device, std::string_view kernels,
   j["device"] = device;
   j["kernels"] = kernels;
   j["span_ms"] = span_ms;
-  nlohmann::json phases = nlohmann::json::object();
-  for (const auto& [name, p] : phases_)
-    phases[name] = {{"busy_ms", p.busy_ms}, {"idle_ms", p.idle_ms}, {"ops", p.ops}};
-  j["phases"] = phases;
-  std::vector<std::pair<std::pair<std::string, std::string>, Total>> rows(ops_.begin(), ops_.end());
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-  nlohmann::json ops = nlohmann::json::array();
-  for (const auto& [key, t] : rows) {
-    const double phase_ms = phases_.at(key.second).busy_ms;
-    ops.push_back({{"op", key.first},
-                   {"phase", key.second},
-                   {"calls", t.calls},
-                   {"rows", t.rows},
-                   {"ms", t.ms},
-                   {"ms_per_call", t.ms / double(t.calls)},
-                   {"share_of_phase", phase_ms > 0 ? t.ms / phase_ms : 0.0}});
+  nlohmann::json sections = nlohmann::json::array();
+  for (const Section& sec : sections_) {
+    nlohmann::json phases = nlohmann::json::object();
+    for (const auto& [name, p] : sec.phases)
+      phases[name] = {{"busy_ms", p.busy_ms}, {"idle_ms", p.idle_ms}, {"ops", p.ops}};
+    std::vector<std::pair<std::pair<std::string, std::string>, Total>> rows(sec.ops.begin(), sec.ops.end());
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& [key, t] : rows) {
+      const double phase_ms = sec.phases.at(key.second).busy_ms;
+      ops.push_back({{"op", key.first},
+                     {"phase", key.second},
+                     {"calls", t.calls},
+                     {"rows", t.rows},
+                     {"ms", t.ms},
+                     {"ms_per_call", t.ms / double(t.calls)},
+                     {"share_of_phase", phase_ms > 0 ? t.ms / phase_ms : 0.0}});
+    }
+    sections.push_back({{"section", sec.name}, {"phases", phases}, {"ops", ops}});
   }
-  j["ops"] = ops;
+  j["sections"] = sections;
   return j.dump(2) + "\n";
 }
 
@@ -86,6 +94,7 @@ CudaOpProfiler::Scope::Scope(CudaOpProfiler* p, std::string op, int64_t rows) : 
   if (p_->pending_.size() >= kBatchOps && p_->open_ == 0) p_->drain();
   ++p_->open_;
   Pending e;
+  e.section = p_->section_;
   e.op = std::move(op);
   e.rows = rows;
   e.start = p_->take_event();
@@ -125,7 +134,7 @@ void CudaOpProfiler::drain() {
     float ms = 0, idle = 0, span = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
     if (last_stop_) CUDA_CHECK(cudaEventElapsedTime(&idle, last_stop_, e.start));
-    table_.add(e.op, e.rows, ms, last_stop_ ? idle : 0.0);
+    table_.add(e.section, e.op, e.rows, ms, last_stop_ ? idle : 0.0);
     if (!first_) {
       first_ = e.start;  // kept, not recycled
     } else {

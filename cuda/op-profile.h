@@ -3,7 +3,9 @@
 // on the backend's stream, and the table of time per op, path and phase is written there when the
 // backend is destroyed (the last backend of a process to go wins the file).
 //
-// The phase is read off the op's row count: "decode" for at most kQuantGemvMaxRows rows (decode
+// Ops are grouped by section (Backend::set_profile_section: the bench names its prefill, its
+// decodes, each mode and tier; "" before any), then by op and path, then by phase. The phase is
+// read off the op's row count: "decode" for at most kQuantGemvMaxRows rows (decode
 // steps, batched decode, short recompute batches), "prefill" for more. Besides each op's time,
 // every phase counts the device's idle time before its ops (from the previous op's end to the
 // op's start): launch gaps, host synchronisations and the host's own work between steps, the
@@ -22,16 +24,18 @@
 
 namespace ragkv {
 
-// The table (host only, testable without a GPU): time per (op, phase) and idle time per phase.
+// The table (host only, testable without a GPU): time per (section, op, phase) and idle time per
+// (section, phase).
 class OpTimeTable {
  public:
   static std::string_view phase_of(int64_t rows);
-  // One op of `rows` rows that ran `ms`, `idle_ms` after the previous op ended.
-  void add(std::string_view op, int64_t rows, double ms, double idle_ms);
-  // {"device", "kernels", "span_ms", "phases": {phase: {busy_ms, idle_ms, ops}},
-  //  "ops": [{op, phase, calls, rows, ms, ms_per_call, share_of_phase}, ...] by time, longest first}.
+  // One op of `rows` rows in `section` that ran `ms`, `idle_ms` after the previous op ended.
+  void add(std::string_view section, std::string_view op, int64_t rows, double ms, double idle_ms);
+  // {"device", "kernels", "span_ms", "sections": [{"section", "phases": {phase: {busy_ms, idle_ms,
+  //  ops}}, "ops": [{op, phase, calls, rows, ms, ms_per_call, share_of_phase}, ...] by time,
+  //  longest first}, ...] in the order the sections first appeared}.
   std::string json(std::string_view device, std::string_view kernels, double span_ms) const;
-  bool empty() const { return ops_.empty(); }
+  bool empty() const { return sections_.empty(); }
 
  private:
   struct Total {
@@ -42,8 +46,12 @@ class OpTimeTable {
     double busy_ms = 0, idle_ms = 0;
     int64_t ops = 0;
   };
-  std::map<std::pair<std::string, std::string>, Total> ops_;  // (op, phase)
-  std::map<std::string, Phase> phases_;
+  struct Section {
+    std::string name;
+    std::map<std::pair<std::string, std::string>, Total> ops;  // (op, phase)
+    std::map<std::string, Phase> phases;
+  };
+  std::vector<Section> sections_;  // in order of appearance (a handful: looked up linearly)
 };
 
 // The events around the ops of one stream, folded into an OpTimeTable in batches.
@@ -53,6 +61,9 @@ class CudaOpProfiler {
   ~CudaOpProfiler();  // destroys the events; write() first to keep the table
   CudaOpProfiler(const CudaOpProfiler&) = delete;
   CudaOpProfiler& operator=(const CudaOpProfiler&) = delete;
+
+  // The section of the ops that follow.
+  void set_section(std::string_view name) { section_ = name; }
 
   // Brackets one op: the start event is recorded now, the stop event when the scope ends.
   class Scope {
@@ -73,12 +84,13 @@ class CudaOpProfiler {
 
  private:
   struct Pending {
-    std::string op;
+    std::string section, op;
     int64_t rows = 0;
     cudaEvent_t start = nullptr, stop = nullptr;
   };
   std::string path_;
   cudaStream_t stream_;
+  std::string section_;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_;
   cudaEvent_t first_ = nullptr;      // the first op's start (kept for span_ms)

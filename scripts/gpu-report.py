@@ -16,8 +16,8 @@ table says which file was missing):
     (bench-reuse.json, the GPU's default) and off (bench-reuse-no-control.json);
   - device-check's teacher-forced agreement per model (top-1 rate, first-token KL);
   - where the time goes, from the RAGKV_CUDA_PROFILE files (profile-*.json, cuda/op-profile.h): per
-    phase (prefill: ops over more than 8 rows; decode: up to 8) the device's busy and idle time, and
-    the ops that take the most of it;
+    section (the bench's prefill and decodes, each mode and tier) and phase (prefill: ops over more
+    than 8 rows; decode: up to 8) the device's busy and idle time, and the ops that take the most;
   - llama.cpp's llama-bench on the same GGUF files, where llama-bench-bf16.json / -q4km.json are
     there (`llama-bench -p TOKENS -n 32 -d 0,TOKENS -o json`), and our ratios to it.
 Peaks (dense, no sparsity; NVIDIA's data sheets): H100 SXM 989 TFLOP/s bf16 and 3.35 TB/s, H100
@@ -127,26 +127,29 @@ def llama_ratios(out, rows, missing):
 
 PROFILES = [  # (file, label)
     ("profile-prefill-bf16.json", "bench prefill, 8B-shaped bf16"),
-    ("profile-blend-bf16.json", "bench reuse full + blend (device tier), 8B-shaped bf16"),
+    ("profile-blend-bf16.json", "bench reuse, 8B-shaped bf16"),
     ("profile-prefill-q4km.json", "bench prefill, 8B-shaped Q4_K_M"),
 ]
 PROFILE_TOP_OPS = 8
 
 
 def profile_rows(out, missing):
-    """Per profile and phase: busy and idle device time, and the longest ops with their shares."""
+    """Per profile, section (the bench's prefill, decode, mode and tier) and phase: busy and idle
+    device time, and the longest ops with their shares."""
     rows = []
     for name, label in PROFILES:
         data = load(out, name, missing)
         if not data:
             continue
-        for phase, p in sorted(data.get("phases", {}).items()):
-            busy, idle = p["busy_ms"], p["idle_ms"]
-            ops = [o for o in data.get("ops", []) if o["phase"] == phase][:PROFILE_TOP_OPS]
-            rows.append({"profile": label, "file": name, "phase": phase, "busy_ms": busy, "idle_ms": idle,
-                         "idle_share": idle / (busy + idle) if busy + idle > 0 else None, "ops": p["ops"],
-                         "top_ops": [{k: o[k] for k in ("op", "calls", "ms", "ms_per_call", "share_of_phase")}
-                                     for o in ops]})
+        for section in data.get("sections", []):
+            for phase, p in sorted(section.get("phases", {}).items()):
+                busy, idle = p["busy_ms"], p["idle_ms"]
+                ops = [o for o in section.get("ops", []) if o["phase"] == phase][:PROFILE_TOP_OPS]
+                rows.append({"profile": label, "file": name, "section": section.get("section", ""), "phase": phase,
+                             "busy_ms": busy, "idle_ms": idle,
+                             "idle_share": idle / (busy + idle) if busy + idle > 0 else None, "ops": p["ops"],
+                             "top_ops": [{k: o[k] for k in ("op", "calls", "ms", "ms_per_call", "share_of_phase")}
+                                         for o in ops]})
     return rows
 
 
@@ -189,12 +192,13 @@ def markdown(report):
                          f"(llama-bench's decode at depth {r.get('decode_llama_depth', '–')}, ours after the prompt)")
     if report["profile"]:
         lines += ["", "Where the device time goes (RAGKV_CUDA_PROFILE; idle = between ops, launch gaps and host "
-                  "work)", "", "| profile | phase | busy ms | idle ms | idle share | longest ops (share of busy) |",
-                  "|---|---|---|---|---|---|"]
+                  "work)", "", "| profile | section | phase | busy ms | idle ms | idle share | longest ops (share of busy) |",
+                  "|---|---|---|---|---|---|---|"]
         for r in report["profile"]:
             top = ", ".join(f"{o['op']} {100 * o['share_of_phase']:.0f} %" for o in r["top_ops"])
-            lines.append(f"| {r['profile']} | {r['phase']} | {fmt(r['busy_ms'])} | {fmt(r['idle_ms'])} | "
-                         f"{fmt(None if r['idle_share'] is None else 100 * r['idle_share'])} % | {top} |")
+            lines.append(f"| {r['profile']} | {r['section'] or '–'} | {r['phase']} | {fmt(r['busy_ms'])} | "
+                         f"{fmt(r['idle_ms'])} | {fmt(None if r['idle_share'] is None else 100 * r['idle_share'])} % "
+                         f"| {top} |")
     if report["missing"]:
         lines += ["", "Missing (the step failed or did not run): " + ", ".join(report["missing"])]
     return "\n".join(lines) + "\n"

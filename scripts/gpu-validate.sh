@@ -74,15 +74,15 @@ if has q4km; then
     --models "$model_q4" --device cuda --tokens 4096
 fi
 if has profile; then
-  # Where the time goes (cuda/op-profile.h: device time per op, path and phase, and the idle time
-  # between ops): the bf16 prefill and decode, a blend run beside full on the device tier, and the
-  # Q4_K_M prefill and decode. Timing events slow a step a little: the figures above are unprofiled.
+  # Where the time goes (cuda/op-profile.h: device time per section, op, path and phase, and the
+  # idle time between ops): the bf16 prefill and decode, full, reuse and blend on the device and
+  # host tiers, and the Q4_K_M prefill and decode. Timing events slow a step a little: the figures above are unprofiled.
   make_model make-model bf16 "$model"
   step profile-prefill 120 bench-prefill-profiled.json env RAGKV_CUDA_PROFILE="$out/profile-prefill-bf16.json" \
     "$run" ragkv bench prefill --models "$model" --device cuda --tokens 4096
-  step profile-blend 150 bench-reuse-profiled.json env RAGKV_CUDA_PROFILE="$out/profile-blend-bf16.json" \
-    "$run" ragkv bench reuse --model "$model" --device cuda --chunks 8 --chunk-tokens 496 --modes blend \
-    --tiers device --repetitions 1
+  step profile-reuse 150 bench-reuse-profiled.json env RAGKV_CUDA_PROFILE="$out/profile-blend-bf16.json" \
+    "$run" ragkv bench reuse --model "$model" --device cuda --chunks 8 --chunk-tokens 496 --modes reuse,blend \
+    --tiers device,host --repetitions 1
   make_model make-model-q4km q4_k_m "$model_q4"
   step profile-prefill-q4km 150 bench-prefill-q4km-profiled.json \
     env RAGKV_CUDA_PROFILE="$out/profile-prefill-q4km.json" "$run" ragkv bench prefill --models "$model_q4" \

@@ -18,44 +18,50 @@ namespace {
 
 using namespace ragkv;
 
-const nlohmann::json* find_op(const nlohmann::json& j, const std::string& op, const std::string& phase) {
-  for (const nlohmann::json& e : j["ops"])
+const nlohmann::json* find_op(const nlohmann::json& section, const std::string& op, const std::string& phase) {
+  for (const nlohmann::json& e : section["ops"])
     if (e["op"] == op && e["phase"] == phase) return &e;
   return nullptr;
 }
 
 }  // namespace
 
-TEST_CASE("op profile table: phases by row count, totals, idle time and the order by time") {
+TEST_CASE("op profile table: sections in order, phases by row count, totals, idle time and the order by time") {
   CHECK(OpTimeTable::phase_of(1) == "decode");
   CHECK(OpTimeTable::phase_of(8) == "decode");
   CHECK(OpTimeTable::phase_of(9) == "prefill");
 
   OpTimeTable t;
   CHECK(t.empty());
-  t.add("matmul/gemm-f16", 4096, 3.0, 0.5);
-  t.add("matmul/gemm-f16", 4096, 1.0, -0.25);  // a negative idle time (clock noise) counts as 0
-  t.add("attention/mma", 4096, 2.0, 0.0);
-  t.add("matmul/gemv-f16", 1, 0.25, 0.125);
+  t.add("prefill", "matmul/gemm-f16", 4096, 3.0, 0.5);
+  t.add("prefill", "matmul/gemm-f16", 4096, 1.0, -0.25);  // a negative idle time (clock noise) counts as 0
+  t.add("prefill", "attention/mma", 4096, 2.0, 0.0);
+  t.add("prefill", "matmul/gemv-f16", 1, 0.25, 0.125);
+  t.add("blend", "attention/f32+mass", 32, 0.5, 1.0);
   CHECK_FALSE(t.empty());
   const nlohmann::json j = nlohmann::json::parse(t.json("cuda:0 (test)", "cuda:0 (test)+mma-attention", 9.5));
   CHECK(j["device"] == "cuda:0 (test)");
   CHECK(j["span_ms"].get<double>() == doctest::Approx(9.5));
-  CHECK(j["phases"]["prefill"]["busy_ms"].get<double>() == doctest::Approx(6.0));
-  CHECK(j["phases"]["prefill"]["idle_ms"].get<double>() == doctest::Approx(0.5));
-  CHECK(j["phases"]["prefill"]["ops"] == 3);
-  CHECK(j["phases"]["decode"]["busy_ms"].get<double>() == doctest::Approx(0.25));
-  CHECK(j["phases"]["decode"]["idle_ms"].get<double>() == doctest::Approx(0.125));
-  REQUIRE(j["ops"].size() == 3);
-  CHECK(j["ops"][0]["op"] == "matmul/gemm-f16");  // longest first
-  CHECK(j["ops"][1]["op"] == "attention/mma");
-  CHECK(j["ops"][2]["op"] == "matmul/gemv-f16");
-  const nlohmann::json& gemm = j["ops"][0];
+  REQUIRE(j["sections"].size() == 2);
+  CHECK(j["sections"][1]["section"] == "blend");
+  CHECK(j["sections"][1]["phases"]["prefill"]["idle_ms"].get<double>() == doctest::Approx(1.0));
+  const nlohmann::json& p = j["sections"][0];
+  CHECK(p["section"] == "prefill");
+  CHECK(p["phases"]["prefill"]["busy_ms"].get<double>() == doctest::Approx(6.0));
+  CHECK(p["phases"]["prefill"]["idle_ms"].get<double>() == doctest::Approx(0.5));
+  CHECK(p["phases"]["prefill"]["ops"] == 3);
+  CHECK(p["phases"]["decode"]["busy_ms"].get<double>() == doctest::Approx(0.25));
+  CHECK(p["phases"]["decode"]["idle_ms"].get<double>() == doctest::Approx(0.125));
+  REQUIRE(p["ops"].size() == 3);
+  CHECK(p["ops"][0]["op"] == "matmul/gemm-f16");  // longest first
+  CHECK(p["ops"][1]["op"] == "attention/mma");
+  CHECK(p["ops"][2]["op"] == "matmul/gemv-f16");
+  const nlohmann::json& gemm = p["ops"][0];
   CHECK(gemm["calls"] == 2);
   CHECK(gemm["rows"] == 8192);
   CHECK(gemm["ms_per_call"].get<double>() == doctest::Approx(2.0));
   CHECK(gemm["share_of_phase"].get<double>() == doctest::Approx(4.0 / 6.0));
-  CHECK(j["ops"][2]["share_of_phase"].get<double>() == doctest::Approx(1.0));
+  CHECK(p["ops"][2]["share_of_phase"].get<double>() == doctest::Approx(1.0));
 }
 
 TEST_CASE("cuda profile: RAGKV_CUDA_PROFILE writes one entry per op the backend ran") {
@@ -70,6 +76,7 @@ TEST_CASE("cuda profile: RAGKV_CUDA_PROFILE writes one entry per op the backend 
     auto gpu = make_cuda_backend(0);
     Tensor a = gpu->alloc(DType::f32, 4, 256), b = gpu->alloc(DType::f32, 4, 256);
     gpu->fill_zero(a);
+    gpu->set_profile_section("sum");
     gpu->fill_zero(b);
     gpu->add(a, b);
     std::vector<float> host(4 * 256, 1.f);
@@ -79,16 +86,22 @@ TEST_CASE("cuda profile: RAGKV_CUDA_PROFILE writes one entry per op the backend 
   ::unsetenv("RAGKV_CUDA_PROFILE");
   const nlohmann::json j = nlohmann::json::parse(read_file(path));
   CHECK(j["kernels"].get<std::string>().find("cuda:0") == 0);
-  const nlohmann::json* zero = find_op(j, "fill_zero", "decode");
-  const nlohmann::json* add = find_op(j, "add", "decode");
-  const nlohmann::json* download = find_op(j, "download", "decode");
+  REQUIRE(j["sections"].size() == 2);
+  const nlohmann::json& first = j["sections"][0];
+  const nlohmann::json& sum = j["sections"][1];
+  CHECK(first["section"] == "");
+  CHECK(sum["section"] == "sum");
+  const nlohmann::json* zero = find_op(first, "fill_zero", "decode");
+  const nlohmann::json* add = find_op(sum, "add", "decode");
+  const nlohmann::json* download = find_op(sum, "download", "decode");
   REQUIRE(zero);
   REQUIRE(add);
   REQUIRE(download);
-  CHECK((*zero)["calls"] == 2);
+  CHECK((*zero)["calls"] == 1);
+  CHECK(find_op(sum, "fill_zero", "decode"));
   CHECK((*add)["calls"] == 1);
   CHECK((*add)["ms"].get<double>() > 0.0);
-  CHECK(j["phases"]["decode"]["ops"] == 4);
+  CHECK(sum["phases"]["decode"]["ops"] == 3);
   CHECK(j["span_ms"].get<double>() >= (*add)["ms"].get<double>());
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/format/quant.h"
@@ -211,6 +212,10 @@ class Backend {
     (void)bytes;
   }
   virtual void unpin_host_memory(const void* p) { (void)p; }
+  // Names the work that follows in a per-op profile (the CUDA backend's RAGKV_CUDA_PROFILE,
+  // cuda/op-profile.h): the benches name their prefill and decode runs, modes and tiers. No effect
+  // where nothing is profiled.
+  virtual void set_profile_section(std::string_view name) { (void)name; }
   virtual void synchronize() {}
 
   // ---- weights
