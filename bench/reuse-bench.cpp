@@ -241,6 +241,9 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
           {"kv_bytes_loaded", cached ? t.kv_bytes : 0},
           {"kv_file_bytes", cached ? t.file_bytes : 0},
           {"first_token_matches_full", argmax(t.logits) == argmax(full.logits)},
+          // prefix is computed as full over its rows: bit-identical where the kernels' results do
+          // not depend on how many rows a call has (issue 40: say which).
+          {"first_logits_identical_to_full", t.logits == full.logits},
           {"kl_first_token_vs_full", kl_divergence_logits(full.logits, t.logits)},
       };
       // Filling the host or device tier happens before the prefill, outside the TTFT (rep 0 fills

@@ -13,13 +13,15 @@
 //      conversion) and their positions in shared memory;
 //   2. each warp computes S = Q·Kᵀ for its 16 vectors × BN keys: D/16 k-steps × BN/8 mma each,
 //      A from the f16 Q rows staged once per block, B straight from the K rows (Kᵀ's columns are
-//      K's rows, so the "col" operand is a row of K);
+//      K's rows, so the "col" operand is a row of K), each fragment set loaded by one ldmatrix
+//      (mma-fragments.h: A per k-step, B per pair of n-tiles);
 //   3. scale, softcap, mask (−∞ past n_kv or invisible), online softmax on the accumulator
 //      registers: a lane holds two rows (groupID, groupID + 8), the row max and sum reduced over
 //      the lane quad with two xor shuffles; O's registers rescaled by α;
 //   4. O += P·V: P's accumulator registers repacked as f16 pairs are exactly the A fragments of
 //      the next mma (the m16n8 C layout equals the m16n8k16 A layout, two n-tiles per k-step); V
-//      read from shared memory as B (two halves of a key pair per register).
+//      read from shared memory as B by ldmatrix .trans (a key pair per register, two n-tiles of
+//      head dims per load).
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"),
 // groupID = lane / 4, tig = lane % 4: A element pairs at (row groupID or +8, cols 2·tig (+8));
 // B pairs at (k = 2·tig (+8), n = groupID); C at (row groupID or +8, cols 2·tig, 2·tig + 1).
@@ -36,6 +38,7 @@
 // from the data and holds the kernel to, as llama.cpp's test-backend-ops normalises errors per op.
 #include "cuda/attention-mma.cuh"
 #include "cuda/attention-tiles.cuh"
+#include "cuda/mma-fragments.h"
 
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -86,8 +89,21 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two consecutive halves of shared memory as one register (the lower index in the low half).
-__device__ __forceinline__ uint32_t ld_pair(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// Four 8×8 b16 matrices from shared memory, lane L giving the address of row L % 8 of matrix L / 8
+// (16-byte aligned); .trans delivers each matrix transposed (mma-fragments.h).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* row) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half* row) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
 
 // Two halves from separate addresses (lo in the low half).
 __device__ __forceinline__ uint32_t pack_halves(__half lo, __half hi) {
@@ -179,11 +195,14 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
   int qmin, qmax;
   attention_tiles::query_position_range(qpos_s, n_valid, p.causal, lane, qmin, qmax);
 
-  // This lane's two rows of the warp's 16 vectors.
+  // This lane's two rows of the warp's 16 vectors (C fragments), and the shared-memory rows it
+  // hands to ldmatrix for the A fragments of Q, the B fragments of K and those of V.
   const int r0 = warp * 16 + gid, r1 = r0 + 8;
   const int qp0 = qpos_s[r0], qp1 = qpos_s[r1];
-  const __half* q0 = Qs + r0 * RS + 2 * tig;
-  const __half* q1 = Qs + r1 * RS + 2 * tig;
+  constexpr auto a_of = mma_fragments::a_row, k_of = mma_fragments::k_row, v_of = mma_fragments::v_row;
+  const __half* q_ld = Qs + (warp * 16 + a_of(lane).row) * RS + a_of(lane).col;
+  const __half* k_ld = Ks + k_of(lane).row * RS + k_of(lane).col;
+  const __half* v_ld = Vs + v_of(lane).row * RS + v_of(lane).col;
 
   float o[DT][4];
 #pragma unroll
@@ -204,11 +223,14 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
     for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D; kk += 16) {
-      const uint32_t a[4] = {ld_pair(q0 + kk), ld_pair(q1 + kk), ld_pair(q0 + kk + 8), ld_pair(q1 + kk + 8)};
+      uint32_t a[4];
+      ldmatrix_x4(a, q_ld + kk);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const __half* krow = Ks + (nt * 8 + gid) * RS + kk + 2 * tig;
-        mma_16816(s[nt], a, ld_pair(krow), ld_pair(krow + 8));
+      for (int nt = 0; nt < NT; nt += 2) {  // two n-tiles (16 keys) per ldmatrix
+        uint32_t b[4];
+        ldmatrix_x4(b, k_ld + nt * 8 * RS + kk);
+        mma_16816(s[nt], a, b[0], b[1]);
+        mma_16816(s[nt + 1], a, b[2], b[3]);
       }
     }
 
@@ -252,11 +274,12 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
       const uint32_t a[4] = {pack_floats(s[2 * kc][0], s[2 * kc][1]), pack_floats(s[2 * kc][2], s[2 * kc][3]),
                              pack_floats(s[2 * kc + 1][0], s[2 * kc + 1][1]),
                              pack_floats(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-      const __half* v0 = Vs + (kc * 16 + 2 * tig) * RS + gid;  // B rows k = 2·tig, 2·tig + 1 (+8), column gid
 #pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        const __half* v = v0 + dt * 8;
-        mma_16816(o[dt], a, pack_halves(v[0], v[RS]), pack_halves(v[8 * RS], v[9 * RS]));
+      for (int dt = 0; dt < DT; dt += 2) {  // two n-tiles (16 head dims) per ldmatrix
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_ld + kc * 16 * RS + dt * 8);
+        mma_16816(o[dt], a, b[0], b[1]);
+        mma_16816(o[dt + 1], a, b[2], b[3]);
       }
     }
   }

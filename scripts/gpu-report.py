@@ -167,11 +167,13 @@ def markdown(report):
                      f"{fmt(r.get('decode_bandwidth_gb_s'))} | {fmt(r.get('decode_pct_of_bandwidth'))} |")
     if report["reuse"]:
         lines += ["", "| loading controller | mode | KV tier | TTFT ms | / full | segments recomputed | "
-                  "first token = full |", "|---|---|---|---|---|---|---|"]
+                  "first token = full | logits bit-identical |", "|---|---|---|---|---|---|---|---|"]
         for r in report["reuse"]:
             rec = "–" if r["recomputed_segments"] is None else r["recomputed_segments"]
+            same = r.get("first_logits_identical_to_full")
             lines.append(f"| {r['load_control']} | {r['mode']} | {r['kv_tier']} | {fmt(r['ttft_ms_median'])} | "
-                         f"{fmt(r['ttft_ratio_vs_full'], 3)} | {rec} | {r['first_token_matches_full']} |")
+                         f"{fmt(r['ttft_ratio_vs_full'], 3)} | {rec} | {r['first_token_matches_full']} | "
+                         f"{'–' if same is None else same} |")
     if report["device_check"]:
         dc = report["device_check"]
         lines += ["", f"device-check ({'passed' if dc.get('passed') else 'FAILED'}): teacher-forced agreement "
@@ -220,7 +222,8 @@ def build_report(out):
             control = "off"  # a CPU run, or a bench from before the controller's default
         for r in (reuse or {}).get("results", []):
             row = {k: r.get(k) for k in ("mode", "kv_tier", "ttft_ms_median", "ttft_ratio_vs_full",
-                                         "first_token_matches_full", "compute_fraction")}
+                                         "first_token_matches_full", "first_logits_identical_to_full",
+                                         "compute_fraction")}
             row["load_control"] = control
             row["recomputed_segments"] = (r.get("load_control") or {}).get("recomputed_segments")
             report["reuse"].append(row)
