@@ -1,4 +1,4 @@
-// bench prefill, bench reuse, bench retrieval, bench cache (DESIGN.md §8): JSON on stdout, progress on stderr.
+// bench prefill, bench reuse, bench retrieval, bench cache, bench device (DESIGN.md §8): JSON on stdout, progress on stderr.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -23,6 +23,10 @@
 #include "core/rag/queries.h"
 #include "core/util/paths.h"
 #include "retrieval/index-dir.h"
+#ifdef RAGKV_HAVE_CUDA
+#include "cuda/cuda-backend.h"
+#include "cuda/device-limits.h"
+#endif
 
 namespace ragkv::cli {
 
@@ -43,6 +47,8 @@ class BenchCommands : public CommandFamily {
     add_flags(retrieval_cmd_, kBenchRetrieval, o_);
     cache_cmd_ = bench_->add_subcommand("cache", "RAGCache's cache manager replayed over a query file's retrieval trace: hit rate, computed tokens, estimated TTFT");
     add_flags(cache_cmd_, kBenchCache, o_);
+    device_cmd_ = bench_->add_subcommand("device", "The GPU's reachable limits: cuBLAS GEMM TFLOP/s (8192³, f16 and bf16) and device-memory copy GB/s");
+    add_flags(device_cmd_, kBenchDevice, o_);
   }
 
   bool selected() const override { return static_cast<bool>(*bench_); }
@@ -52,6 +58,7 @@ class BenchCommands : public CommandFamily {
     if (*reuse_cmd_) run_reuse();
     if (*retrieval_cmd_) run_retrieval();
     if (*cache_cmd_) run_cache();
+    if (*device_cmd_) run_device();
     return 0;
   }
 
@@ -97,6 +104,25 @@ class BenchCommands : public CommandFamily {
     for (const auto& t : o_.tiers.empty() ? kv_start_names() : o_.tiers)
       if (!o_.tiers.empty() || t != "remote" || !o_.remote.empty()) opt.tiers.push_back(parse_kv_start(t));  // default: remote with --remote
     std::cout << bench_reuse(*backend, opt).dump(2) << "\n";
+  }
+
+  // The chip's limits that the GPU report quotes figures against (cuda/device-limits.h).
+  void run_device() {
+#ifdef RAGKV_HAVE_CUDA
+    if (!cuda_device_present()) fail("bench device: no CUDA device is available on this machine");
+    const DeviceLimits d = measure_device_limits(0, 8192, int64_t(2) << 30, o_.repetitions);
+    std::cout << nlohmann::json{{"bench", "device"},
+                                {"device", d.device},
+                                {"gemm_size", d.gemm_size},
+                                {"gemm_f16_f32out_tflops", d.gemm_f16_f32out_tflops},
+                                {"gemm_bf16_tflops", d.gemm_bf16_tflops},
+                                {"copy_bytes", d.copy_bytes},
+                                {"copy_gb_s", d.copy_gb_s}}
+                     .dump(2)
+              << "\n";
+#else
+    fail("bench device: this ragkv was built without the CUDA backend (nvcc was not found)");
+#endif
   }
 
   void run_retrieval() {
@@ -171,7 +197,7 @@ class BenchCommands : public CommandFamily {
 
   CliOptions& o_;
   CLI::App *bench_ = nullptr, *prefill_cmd_ = nullptr, *reuse_cmd_ = nullptr, *retrieval_cmd_ = nullptr,
-           *cache_cmd_ = nullptr;
+           *cache_cmd_ = nullptr, *device_cmd_ = nullptr;
 };
 
 }  // namespace

@@ -72,7 +72,7 @@ std::vector<Flag> bench_flags() {
          return a->add_option("--decode-batch", o.prefill.decode_batch, "Sequences decoded together for decode_batch_tokens_per_s (1: skip)")
              ->check(CLI::Range(1, 256))->capture_default_str();
        }},
-      {kBenchPrefill | kBenchReuse, 0, 0, G::bench, [](CLI::App* a, CliOptions& o) {
+      {kBenchPrefill | kBenchReuse | kBenchDevice, 0, 0, G::bench, [](CLI::App* a, CliOptions& o) {
          return a->add_option("--repetitions", o.repetitions, "Timed runs per measurement, after a warm-up (medians reported)")
              ->check(CLI::Range(1, 1000))->capture_default_str();
        }},

@@ -33,6 +33,7 @@ enum Cmd : uint32_t {
   kStoreGc = 1u << 15,
   kMerge = 1u << 16,
   kDeviceCheck = 1u << 17,
+  kBenchDevice = 1u << 18,
 };
 inline constexpr uint32_t kAll = ~0u;
 // The commands that compute on a device (--device, --threads).

@@ -20,6 +20,9 @@ table says which file was missing):
     than 8 rows; decode: up to 8) the device's busy and idle time, and the ops that take the most;
   - llama.cpp's llama-bench on the same GGUF files, where llama-bench-bf16.json / -q4km.json are
     there (`llama-bench -p TOKENS -n 32 -d 0,TOKENS -o json`), and our ratios to it.
+The chip's reachable limits, where bench-device.json is there (`ragkv bench device`: cuBLAS GEMM
+TFLOP/s, device copy GB/s): prefill as a share of cuBLAS's f16 GEMM rate, decode as a share of the
+copy bandwidth, beside the data-sheet shares.
 Peaks (dense, no sparsity; NVIDIA's data sheets): H100 SXM 989 TFLOP/s bf16 and 3.35 TB/s, H100
 PCIe 756 and 2.0, H100 NVL 835 and 3.9, H200 989 and 4.8. The chip comes from nvidia-smi.txt.
 """
@@ -67,12 +70,14 @@ def chip(out):
     return name, None, None
 
 
-def prefill_row(label, result, peak_tflops, peak_bw):
+def prefill_row(label, result, peak_tflops, peak_bw, limits):
     tflops = result["prefill_tflops"]
     row = {"run": label, "prompt_tokens": result["prompt_tokens"], "prefill_ms": result["prefill_ms_best"],
            "prefill_tflops": tflops, "decode_tokens_per_s": result["decode_tokens_per_s"]}
     if peak_tflops:
         row["prefill_pct_of_peak"] = 100.0 * tflops / peak_tflops
+    if limits and limits.get("gemm_f16_f32out_tflops"):
+        row["prefill_pct_of_cublas"] = 100.0 * tflops / limits["gemm_f16_f32out_tflops"]
     if "decode_weight_bytes" in result:
         context = result["prompt_tokens"] + result["decode_tokens"] / 2.0
         step_bytes = result["decode_weight_bytes"] + result["kv_bytes_per_position"] * context
@@ -80,6 +85,8 @@ def prefill_row(label, result, peak_tflops, peak_bw):
         row["decode_bandwidth_gb_s"] = step_bytes * result["decode_tokens_per_s"] / 1e9
         if peak_bw:
             row["decode_pct_of_bandwidth"] = 100.0 * step_bytes * result["decode_tokens_per_s"] / peak_bw
+        if limits and limits.get("copy_gb_s"):
+            row["decode_pct_of_copy"] = 100.0 * row["decode_bandwidth_gb_s"] / limits["copy_gb_s"]
     return row
 
 
@@ -159,12 +166,21 @@ def fmt(v, digits=1):
 
 def markdown(report):
     lines = [f"# GPU run: {report['gpu'] or 'unknown GPU'}", ""]
-    lines += ["| run | prefill ms | TFLOP/s | % of bf16 peak | decode tok/s | decode GB/s | % of HBM |",
-              "|---|---|---|---|---|---|---|"]
+    lim = report.get("limits")
+    if lim:
+        pk, bw = report["peak_bf16_tflops"], report["peak_hbm_bytes_per_s"]
+        lines += [f"The chip (`ragkv bench device`): cuBLAS {lim['gemm_size']}³ GEMM {fmt(lim['gemm_f16_f32out_tflops'])} "
+                  f"TFLOP/s with f16 in and f32 out, {fmt(lim['gemm_bf16_tflops'])} in bf16"
+                  + (f" ({fmt(100 * lim['gemm_bf16_tflops'] / pk)} % of the {pk:.0f} peak)" if pk else "")
+                  + f"; device copy {fmt(lim['copy_gb_s'])} GB/s"
+                  + (f" ({fmt(100 * lim['copy_gb_s'] * 1e9 / bw)} % of HBM)" if bw else "") + ".", ""]
+    lines += ["| run | prefill ms | TFLOP/s | % of bf16 peak | % of cuBLAS | decode tok/s | decode GB/s | % of HBM "
+              "| % of copy |", "|---|---|---|---|---|---|---|---|---|"]
     for r in report["prefill"]:
         lines.append(f"| {r['run']} | {fmt(r['prefill_ms'])} | {fmt(r['prefill_tflops'])} | "
-                     f"{fmt(r.get('prefill_pct_of_peak'))} | {fmt(r['decode_tokens_per_s'])} | "
-                     f"{fmt(r.get('decode_bandwidth_gb_s'))} | {fmt(r.get('decode_pct_of_bandwidth'))} |")
+                     f"{fmt(r.get('prefill_pct_of_peak'))} | {fmt(r.get('prefill_pct_of_cublas'))} | "
+                     f"{fmt(r['decode_tokens_per_s'])} | {fmt(r.get('decode_bandwidth_gb_s'))} | "
+                     f"{fmt(r.get('decode_pct_of_bandwidth'))} | {fmt(r.get('decode_pct_of_copy'))} |")
     if report["reuse"]:
         lines += ["", "| loading controller | mode | KV tier | TTFT ms | / full | segments recomputed | "
                   "first token = full | logits bit-identical |", "|---|---|---|---|---|---|---|---|"]
@@ -212,10 +228,11 @@ def build_report(out):
     report = {"gpu": gpu, "peak_bf16_tflops": peak_tflops, "peak_hbm_bytes_per_s": peak_bw,
               "prefill": [], "reuse": [], "device_check": None, "profile": [], "llama_bench": [],
               "missing": missing}
+    report["limits"] = load(out, "bench-device.json", missing)
     for name, label in PREFILL_RUNS:
         data = load(out, name, missing)
         for result in (data or {}).get("results", []):
-            report["prefill"].append(prefill_row(label, result, peak_tflops, peak_bw))
+            report["prefill"].append(prefill_row(label, result, peak_tflops, peak_bw, report["limits"]))
     for name, control in (("bench-reuse.json", "on"), ("bench-reuse-no-control.json", "off")):
         reuse = load(out, name, missing)
         if reuse and not reuse.get("load_control", control == "off"):

@@ -10,7 +10,7 @@
 #
 #   bash scripts/gpu-validate.sh OUT_DIR [BUNDLE_DIR [GROUP...]]    (BUNDLE_DIR from `make device-bundle`)
 #
-# Groups, in this order by default: tests (CUDA tests, device-check), bf16 (the 8B-shaped bf16
+# Groups, in this order by default: tests (CUDA tests, bench device, device-check), bf16 (the 8B-shaped bf16
 # model: prefill with the tensor-core attention and with RAGKV_CUDA_ATTENTION=f32, reuse with the
 # loading controller on and off), q4km
 # (the Q4_K_M model: weights kept quantised, and RAGKV_CUDA_WEIGHTS=f16), profile (per-op device
@@ -49,6 +49,8 @@ has() { [[ " $groups " == *" $1 "* ]]; }
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 if has tests; then
   step cuda-tests 180 cuda-tests.txt "$run" ragkv_tests -tc='cuda*'
+  # The chip's reachable limits: cuBLAS GEMM TFLOP/s, device copy GB/s (the report's reference).
+  step bench-device 60 bench-device.json "$run" ragkv bench device
   # Teacher-forced agreement with the CPU on the default models' shapes (issue 40's bar); its
   # record (what --device auto trusts) lands beside the report.
   step device-check 240 device-check.json env RAGKV_DEVICE_RECORDS="$out/device-records" "$run" ragkv device-check

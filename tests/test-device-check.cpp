@@ -219,3 +219,19 @@ TEST_CASE("cli: device-check without a GPU says so and exits 1") {
   CHECK(r.err.find(expected) != std::string::npos);
   CHECK(r.out.empty());
 }
+
+TEST_CASE("cli: bench device without a GPU says so and exits 1") {
+#ifdef RAGKV_HAVE_CUDA
+  if (cuda_device_present()) {
+    MESSAGE("skipped: a GPU is present (scripts/gpu-validate.sh runs bench device there)");
+    return;
+  }
+  const char* expected = "no CUDA device is available on this machine";
+#else
+  const char* expected = "built without the CUDA backend";
+#endif
+  const test::Run r = test::run_ragkv("bench device --repetitions 1");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find(expected) != std::string::npos);
+  CHECK(r.out.empty());
+}
