@@ -13,7 +13,8 @@
 //   3. warp t (one per vector) takes the range's max m and sum l of P = exp(S − m) (expf),
 //      writing P back to shared memory;
 //   4. threads over (vector, dimension) accumulate O = Σ_j P_j · V_j (V rows read coalesced).
-//   m, l and the unnormalised O of the range go to a workspace (cudaMallocAsync on the stream).
+//   m, l and the unnormalised O of the range go to a workspace (the caller's decode_work, else
+//   cudaMallocAsync on the stream).
 // Combine kernel, one block per (query row, head), head_dim threads: M = max over ranges of m,
 // L = Σ l_r · exp(m_r − M), O = Σ O_r · exp(m_r − M), out = O / L (0 when no key is visible: L = 0).
 //
@@ -189,15 +190,17 @@ void launch(const AttentionArgs& p, cudaStream_t stream) {
   const int64_t n_ranges = (p.n_kv + kSplitKeys - 1) / kSplitKeys;
   if (n_ranges > 65535) cuda_internal_fail("attention_decode_cuda: more key ranges than one grid dimension holds");
   const size_t slots = size_t(n_ranges) * size_t(p.n_q) * size_t(p.n_head);
-  float* work = nullptr;
-  CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&work), slots * (D + 2) * sizeof(float), stream));
+  const size_t bytes = slots * (D + 2) * sizeof(float);
+  const bool own = p.decode_work == nullptr || p.decode_work_bytes < bytes;
+  float* work = own ? nullptr : static_cast<float*>(p.decode_work);
+  if (own) CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&work), bytes, stream));
   float* part_o = work;
   float* part_ml = work + slots * D;
   decode_partial_kernel<D, T><<<dim3(unsigned(p.n_kv_head), unsigned(n_ranges)), kSplitKeys, 0, stream>>>(p, part_o, part_ml);
   CUDA_CHECK(cudaGetLastError());
   decode_combine_kernel<D><<<unsigned(p.n_q * p.n_head), D, 0, stream>>>(p, int(n_ranges), part_o, part_ml);
   CUDA_CHECK(cudaGetLastError());
-  CUDA_CHECK(cudaFreeAsync(work, stream));
+  if (own) CUDA_CHECK(cudaFreeAsync(work, stream));
 }
 
 template <int D>
@@ -210,6 +213,11 @@ void launch_kv_type(const AttentionArgs& a, cudaStream_t stream) {
 
 bool attention_decode_applies(int64_t n_vec, int64_t n_kv, bool with_mass) {
   return !with_mass && n_vec >= 1 && n_vec <= kDecodeMaxVectors && n_kv > kSplitKeys;
+}
+
+size_t attention_decode_work_bytes(const AttentionArgs& a) {
+  const int64_t n_ranges = (a.n_kv + kSplitKeys - 1) / kSplitKeys;
+  return size_t(n_ranges) * size_t(a.n_q) * size_t(a.n_head) * size_t(a.head_dim + 2) * sizeof(float);
 }
 
 void attention_decode_cuda(const AttentionArgs& a, cudaStream_t stream) {

@@ -17,6 +17,9 @@ constexpr int kDecodeMaxVectors = 8;
 // kDecodeMaxVectors vectors per KV head, and more keys than one range.
 bool attention_decode_applies(int64_t n_vec, int64_t n_kv, bool with_mass);
 
+// The workspace the split-K path needs for a call: the ranges' partial outputs and (m, l) pairs.
+size_t attention_decode_work_bytes(const AttentionArgs& a);
+
 // Queues the two kernels on `stream` for a call attention_cuda has checked (head_dim 32, 64, 128
 // or 256; segment mass and key totals ignored). Throws ragkv::Error when a launch fails.
 void attention_decode_cuda(const AttentionArgs& a, cudaStream_t stream);

@@ -36,6 +36,11 @@ struct AttentionArgs {
   // false: the f32 kernel even where the tensor-core one applies (attention-mma.cuh), for tests
   // held to the f32 tolerance.
   bool tensor_cores = true;
+  // Optional device workspace for the split-K path's partial sums (attention_decode_work_bytes);
+  // without one (or too small) it allocates its own on the stream. A decode step captured as a
+  // CUDA graph passes one, so that the graph holds no allocation nodes.
+  void* decode_work = nullptr;
+  size_t decode_work_bytes = 0;
 };
 
 // The kernel attention_cuda runs a checked call on: split-K (attention-decode.cu) for a few query

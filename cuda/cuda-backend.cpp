@@ -26,6 +26,7 @@
 #include "core/format/gguf.h"
 #include "core/format/quant.h"
 #include "cuda/attention.cuh"
+#include "cuda/attention-decode.cuh"
 #include "cuda/attention-mma.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/cublas-loader.h"
@@ -141,6 +142,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
            v);
     keep_quantised_ = v == "quant";
   }
+  if (const char* graphs = std::getenv("RAGKV_CUDA_GRAPHS"); graphs && *graphs) {
+    const std::string v = graphs;
+    if (v != "0" && v != "1")
+      fail("RAGKV_CUDA_GRAPHS={}: expected 1 (decode steps launched as CUDA graphs) or 0 (op by op, the default)", v);
+    graphs_ = v == "1";
+  }
   if (const char* attention = std::getenv("RAGKV_CUDA_ATTENTION"); attention && *attention) {
     const std::string v = attention;
     if (v != "mma" && v != "f32")
@@ -159,8 +166,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));
-    if (const char* path = std::getenv("RAGKV_CUDA_PROFILE"); path && *path)
+    if (const char* path = std::getenv("RAGKV_CUDA_PROFILE"); path && *path) {
       profiler_ = std::make_unique<CudaOpProfiler>(path, stream_);
+      graphs_ = false;  // the profile times ops one by one
+    }
   } catch (...) {
     // The destructor does not run for a constructor that throws.
     if (uploads_done_) CUDA_CHECK_NOTHROW(cudaEventDestroy(uploads_done_));
@@ -195,6 +204,9 @@ CudaBackend::~CudaBackend() {
   if (const cublasStatus_t st = cublas::api().destroy(cublas_); st != CUBLAS_STATUS_SUCCESS)
     std::fprintf(stderr, "ragkv: cuBLAS error %s destroying the handle of %s\n", cublas::api().status_name(st),
                  name_.c_str());
+  if (step_exec_) CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(step_exec_));
+  if (capture_host_) CUDA_CHECK_NOTHROW(cudaFreeHost(capture_host_));
+  free_deferred();
   if (scratch_) CUDA_CHECK_NOTHROW(cudaFree(scratch_));
   for (const RepeatedUpload* u : {&attention_params_, &rope_params_, &scatter_params_})
     if (u->device) CUDA_CHECK_NOTHROW(cudaFree(u->device));
@@ -222,6 +234,10 @@ void CudaBackend::raw_free(void* p) {
   // Called from destructors (Storage, CudaWeight), so it must not throw. Work queued on the
   // stream may still read p: wait for it before the memory goes back.
   if (!p) return;
+  if (capturing_) {  // a stream being captured cannot be waited for: freed after the step ran
+    deferred_free_.push_back(p);
+    return;
+  }
   CUDA_CHECK_NOTHROW(cudaStreamSynchronize(copy_stream_));
   CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
   CUDA_CHECK_NOTHROW(cudaFree(p));
@@ -340,38 +356,144 @@ void CudaBackend::copy_impl(const Tensor& src, const Tensor& dst) {
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
 }
 
-void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (!capturing_) free_deferred();
+}
 
-void CudaBackend::grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes) {
+void CudaBackend::grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes, bool geometric) {
   if (bytes <= capacity) return;
+  const size_t grown = std::max({bytes, size_t(4096), geometric ? capacity + capacity / 2 : size_t(0)});
   if (buffer) {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier ops may still use the old buffer
-    CUDA_CHECK(cudaFree(buffer));
+    if (capturing_) {
+      deferred_free_.push_back(buffer);  // the captured ops before this one still read it
+    } else {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier ops may still use the old buffer
+      CUDA_CHECK(cudaFree(buffer));
+    }
     buffer = nullptr;
     capacity = 0;
   }
-  const size_t grown = std::max<size_t>(bytes, 4096);
   buffer = raw_alloc(grown);
   capacity = grown;
 }
 
+const void* CudaBackend::staged_source(size_t bytes) {
+  if (!capturing_) return host_staging_.data();
+  const size_t offset = (capture_host_used_ + 255) / 256 * 256;
+  capture_host_needed_ = std::max(capture_host_needed_, offset + bytes);
+  if (offset + bytes > capture_host_bytes_) {
+    capture_failed_ = true;  // the next step's capture gets a larger buffer
+    return nullptr;
+  }
+  auto* dst = static_cast<uint8_t*>(capture_host_) + offset;
+  std::memcpy(dst, host_staging_.data(), bytes);
+  capture_host_used_ = offset + bytes;
+  return dst;
+}
+
 void* CudaBackend::scratch_upload(size_t bytes) {
-  grow_device_buffer(scratch_, scratch_bytes_, bytes);
+  grow_device_buffer(scratch_, scratch_bytes_, bytes, /*geometric=*/true);
   // host_staging_ is pageable: the copy has been staged by the time cudaMemcpyAsync returns, so
   // the next op may refill host_staging_ at once; stream order protects scratch_ on the device.
-  CUDA_CHECK(cudaMemcpyAsync(scratch_, host_staging_.data(), bytes, cudaMemcpyHostToDevice, stream_));
+  if (const void* src = staged_source(bytes))
+    CUDA_CHECK(cudaMemcpyAsync(scratch_, src, bytes, cudaMemcpyHostToDevice, stream_));
   return scratch_;
 }
 
 const void* CudaBackend::upload_if_changed(RepeatedUpload& u) {
   if (host_staging_.empty()) return nullptr;
   if (host_staging_ == u.host) return u.device;  // every layer after the first
-  grow_device_buffer(u.device, u.capacity, host_staging_.size());
+  grow_device_buffer(u.device, u.capacity, host_staging_.size(), /*geometric=*/true);
   // Pageable source: staged by the time the call returns; the copy is ordered on stream_ after
   // the kernels that read the previous contents.
-  CUDA_CHECK(cudaMemcpyAsync(u.device, host_staging_.data(), host_staging_.size(), cudaMemcpyHostToDevice, stream_));
+  const void* src = staged_source(host_staging_.size());
+  if (!src) return u.device;  // a failed capture: u.host stays as it was
+  CUDA_CHECK(cudaMemcpyAsync(u.device, src, host_staging_.size(), cudaMemcpyHostToDevice, stream_));
   u.host = host_staging_;
   return u.device;
+}
+
+// ---- step graphs
+
+bool CudaBackend::begin_step() {
+  if (!graphs_) return false;
+  // The previous step's graph has finished with the pinned buffer and the replaced buffers.
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  free_deferred();
+  const size_t want = std::max<size_t>(size_t(1) << 20, 2 * capture_host_needed_);
+  if (capture_host_bytes_ < want) {
+    if (capture_host_) CUDA_CHECK(cudaFreeHost(capture_host_));
+    capture_host_ = nullptr;
+    capture_host_bytes_ = 0;
+    if (cudaMallocHost(&capture_host_, want) != cudaSuccess) {
+      (void)cudaGetLastError();
+      capture_host_ = nullptr;
+      graphs_ = false;
+      std::fprintf(stderr, "ragkv: %s: no pinned memory for step graphs; running steps unrecorded\n", name_.c_str());
+      return false;
+    }
+    capture_host_bytes_ = want;
+  }
+  capture_host_used_ = capture_host_needed_ = 0;
+  capture_failed_ = false;
+  if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+    (void)cudaGetLastError();
+    step_not_launched();
+    return false;
+  }
+  capturing_ = true;
+  return true;
+}
+
+bool CudaBackend::end_step() {
+  if (!capturing_) return false;
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  bool ok = ended == cudaSuccess && graph != nullptr && !capture_failed_;
+  if (ok && step_exec_) {
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(step_exec_, graph, &info) != cudaSuccess) {  // another topology: anew
+      (void)cudaGetLastError();
+      CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(step_exec_));
+      step_exec_ = nullptr;
+    }
+  }
+  if (ok && !step_exec_ && cudaGraphInstantiate(&step_exec_, graph, 0) != cudaSuccess) {
+    step_exec_ = nullptr;
+    ok = false;
+  }
+  if (ok && cudaGraphLaunch(step_exec_, stream_) != cudaSuccess) ok = false;
+  if (!ok) (void)cudaGetLastError();
+  if (graph) CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));
+  if (!ok) step_not_launched();
+  return ok;
+}
+
+void CudaBackend::abort_step() {
+  if (!capturing_) return;
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  (void)cudaStreamEndCapture(stream_, &graph);
+  (void)cudaGetLastError();
+  if (graph) CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));
+  step_not_launched();
+}
+
+void CudaBackend::step_not_launched() {
+  // The lost graph's uploads never ran: the device holds what it held before them.
+  for (RepeatedUpload* u : {&attention_params_, &rope_params_, &scatter_params_}) u->host.clear();
+  if (++graph_failures_ == 3) {
+    graphs_ = false;
+    std::fprintf(stderr, "ragkv: %s: decode steps could not be launched as CUDA graphs 3 times; running them "
+                 "unrecorded\n", name_.c_str());
+  }
+}
+
+void CudaBackend::free_deferred() {
+  for (void* p : deferred_free_) CUDA_CHECK_NOTHROW(cudaFree(p));
+  deferred_free_.clear();
 }
 
 void* CudaBackend::work_reserve(size_t bytes) {
@@ -668,7 +790,12 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
     a.seg_mass = static_cast<float*>(work_reserve(seg_mass->out->size() * sizeof(float)));
   }
   if (key_totals && n_kv > 0) a.key_mass = static_cast<float*>(work_reserve(size_t(n_kv) * sizeof(float)));
-  const auto timed = profile(attention_profile_name(attention_route(a)), n_q);
+  const AttentionRoute route = attention_route(a);
+  if (route == AttentionRoute::split_k) {  // partial sums in the work buffer (no allocation per call)
+    a.decode_work_bytes = attention_decode_work_bytes(a);
+    a.decode_work = work_reserve(a.decode_work_bytes);
+  }
+  const auto timed = profile(attention_profile_name(route), n_q);
   attention_cuda(a, stream_);
   if (a.key_mass) {
     CUDA_CHECK(cudaMemcpyAsync(seg_mass->out->data(), a.key_mass, size_t(n_kv) * sizeof(float),

@@ -105,6 +105,12 @@ class CudaBackend : public Backend {
   void set_profile_section(std::string_view name) override {
     if (profiler_) profiler_->set_section(name);
   }
+  // RAGKV_CUDA_GRAPHS=1: each step captured as a CUDA graph (stream capture, relaxed mode), the
+  // previous step's executable graph updated in place (cudaGraphExecUpdate; instantiated anew when
+  // the topology changed), then launched once. Off by default, and off under RAGKV_CUDA_PROFILE.
+  bool begin_step() override;
+  bool end_step() override;
+  void abort_step() override;
 
   bool supports(BackendOp op, DType dtype) const override;
 
@@ -194,13 +200,32 @@ class CudaBackend : public Backend {
   // host_staging_ on the device in u's buffer, copied only when it differs from the last copy.
   const void* upload_if_changed(RepeatedUpload& u);
 
+  // Step graphs (begin_step). While capturing, uploads copy from pinned host memory (a graph's
+  // memcpy nodes read their source when the graph runs; pageable memory cannot be captured), and
+  // a device buffer that must grow is replaced, the old one freed once the step has run.
+  bool graphs_ = false;              // RAGKV_CUDA_GRAPHS=1 and no profiler
+  bool capturing_ = false;
+  bool capture_failed_ = false;      // something could not be captured: the step runs unrecorded
+  int graph_failures_ = 0;           // steps that could not be launched as graphs (3: graphs off)
+  cudaGraphExec_t step_exec_ = nullptr;
+  void* capture_host_ = nullptr;     // pinned [capture_host_bytes_]
+  size_t capture_host_bytes_ = 0, capture_host_used_ = 0, capture_host_needed_ = 0;
+  std::vector<void*> deferred_free_;
+  // host_staging_[0, bytes) where a copy to the device may read it: itself, or while capturing a
+  // pinned copy (nullptr when the pinned buffer is full: the capture then fails).
+  const void* staged_source(size_t bytes);
+  void step_not_launched();  // forget device contents the lost graph would have written
+  void free_deferred();
+
   // Device intermediates of one op (matmul's f16 activations and row scales, load_weight's f32
   // rows before conversion): one grow-only buffer, safe to reuse for the same stream-order reason.
   void* work_ = nullptr;            // device bytes [work_bytes_]
   size_t work_bytes_ = 0;
   void* work_reserve(size_t bytes);  // work_ with at least `bytes` bytes
-  // Grows a device buffer to at least `bytes` (waiting for queued work before freeing the old one).
-  void grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes);
+  // Grows a device buffer to at least `bytes` (waiting for queued work before freeing the old one;
+  // while capturing, the old one is freed after the step). `geometric`: by half its size at least
+  // (parameter buffers that grow a little every decode step).
+  void grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes, bool geometric = false);
   // Checks that `rows` fit one grid dimension (one block per row) for `op`.
   void check_grid_rows(int64_t rows, const char* op) const;
   // load_weight: one GGUF matrix into f16 rows at dst (a stack's parts one after the other).

@@ -13,7 +13,8 @@
 # Groups, in this order by default: tests (CUDA tests, bench device, device-check), bf16 (the 8B-shaped bf16
 # model: prefill with the tensor-core attention and with RAGKV_CUDA_ATTENTION=f32, reuse with the
 # loading controller on and off), q4km
-# (the Q4_K_M model: weights kept quantised, and RAGKV_CUDA_WEIGHTS=f16), profile (per-op device
+# (the Q4_K_M model: weights kept quantised, and RAGKV_CUDA_WEIGHTS=f16), graphs (both models'
+# decode with RAGKV_CUDA_GRAPHS=1), profile (per-op device
 # time under RAGKV_CUDA_PROFILE: bf16 prefill and decode, blend beside full, Q4_K_M), llama (llama-bench on
 # both files, when $LLAMA_BUNDLE, default llama-bundle/, holds scripts/llama-bench-bundle.sh's
 # llama-bench.xz). Name fewer groups to split a run over calls of the device tool: the models stay
@@ -22,7 +23,7 @@ set -uo pipefail
 out=${1:?output directory}
 bundle=${2:-device-bundle}
 shift $(($# < 2 ? $# : 2))
-groups=${*:-tests bf16 q4km profile llama}
+groups=${*:-tests bf16 q4km graphs profile llama}
 mkdir -p "$out"
 run=$bundle/run
 model=${TMPDIR:-/tmp}/ragkv-llama8b.gguf
@@ -74,6 +75,16 @@ if has q4km; then
     --device cuda --tokens 4096
   step bench-prefill-q4km-f16 150 bench-prefill-q4km-f16.json env RAGKV_CUDA_WEIGHTS=f16 "$run" ragkv bench prefill \
     --models "$model_q4" --device cuda --tokens 4096
+fi
+if has graphs; then
+  # Decode steps launched as CUDA graphs (RAGKV_CUDA_GRAPHS=1, off by default until measured here):
+  # bench prefill's decode figures against the op-by-op runs above.
+  make_model make-model bf16 "$model"
+  step bench-prefill-graphs 120 bench-prefill-graphs.json env RAGKV_CUDA_GRAPHS=1 "$run" ragkv bench prefill \
+    --models "$model" --device cuda --tokens 4096
+  make_model make-model-q4km q4_k_m "$model_q4"
+  step bench-prefill-q4km-graphs 150 bench-prefill-q4km-graphs.json env RAGKV_CUDA_GRAPHS=1 "$run" ragkv bench \
+    prefill --models "$model_q4" --device cuda --tokens 4096
 fi
 if has profile; then
   # Where the time goes (cuda/op-profile.h: device time per section, op, path and phase, and the

@@ -23,6 +23,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <span>
 #include <utility>
 #include <string>
 #include <vector>
@@ -33,6 +35,7 @@
 #include "core/model/random-model.h"
 #include "cuda/cuda-backend.h"
 #include "tests/test-tempdir.h"
+#include "tests/test-util.h"
 
 namespace {
 
@@ -119,6 +122,57 @@ TEST_CASE("cuda e2e: prefill logits and greedy tokens match the CPU on default-s
       l = mc.forward(std::span(&tok, 1), kc, wc);
     }
     MESSAGE(arch << " " << type_name << ": " << exact << " of 24 GPU greedy tokens are the CPU's argmax, the rest near ties");
+  }
+}
+
+// RAGKV_CUDA_GRAPHS=1 (Backend::begin_step): each decode step captured as a CUDA graph and launched
+// once runs the same kernels with the same arguments as op by op, so the logits must be the same
+// bit for bit — over steps that cross from the tensor-core kernel to split-K (more than 256 keys:
+// another graph topology, instantiated anew), for one sequence and for a batch of two.
+TEST_CASE("cuda graphs: decode steps launched as CUDA graphs give the op-by-op logits bit for bit") {
+  if (gpu_missing()) return;
+  const test::TempDir tmp("cuda-graphs");
+  std::unique_ptr<Backend> eager, graphs;
+  {
+    const test::ScopedEnv off("RAGKV_CUDA_GRAPHS", "0");
+    eager = make_cuda_backend(0);
+  }
+  {
+    const test::ScopedEnv on("RAGKV_CUDA_GRAPHS", "1");
+    graphs = make_cuda_backend(0);
+  }
+  for (GgmlType weight_type : {GgmlType::F16, GgmlType::Q4_1}) {
+    const std::string type_name = ggml_type_name(weight_type);
+    CAPTURE(type_name);
+    const std::string path = default_shaped_model(tmp, "llama", weight_type);
+    Model me(path, *eager), mg(path, *graphs);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 240; ++i) prompt.push_back((i * 37 + 11) % 256);
+    for (int batch : {1, 2}) {
+      CAPTURE(batch);
+      std::vector<KvCache> ke, kg;
+      std::vector<int32_t> next;
+      Workspace we, wg;
+      for (int b = 0; b < batch; ++b) {
+        ke.push_back(me.new_kv_cache(320));
+        kg.push_back(mg.new_kv_cache(320));
+        const auto p = std::span(prompt).first(prompt.size() - size_t(b));
+        const std::vector<float> le = me.forward(p, ke.back(), we), lg = mg.forward(p, kg.back(), wg);
+        REQUIRE(le == lg);  // prefill is op by op on both
+        next.push_back(int32_t(std::max_element(le.begin(), le.end()) - le.begin()));
+      }
+      std::vector<KvCache*> pe, pg;
+      for (int b = 0; b < batch; ++b) pe.push_back(&ke[size_t(b)]), pg.push_back(&kg[size_t(b)]);
+      for (int step = 0; step < 40; ++step) {
+        CAPTURE(step);
+        const std::vector<float> le = me.decode_step(next, pe, we), lg = mg.decode_step(next, pg, wg);
+        REQUIRE(le == lg);
+        for (int b = 0; b < batch; ++b) {
+          const auto row = le.begin() + ptrdiff_t(b) * me.config().n_vocab;
+          next[size_t(b)] = int32_t(std::max_element(row, row + me.config().n_vocab) - row);
+        }
+      }
+    }
   }
 }
 

@@ -240,17 +240,32 @@ std::vector<float> Model::decode_step(std::span<const int32_t> ids, std::span<Kv
     ~ActScope() { ws.act = saved; }
   } scope{ws, ws.act};
   ws.act = Activations::block8;
-  embed(ids, ws);
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    layer_qkv(l, n, pos, ws);
-    for (int64_t i = 0; i < n; ++i) {  // each sequence's new K/V row, then its attention alone
-      KvCache& kv = *kvs[i];
-      const int32_t row[1] = {int32_t(kv.n_used)};
-      backend_.scatter_rows(ws.k.slice_rows(i, 1), kv.k[l], row);
-      backend_.scatter_rows(ws.v.slice_rows(i, 1), kv.v[l], row);
-      layer_attention(l, i, 1, std::span(pos).subspan(i, 1), kv, kv.n_used + 1, ws);
+  // Repeatable (Backend::begin_step): the host state moves on only after the step.
+  const auto layers = [&] {
+    embed(ids, ws);
+    for (int l = 0; l < cfg_.n_layer; ++l) {
+      layer_qkv(l, n, pos, ws);
+      for (int64_t i = 0; i < n; ++i) {  // each sequence's new K/V row, then its attention alone
+        KvCache& kv = *kvs[i];
+        const int32_t row[1] = {int32_t(kv.n_used)};
+        backend_.scatter_rows(ws.k.slice_rows(i, 1), kv.k[l], row);
+        backend_.scatter_rows(ws.v.slice_rows(i, 1), kv.v[l], row);
+        layer_attention(l, i, 1, std::span(pos).subspan(i, 1), kv, kv.n_used + 1, ws);
+      }
+      layer_output_ffn(l, n, ws);
     }
-    layer_output_ffn(l, n, ws);
+  };
+  if (backend_.begin_step()) {  // recorded and launched as one unit; unrecorded where that fails
+    bool launched = false;
+    try {
+      layers();
+      launched = backend_.end_step();
+    } catch (const std::exception&) {
+      backend_.abort_step();
+    }
+    if (!launched) layers();
+  } else {
+    layers();
   }
   for (KvCache* kv : kvs) ++kv->n_used;
   return logits(0, n, ws);
