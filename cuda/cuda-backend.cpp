@@ -690,6 +690,13 @@ void CudaBackend::add_impl(const Tensor& a, const Tensor& b) {
   add_f32_cuda(a.as<float>(), b.as<float>(), a.numel(), stream_);
 }
 
+void CudaBackend::add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
+  const CudaWeight& cw = cuda_vector(w, "add_rms_norm");
+  check_grid_rows(x.rows, "add_rms_norm");
+  const auto timed = profile("add_rms_norm", x.rows);
+  add_rms_norm_f32_cuda(x.as<float>(), y.as<float>(), cw.f32(), xn.as<float>(), x.rows, x.cols, eps, stream_);
+}
+
 void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
   const auto timed = profile("scatter_rows", int64_t(rows.size()));

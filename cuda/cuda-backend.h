@@ -140,6 +140,7 @@ class CudaBackend : public Backend {
   void swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void add_impl(const Tensor& a, const Tensor& b) override;
+  void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) override;
   void scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override;
   void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override;
   void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,

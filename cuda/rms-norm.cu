@@ -10,6 +10,8 @@
 // them only after the block-wide sum is complete. For the same reason x and y carry no
 // __restrict__.
 //
+// add_rms_norm_f32_cuda fuses the residual add before it (x += y, then the norm of the new x).
+//
 // Numerics against the CPU reference (core/backend/cpu-backend.cpp, which sums in double): the sum of
 // squares is a float tree reduction here, within a few ulp of the double sum for the row lengths
 // the models use; then inv = 1 / sqrt(ss / n + eps) and y = x · inv · w in the same order.
@@ -41,7 +43,43 @@ __global__ void rms_norm_f32_kernel(const float* x, const float* __restrict__ w,
   for (int64_t j = threadIdx.x; j < cols; j += kBlock) yr[j] = xr[j] * inv * w[j];
 }
 
+// add then rms_norm in one pass: each thread adds its slice of y into x (the add kernel's one f32
+// add per element) and sums the squares of the new values in the same order as the kernel above,
+// so x and xn equal add_f32_cuda followed by rms_norm_f32_kernel bit for bit. xn may alias x.
+template <int kBlock>
+__global__ void add_rms_norm_f32_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w, float* xn,
+                                        int64_t cols, float eps) {
+  static_assert(kBlock % 32 == 0 && kBlock <= 1024, "block must be whole warps");
+  const int64_t row = blockIdx.x;
+  float* xr = x + row * cols;
+  const float* yr = y + row * cols;
+  float* nr = xn + row * cols;
+
+  float ss = 0.f;
+  for (int64_t j = threadIdx.x; j < cols; j += kBlock) {
+    const float v = xr[j] + yr[j];
+    xr[j] = v;
+    ss += v * v;
+  }
+  __shared__ float partial[kBlock / 32];
+  ss = block_reduce<kBlock>(ss, partial);
+
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  for (int64_t j = threadIdx.x; j < cols; j += kBlock) nr[j] = xr[j] * inv * w[j];
+}
+
 }  // namespace
+
+void add_rms_norm_f32_cuda(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
+                           cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  if (cols < 1024) {
+    add_rms_norm_f32_kernel<32><<<static_cast<unsigned>(rows), 32, 0, stream>>>(x, y, w, xn, cols, eps);
+  } else {
+    add_rms_norm_f32_kernel<256><<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, y, w, xn, cols, eps);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void rms_norm_f32_cuda(const float* x, const float* w, float* y, int64_t rows, int64_t cols,
                        float eps, cudaStream_t stream) {

@@ -1,4 +1,4 @@
-// RMSNorm launcher (rms-norm.cu).
+// RMSNorm launchers (rms-norm.cu).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,5 +10,10 @@ namespace ragkv {
 // [rows][cols] f32 tensor. x and y may alias. Throws ragkv::Error when the launch fails.
 void rms_norm_f32_cuda(const float* x, const float* w, float* y, int64_t rows, int64_t cols,
                        float eps, cudaStream_t stream);
+
+// x += y, then xn = rms_norm(x) · w, in one pass over each row; bit for bit add_f32_cuda then
+// rms_norm_f32_cuda. y overlaps neither x nor xn; xn may alias x.
+void add_rms_norm_f32_cuda(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
+                           cudaStream_t stream);
 
 }  // namespace ragkv

@@ -119,6 +119,22 @@ TEST_CASE("cpu backend: rms_norm, glu and add equal their formulas") {
   b->add(G, U);
   for (size_t i = 0; i < g.size(); ++i) ref[i] = g[i] + u[i];
   CHECK(max_rel_err(download(*b, G), ref) < 1e-6);
+
+  // add_rms_norm: add, then rms_norm of the sum, exactly; in place too; y may not overlap x or xn.
+  Tensor A = upload(*b, x, rows, cols), AN = b->alloc(DType::f32, rows, cols);
+  b->add_rms_norm(A, U, *W, 1e-6f, AN);
+  Tensor S = upload(*b, x, rows, cols), SN = b->alloc(DType::f32, rows, cols);
+  b->add(S, U);
+  b->rms_norm(S, *W, 1e-6f, SN);
+  CHECK(download(*b, A) == download(*b, S));
+  CHECK(download(*b, AN) == download(*b, SN));
+  Tensor I = upload(*b, x, rows, cols);
+  b->add_rms_norm(I, U, *W, 1e-6f, I);
+  CHECK(download(*b, I) == download(*b, SN));
+  Tensor B2 = upload(*b, random_vec(2 * rows * cols, 9), 2 * rows, cols);
+  CHECK_THROWS_AS(b->add_rms_norm(B2.slice_rows(0, rows), B2.slice_rows(1, rows), *W, 1e-6f, AN), ragkv::Error);
+  CHECK_THROWS_AS(b->add_rms_norm(A, B2.slice_rows(0, rows), *W, 1e-6f, B2.slice_rows(1, rows)), ragkv::Error);
+  CHECK_THROWS_AS(b->add_rms_norm(A, U.slice_rows(0, rows - 1), *W, 1e-6f, AN), ragkv::Error);
 }
 
 TEST_CASE("cpu backend: rope matches the rotation formula, and inverse undoes it (f32 and f16)") {

@@ -721,6 +721,39 @@ TEST_CASE("cuda: upload_async from memory given to pin_host_memory lands, and un
   CHECK(download_values(*be.gpu, dst) == host);
 }
 
+// The fused residual add and norm: bit for bit add then rms_norm on the GPU, and within the f32
+// tolerance of the CPU (which runs the two ops).
+TEST_CASE("cuda: add_rms_norm equals add then rms_norm on the GPU bit for bit, and the CPU within tolerance") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 300;
+  for (const NormCase& c : norm_cases({1e-6f})) {
+    CAPTURE(c.rows);
+    CAPTURE(c.cols);
+    const auto x = random_values(size_t(c.rows * c.cols), ++seed), y = random_values(size_t(c.rows * c.cols), ++seed);
+    const WeightPair w = load_both(be, f32_vector("blk.0.ffn_norm.weight", random_values(size_t(c.cols), ++seed)));
+    // Fused on the GPU and on the CPU, then the two ops on the GPU.
+    Tensor gx = make_tensor(*be.gpu, DType::f32, c.rows, c.cols, x), gy = make_tensor(*be.gpu, DType::f32, c.rows, c.cols, y);
+    Tensor gn = be.gpu->alloc(DType::f32, c.rows, c.cols);
+    be.gpu->add_rms_norm(gx, gy, w.on(*be.gpu), c.eps, gn);
+    Tensor cx = make_tensor(*be.cpu, DType::f32, c.rows, c.cols, x), cy = make_tensor(*be.cpu, DType::f32, c.rows, c.cols, y);
+    Tensor cn = be.cpu->alloc(DType::f32, c.rows, c.cols);
+    be.cpu->add_rms_norm(cx, cy, w.on(*be.cpu), c.eps, cn);
+    Tensor sx = make_tensor(*be.gpu, DType::f32, c.rows, c.cols, x), sy = make_tensor(*be.gpu, DType::f32, c.rows, c.cols, y);
+    Tensor sn = be.gpu->alloc(DType::f32, c.rows, c.cols);
+    be.gpu->add(sx, sy);
+    be.gpu->rms_norm(sx, w.on(*be.gpu), c.eps, sn);
+    CHECK(download_values(*be.gpu, gx) == download_values(*be.gpu, sx));
+    CHECK(download_values(*be.gpu, gn) == download_values(*be.gpu, sn));
+    const std::vector<float> got = download_values(*be.gpu, gn), ref = download_values(*be.cpu, cn);
+    for (size_t i = 0; i < ref.size(); ++i) REQUIRE(std::fabs(got[i] - ref[i]) <= kTolF32 * (1.f + std::fabs(ref[i])));
+    // In place (xn = x).
+    Tensor ix = make_tensor(*be.gpu, DType::f32, c.rows, c.cols, x);
+    be.gpu->add_rms_norm(ix, gy, w.on(*be.gpu), c.eps, ix);
+    CHECK(download_values(*be.gpu, ix) == got);
+  }
+}
+
 TEST_CASE("cuda: rms_norm matches the CPU backend (out of place and in place)") {
   if (gpu_missing()) return;
   Backends be;

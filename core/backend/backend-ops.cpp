@@ -300,6 +300,18 @@ void Backend::add(const Tensor& a, const Tensor& b) {
   add_impl(a, b);
 }
 
+void Backend::add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
+  check_f32_pair(y, x, "add_rms_norm", "y", "x");
+  check_f32_pair(x, xn, "add_rms_norm", "x", "xn");
+  check_weight(w, "add_rms_norm");
+  check_vector(w, x.cols, "add_rms_norm", "weight");
+  check_disjoint(y, x, "add_rms_norm", "y", "x");
+  check_disjoint(y, xn, "add_rms_norm", "y", "xn");
+  check_supported(BackendOp::add, x.dtype);
+  check_supported(BackendOp::rms_norm, x.dtype);
+  add_rms_norm_impl(x, y, w, eps, xn);
+}
+
 void Backend::scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
   check_tensor(src, "scatter_rows", "src");
   check_tensor(dst, "scatter_rows", "dst");

@@ -275,6 +275,10 @@ class Backend {
   void geglu(const Tensor& gate, const Tensor& up, const Tensor& out);
   // a += b (residual add). a and b may alias (a doubles).
   void add(const Tensor& a, const Tensor& b);
+  // x += y, then xn = rms_norm(x) · w: add then rms_norm, as one pass where the backend fuses them
+  // (the residual add before a layer's FFN norm). Exactly add's and rms_norm's results. y
+  // overlaps neither x nor xn; xn may alias x.
+  void add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn);
   // dst rows[rows[i]] = src row i, converting f32 → dst dtype (KV scatter). A row named twice
   // keeps the last write. src and dst must not overlap.
   void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows);
@@ -318,6 +322,11 @@ class Backend {
   virtual void swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void add_impl(const Tensor& a, const Tensor& b) = 0;
+  // Unfused by default: add_impl, then rms_norm_impl.
+  virtual void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
+    add_impl(x, y);
+    rms_norm_impl(x, w, eps, xn);
+  }
   virtual void scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) = 0;
   virtual void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) = 0;
   virtual void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,

@@ -167,9 +167,8 @@ void Model::layer_output_ffn(int l, int64_t n, Workspace& ws) const {
   const Tensor x = ws.x.slice_rows(0, n), xn = ws.xn.slice_rows(0, n), proj = ws.proj.slice_rows(0, n);
   b.matmul(ws.attn.slice_rows(0, n), *w.wo, proj, nullptr, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_attn_norm, c.norm_eps, proj);
-  b.add(x, proj);
+  b.add_rms_norm(x, proj, *w.ffn_norm, c.norm_eps, xn);  // x += proj; xn = norm(x)
 
-  b.rms_norm(x, *w.ffn_norm, c.norm_eps, xn);
   const Tensor gate = ws.gate.slice_rows(0, n), up = ws.up.slice_rows(0, n);
   const Tensor gate_up[2] = {gate, up};
   b.matmul_parts(xn, *w.w_gate_up, gate_up, {}, ws.act);
