@@ -536,12 +536,10 @@ void CudaBackend::rms_norm_impl(const Tensor& x, const Weight& w, float eps, con
   rms_norm_f32_cuda(x.as<float>(), cw.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
-void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
-                            const RopeParams& p, bool inverse) {
+// Positions and inverse frequencies on the device (rope_params_), and the launch geometry.
+CudaBackend::RopeLaunch CudaBackend::rope_launch(std::span<const int32_t> positions, int64_t rows, int n_heads,
+                                                int head_dim, const RopeParams& p, bool inverse) {
   const int half = p.n_rot / 2;
-  if (half == 0 || x.rows == 0) return;
-  const auto timed = profile("rope", x.rows);
-
   // Staging layout: int32 positions [rows], then f32 inv_freq [half]. inv_freq comes from
   // rope_inv_freq(), shared with the CPU backend, so both rotate by the same float θ.
   const size_t pos_bytes = positions.size() * sizeof(int32_t);
@@ -552,19 +550,37 @@ void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions,
   const std::vector<float> freqs = rope_inv_freq(p);
   std::memcpy(inv_freq, freqs.data(), freqs.size() * sizeof(float));
   const auto* dev = static_cast<const uint8_t*>(upload_if_changed(rope_params_));
-  const auto* d_pos = reinterpret_cast<const int32_t*>(dev);
-  const auto* d_inv_freq = reinterpret_cast<const float*>(dev + pos_bytes);
+  RopeLaunch r;
+  r.positions = reinterpret_cast<const int32_t*>(dev);
+  r.inv_freq = reinterpret_cast<const float*>(dev + pos_bytes);
+  r.shape.rows = rows;
+  r.shape.n_heads = n_heads;
+  r.shape.head_dim = head_dim;
+  r.shape.n_rot = p.n_rot;
+  r.shape.freq_scale = p.freq_scale;
+  r.shape.neox = p.neox;
+  r.shape.inverse = inverse;
+  return r;
+}
 
-  RopeShape s;
-  s.rows = x.rows;
-  s.n_heads = n_heads;
-  s.head_dim = head_dim;
-  s.n_rot = p.n_rot;
-  s.freq_scale = p.freq_scale;
-  s.neox = p.neox;
-  s.inverse = inverse;
-  if (x.dtype == DType::f16) rope_f16_cuda(x.as<__half>(), d_pos, d_inv_freq, s, stream_);
-  else rope_f32_cuda(x.as<float>(), d_pos, d_inv_freq, s, stream_);
+void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
+                            const RopeParams& p, bool inverse) {
+  if (p.n_rot / 2 == 0 || x.rows == 0) return;
+  const auto timed = profile("rope", x.rows);
+  const RopeLaunch r = rope_launch(positions, x.rows, n_heads, head_dim, p, inverse);
+  if (x.dtype == DType::f16) rope_f16_cuda(x.as<__half>(), r.positions, r.inv_freq, r.shape, stream_);
+  else rope_f32_cuda(x.as<float>(), r.positions, r.inv_freq, r.shape, stream_);
+}
+
+void CudaBackend::rope_qk_impl(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head,
+                               int n_head_kv, int head_dim, const RopeParams& p) {
+  if (p.n_rot / 2 == 0 || q.rows == 0) return;
+  const auto timed = profile("rope_qk", q.rows);
+  const RopeLaunch r = rope_launch(positions, q.rows, n_head, head_dim, p, /*inverse=*/false);
+  if (q.dtype == DType::f16)
+    rope_qk_f16_cuda(q.as<__half>(), k.as<__half>(), n_head_kv, r.positions, r.inv_freq, r.shape, stream_);
+  else
+    rope_qk_f32_cuda(q.as<float>(), k.as<float>(), n_head_kv, r.positions, r.inv_freq, r.shape, stream_);
 }
 
 void CudaBackend::layer_norm_impl(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) {

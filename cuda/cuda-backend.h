@@ -57,6 +57,7 @@
 
 #include "core/backend/backend.h"
 #include "cuda/op-profile.h"
+#include "cuda/rope.cuh"
 
 namespace ragkv {
 
@@ -134,6 +135,8 @@ class CudaBackend : public Backend {
   void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) override;
   void rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
                  const RopeParams& p, bool inverse) override;
+  void rope_qk_impl(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head, int n_head_kv,
+                    int head_dim, const RopeParams& p) override;
   void layer_norm_impl(const Tensor& x, const Weight& w, const Weight& b, float eps,
                        const Tensor& y) override;
   void gelu_erf_impl(const Tensor& x, const Tensor& y) override;
@@ -217,6 +220,15 @@ class CudaBackend : public Backend {
   const void* staged_source(size_t bytes);
   void step_not_launched();  // forget device contents the lost graph would have written
   void free_deferred();
+
+  // rope's and rope_qk's positions and frequencies on the device, and their launch geometry.
+  struct RopeLaunch {
+    const int32_t* positions = nullptr;
+    const float* inv_freq = nullptr;
+    RopeShape shape;
+  };
+  RopeLaunch rope_launch(std::span<const int32_t> positions, int64_t rows, int n_heads, int head_dim,
+                         const RopeParams& p, bool inverse);
 
   // Device intermediates of one op (matmul's f16 activations and row scales, load_weight's f32
   // rows before conversion): one grow-only buffer, safe to reuse for the same stream-order reason.

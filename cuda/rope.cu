@@ -2,7 +2,8 @@
 //
 // One thread per rotated pair: the grid covers rows × n_heads × n_rot/2 threads; each computes
 // θ = (pos · freq_scale) · inv_freq[i], sin and cos, and rotates its pair (by −θ when inverse).
-// Dimensions ≥ n_rot are never touched. f16 values are widened to f32, rotated, and rounded back
+// Dimensions ≥ n_rot are never touched. rope_qk rotates a layer's Q and K in one launch, Q's pairs
+// first, each pair exactly as alone. f16 values are widened to f32, rotated, and rounded back
 // to nearest even, as the CPU backend does.
 //
 // Agreement with the CPU reference (core/backend/cpu-backend.cpp) rests on computing the same float θ:
@@ -22,12 +23,11 @@ __device__ __forceinline__ float load_f32(const __half* p) { return __half2float
 __device__ __forceinline__ void store_f32(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_f32(__half* p, float v) { *p = __float2half_rn(v); }
 
+// Rotates pair t (of rows × n_heads × half) of x in place.
 template <typename T>
-__global__ void rope_kernel(T* __restrict__ x, const int32_t* __restrict__ positions,
-                            const float* __restrict__ inv_freq, int64_t n_pairs, int n_heads,
-                            int head_dim, int half, float freq_scale, bool neox, float sign) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= n_pairs) return;
+__device__ __forceinline__ void rotate_pair(T* __restrict__ x, int64_t t, const int32_t* __restrict__ positions,
+                                            const float* __restrict__ inv_freq, int n_heads, int head_dim, int half,
+                                            float freq_scale, bool neox, float sign) {
   const int i = static_cast<int>(t % half);
   const int64_t head = t / half;  // row · n_heads + h
   const int64_t row = head / n_heads;
@@ -46,6 +46,26 @@ __global__ void rope_kernel(T* __restrict__ x, const int32_t* __restrict__ posit
 }
 
 template <typename T>
+__global__ void rope_kernel(T* __restrict__ x, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int64_t n_pairs, int n_heads,
+                            int head_dim, int half, float freq_scale, bool neox, float sign) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_pairs) return;
+  rotate_pair(x, t, positions, inv_freq, n_heads, head_dim, half, freq_scale, neox, sign);
+}
+
+// Q's pairs, then K's: each pair rotated as rope_kernel rotates it.
+template <typename T>
+__global__ void rope_qk_kernel(T* __restrict__ q, T* __restrict__ k, const int32_t* __restrict__ positions,
+                               const float* __restrict__ inv_freq, int64_t q_pairs, int64_t k_pairs, int q_heads,
+                               int k_heads, int head_dim, int half, float freq_scale, bool neox) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < q_pairs) rotate_pair(q, t, positions, inv_freq, q_heads, head_dim, half, freq_scale, neox, 1.f);
+  else if (t < q_pairs + k_pairs)
+    rotate_pair(k, t - q_pairs, positions, inv_freq, k_heads, head_dim, half, freq_scale, neox, 1.f);
+}
+
+template <typename T>
 void rope_launch(T* x, const int32_t* positions, const float* inv_freq, const RopeShape& s,
                  cudaStream_t stream) {
   const int half = s.n_rot / 2;
@@ -59,6 +79,19 @@ void rope_launch(T* x, const int32_t* positions, const float* inv_freq, const Ro
   CUDA_CHECK(cudaGetLastError());
 }
 
+template <typename T>
+void rope_qk_launch(T* q, T* k, int k_heads, const int32_t* positions, const float* inv_freq, const RopeShape& s,
+                    cudaStream_t stream) {
+  const int half = s.n_rot / 2;
+  const int64_t q_pairs = s.rows * s.n_heads * half, k_pairs = s.rows * k_heads * half;
+  if (q_pairs + k_pairs == 0) return;
+  constexpr int kBlock = 256;
+  const int64_t blocks = (q_pairs + k_pairs + kBlock - 1) / kBlock;
+  rope_qk_kernel<T><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
+      q, k, positions, inv_freq, q_pairs, k_pairs, s.n_heads, k_heads, s.head_dim, half, s.freq_scale, s.neox);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 void rope_f32_cuda(float* x, const int32_t* positions, const float* inv_freq, const RopeShape& s,
@@ -69,6 +102,16 @@ void rope_f32_cuda(float* x, const int32_t* positions, const float* inv_freq, co
 void rope_f16_cuda(__half* x, const int32_t* positions, const float* inv_freq, const RopeShape& s,
                    cudaStream_t stream) {
   rope_launch(x, positions, inv_freq, s, stream);
+}
+
+void rope_qk_f32_cuda(float* q, float* k, int k_heads, const int32_t* positions, const float* inv_freq,
+                      const RopeShape& s, cudaStream_t stream) {
+  rope_qk_launch(q, k, k_heads, positions, inv_freq, s, stream);
+}
+
+void rope_qk_f16_cuda(__half* q, __half* k, int k_heads, const int32_t* positions, const float* inv_freq,
+                      const RopeShape& s, cudaStream_t stream) {
+  rope_qk_launch(q, k, k_heads, positions, inv_freq, s, stream);
 }
 
 }  // namespace ragkv

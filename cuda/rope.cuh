@@ -24,5 +24,11 @@ void rope_f32_cuda(float* x, const int32_t* positions, const float* inv_freq, co
                    cudaStream_t stream);
 void rope_f16_cuda(__half* x, const int32_t* positions, const float* inv_freq, const RopeShape& s,
                    cudaStream_t stream);
+// Q [rows][s.n_heads · head_dim] and K [rows][k_heads · head_dim], forward (s.inverse ignored), in
+// one launch: each element as rope_f32_cuda / rope_f16_cuda rotates it.
+void rope_qk_f32_cuda(float* q, float* k, int k_heads, const int32_t* positions, const float* inv_freq,
+                      const RopeShape& s, cudaStream_t stream);
+void rope_qk_f16_cuda(__half* q, __half* k, int k_heads, const int32_t* positions, const float* inv_freq,
+                      const RopeShape& s, cudaStream_t stream);
 
 }  // namespace ragkv

@@ -137,6 +137,26 @@ TEST_CASE("cpu backend: rms_norm, glu and add equal their formulas") {
   CHECK_THROWS_AS(b->add_rms_norm(A, U.slice_rows(0, rows - 1), *W, 1e-6f, AN), ragkv::Error);
 }
 
+TEST_CASE("cpu backend: rope_qk is rope on q then on k, and checks both") {
+  auto b = make_cpu_backend(2);
+  const int n = 6, heads = 4, kv_heads = 2, hd = 32;
+  const std::vector<int32_t> pos = {0, 3, 9, 100, 2047, 5};
+  RopeParams p;
+  p.n_rot = hd;
+  p.freq_base = 10000.f;
+  const auto qv = random_vec(n * heads * hd, 21), kv = random_vec(n * kv_heads * hd, 22);
+  Tensor Q = upload(*b, qv, n, heads * hd), K = upload(*b, kv, n, kv_heads * hd);
+  Tensor Q2 = upload(*b, qv, n, heads * hd), K2 = upload(*b, kv, n, kv_heads * hd);
+  b->rope_qk(Q, K, pos, heads, kv_heads, hd, p);
+  b->rope(Q2, pos, heads, hd, p, false);
+  b->rope(K2, pos, kv_heads, hd, p, false);
+  CHECK(download(*b, Q) == download(*b, Q2));
+  CHECK(download(*b, K) == download(*b, K2));
+  CHECK_THROWS_AS(b->rope_qk(Q, K, std::span(pos).first(5), heads, kv_heads, hd, p), ragkv::Error);
+  CHECK_THROWS_AS(b->rope_qk(Q, K, pos, heads, heads, hd, p), ragkv::Error);  // K has 2 heads
+  CHECK_THROWS_AS(b->rope_qk(Q, Q.reshape(n * 2, heads * hd / 2).slice_rows(0, n), pos, heads, 2, hd, p), ragkv::Error);
+}
+
 TEST_CASE("cpu backend: rope matches the rotation formula, and inverse undoes it (f32 and f16)") {
   auto b = make_cpu_backend(2);
   const int n = 5, heads = 3, hd = 64;

@@ -754,6 +754,36 @@ TEST_CASE("cuda: add_rms_norm equals add then rms_norm on the GPU bit for bit, a
   }
 }
 
+// A layer's Q and K rotated in one launch: bit for bit the two rope calls.
+TEST_CASE("cuda: rope_qk equals rope on q then on k, bit for bit") {
+  if (gpu_missing()) return;
+  Backends be;
+  const int64_t rows = 37;
+  const int n_head = 9, n_head_kv = 3, head_dim = 64;
+  const std::vector<int32_t> pos = [&] {
+    std::vector<int32_t> v(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) v[size_t(i)] = int32_t(i * 97 % 5000);
+    return v;
+  }();
+  for (bool neox : {false, true}) {
+    CAPTURE(neox);
+    ragkv::RopeParams p;
+    p.n_rot = neox ? head_dim : head_dim / 2;
+    p.freq_base = 10000.f;
+    p.neox = neox;
+    const auto qv = random_values(size_t(rows * n_head * head_dim), 41), kv = random_values(size_t(rows * n_head_kv * head_dim), 42);
+    Tensor q1 = make_tensor(*be.gpu, DType::f32, rows, n_head * head_dim, qv);
+    Tensor k1 = make_tensor(*be.gpu, DType::f32, rows, n_head_kv * head_dim, kv);
+    Tensor q2 = make_tensor(*be.gpu, DType::f32, rows, n_head * head_dim, qv);
+    Tensor k2 = make_tensor(*be.gpu, DType::f32, rows, n_head_kv * head_dim, kv);
+    be.gpu->rope_qk(q1, k1, pos, n_head, n_head_kv, head_dim, p);
+    be.gpu->rope(q2, pos, n_head, head_dim, p, false);
+    be.gpu->rope(k2, pos, n_head_kv, head_dim, p, false);
+    CHECK(download_values(*be.gpu, q1) == download_values(*be.gpu, q2));
+    CHECK(download_values(*be.gpu, k1) == download_values(*be.gpu, k2));
+  }
+}
+
 TEST_CASE("cuda: rms_norm matches the CPU backend (out of place and in place)") {
   if (gpu_missing()) return;
   Backends be;

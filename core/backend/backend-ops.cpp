@@ -248,20 +248,34 @@ void Backend::rms_norm(const Tensor& x, const Weight& w, float eps, const Tensor
   rms_norm_impl(x, w, eps, y);
 }
 
-void Backend::rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
-                   const RopeParams& p, bool inverse) {
-  check_tensor(x, "rope", "x");
+void Backend::check_rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
+                         const RopeParams& p, const char* op) const {
+  check_tensor(x, op, "x");
   if (n_heads <= 0 || head_dim <= 0 || x.cols != int64_t(n_heads) * head_dim ||
       int64_t(positions.size()) != x.rows)
-    fail("internal: rope on [{}][{}] with {} heads of {} and {} positions", x.rows, x.cols, n_heads, head_dim,
+    fail("internal: {} on [{}][{}] with {} heads of {} and {} positions", op, x.rows, x.cols, n_heads, head_dim,
          positions.size());
   if (p.n_rot < 0 || p.n_rot % 2 != 0 || p.n_rot > head_dim)
-    fail("internal: rope rotates {} dimensions of heads of {} (expected an even count ≤ head_dim)", p.n_rot,
+    fail("internal: {} rotates {} dimensions of heads of {} (expected an even count ≤ head_dim)", op, p.n_rot,
          head_dim);
   if (!p.freq_factors.empty() && int64_t(p.freq_factors.size()) < p.n_rot / 2)
-    fail("internal: rope has {} frequency factors for {} rotated pairs", p.freq_factors.size(), p.n_rot / 2);
+    fail("internal: {} has {} frequency factors for {} rotated pairs", op, p.freq_factors.size(), p.n_rot / 2);
   check_supported(BackendOp::rope, x.dtype);
+}
+
+void Backend::rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
+                   const RopeParams& p, bool inverse) {
+  check_rope(x, positions, n_heads, head_dim, p, "rope");
   rope_impl(x, positions, n_heads, head_dim, p, inverse);
+}
+
+void Backend::rope_qk(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head, int n_head_kv,
+                      int head_dim, const RopeParams& p) {
+  check_rope(q, positions, n_head, head_dim, p, "rope_qk");
+  check_rope(k, positions, n_head_kv, head_dim, p, "rope_qk");
+  if (q.dtype != k.dtype) fail("internal: rope_qk of {} q and {} k", dtype_name(q.dtype), dtype_name(k.dtype));
+  check_disjoint(q, k, "rope_qk", "q", "k");
+  rope_qk_impl(q, k, positions, n_head, n_head_kv, head_dim, p);
 }
 
 void Backend::layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y) {

@@ -264,6 +264,10 @@ class Backend {
   // p.n_rot even and ≤ head_dim; p.freq_factors empty or at least n_rot / 2 of them.
   void rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
             const RopeParams& p, bool inverse);
+  // rope(q, …, n_head, …) then rope(k, …, n_head_kv, …), forward, at the same positions: both in one
+  // pass where the backend fuses them (a layer's Q and K). q and k must not overlap.
+  void rope_qk(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head, int n_head_kv,
+               int head_dim, const RopeParams& p);
   // Row-wise LayerNorm over the last dimension: y = (x − mean) / sqrt(var + eps) · w + b, with
   // the biased variance (BERT). x and y may alias.
   void layer_norm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& y);
@@ -322,6 +326,12 @@ class Backend {
   virtual void swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void add_impl(const Tensor& a, const Tensor& b) = 0;
+  // Unfused by default: rope_impl on q, then on k.
+  virtual void rope_qk_impl(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head,
+                            int n_head_kv, int head_dim, const RopeParams& p) {
+    rope_impl(q, positions, n_head, head_dim, p, /*inverse=*/false);
+    rope_impl(k, positions, n_head_kv, head_dim, p, /*inverse=*/false);
+  }
   // Unfused by default: add_impl, then rms_norm_impl.
   virtual void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
     add_impl(x, y);
@@ -346,6 +356,9 @@ class Backend {
   void check_weight(const Weight& w, const char* op) const;
   // Error naming this backend unless it supports (op, dtype).
   void check_supported(BackendOp op, DType dtype) const;
+  // rope's checks of one tensor and its heads.
+  void check_rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim, const RopeParams& p,
+                  const char* op) const;
   // matmul's and matmul_parts' checks (outs: one for the whole weight, or one per part).
   void check_matmul(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
                     std::span<const Weight* const> biases) const;

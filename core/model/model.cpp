@@ -144,8 +144,7 @@ void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace&
     b.rms_norm(q.reshape(n * c.n_head, c.head_dim), *w.q_norm, c.norm_eps, q.reshape(n * c.n_head, c.head_dim));
     b.rms_norm(k.reshape(n * c.n_head_kv, c.head_dim), *w.k_norm, c.norm_eps, k.reshape(n * c.n_head_kv, c.head_dim));
   }
-  b.rope(q, pos, c.n_head, c.head_dim, c.rope(l), /*inverse=*/false);
-  b.rope(k, pos, c.n_head_kv, c.head_dim, c.rope(l), /*inverse=*/false);
+  b.rope_qk(q, k, pos, c.n_head, c.n_head_kv, c.head_dim, c.rope(l));
 }
 
 void Model::layer_attend_ffn(int l, int64_t n, std::span<const int32_t> pos, const KvCache& kv,
