@@ -95,22 +95,18 @@ DeviceLimits measure_device_limits(int device, int64_t gemm_size, int64_t copy_b
     const size_t values = size_t(gemm_size) * size_t(gemm_size);
     const DeviceBuffer a{values * 2}, b{values * 2}, c{values * 4};
     const double flop = 2.0 * double(gemm_size) * double(gemm_size) * double(gemm_size);
-    const float one = 1.f, zero = 0.f;
-    // The layout of ragkv's prefill GEMMs (cuda-matmul.cpp): A transposed, f32 out.
-    const double f16_ms = best_ms(stream, repetitions, [&] {
-      check_cublas(cublas::api().gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.p, CUDA_R_16F, n, b.p,
-                                         CUDA_R_16F, n, &zero, c.p, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                                         CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmEx (f16, f32 out)");
-    });
-    r.gemm_f16_f32out_tflops = flop / (f16_ms * 1e-3) / 1e12;
-    const double bf16_ms = best_ms(stream, repetitions, [&] {
-      check_cublas(cublas::api().gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.p, CUDA_R_16BF, n, b.p,
-                                         CUDA_R_16BF, n, &zero, c.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                                         CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmEx (bf16)");
-    });
-    r.gemm_bf16_tflops = flop / (bf16_ms * 1e-3) / 1e12;
+    // The layout of ragkv's prefill GEMMs (cuda-matmul.cpp): A transposed, f32 accumulation.
+    const auto tflops = [&](cudaDataType operands, cudaDataType out, const char* what) {
+      const float one = 1.f, zero = 0.f;
+      const double ms = best_ms(stream, repetitions, [&] {
+        check_cublas(cublas::api().gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.p, operands, n, b.p, operands,
+                                           n, &zero, c.p, out, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     what);
+      });
+      return flop / (ms * 1e-3) / 1e12;
+    };
+    r.gemm_f16_f32out_tflops = tflops(CUDA_R_16F, CUDA_R_32F, "cublasGemmEx (f16, f32 out)");
+    r.gemm_bf16_tflops = tflops(CUDA_R_16BF, CUDA_R_16BF, "cublasGemmEx (bf16)");
 
     const DeviceBuffer src{size_t(copy_bytes)}, dst{size_t(copy_bytes)};
     const double copy_ms = best_ms(stream, repetitions, [&] {
