@@ -128,6 +128,7 @@ std::unique_ptr<Weight> Model::load_stack(const std::string& name, const std::ve
 void Model::embed(std::span<const int32_t> ids, Workspace& ws) const {
   ws.ensure(backend_, cfg_, int64_t(ids.size()));
   backend_.embed(*tok_embd_, ids, ws.x.slice_rows(0, int64_t(ids.size())), cfg_.embd_scale);
+  ws.xn_layer = -1;
 }
 
 void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace& ws) const {
@@ -136,7 +137,8 @@ void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace&
   Backend& b = backend_;
   const Tensor x = ws.x.slice_rows(0, n), xn = ws.xn.slice_rows(0, n);
   const Tensor q = ws.q.slice_rows(0, n), k = ws.k.slice_rows(0, n), v = ws.v.slice_rows(0, n);
-  b.rms_norm(x, *w.attn_norm, c.norm_eps, xn);
+  if (ws.xn_layer != l || ws.xn_rows != n) b.rms_norm(x, *w.attn_norm, c.norm_eps, xn);  // else fused before
+  ws.xn_layer = -1;
   const Tensor qkv[3] = {q, k, v};
   const Weight* biases[3] = {w.bq.get(), w.bk.get(), w.bv.get()};
   b.matmul_parts(xn, *w.wqkv, qkv, biases, ws.act);
@@ -175,11 +177,18 @@ void Model::layer_output_ffn(int l, int64_t n, Workspace& ws) const {
   else b.swiglu(gate, up, gate);
   b.matmul(gate, *w.w_down, proj, nullptr, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_ffn_norm, c.norm_eps, proj);
-  b.add(x, proj);
+  if (l + 1 < c.n_layer) {  // the residual add and the next layer's attention norm in one pass
+    b.add_rms_norm(x, proj, *layers_[size_t(l) + 1].attn_norm, c.norm_eps, xn);
+    ws.xn_layer = l + 1;
+    ws.xn_rows = n;
+  } else {
+    b.add(x, proj);
+  }
 }
 
 std::vector<float> Model::logits(int64_t first, int64_t n, Workspace& ws) const {
   const Tensor xn = ws.xn.slice_rows(0, n);
+  ws.xn_layer = -1;  // xn is overwritten below
   backend_.rms_norm(ws.x.slice_rows(first, n), *output_norm_, cfg_.norm_eps, xn);
   if (ws.logit_rows < n || ws.logits.cols != cfg_.n_vocab) {
     ws.logits = backend_.alloc(DType::f32, n, cfg_.n_vocab);

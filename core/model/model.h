@@ -40,6 +40,10 @@ struct Workspace {
   // otherwise allocate and free it every token: on the GPU a cudaMalloc and a cudaFree per step).
   Tensor logits;
   int64_t logit_rows = 0;
+  // xn rows [0, xn_rows) already hold layer xn_layer's attention-norm input: the previous layer's
+  // last residual add computed it in the same pass (Backend::add_rms_norm). -1: they do not.
+  int xn_layer = -1;
+  int64_t xn_rows = 0;
   // The layers' products' activations (backend.h): f32 for prompts; decode_step uses block8 for
   // its own calls and restores this.
   Activations act = Activations::f32;
@@ -63,7 +67,8 @@ class Model {
   // applied) and ws.v for positions pos.
   void layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace& ws) const;
   // The rest of layer l: attention of ws.q against KV rows [0, n_kv) of kv, output projection,
-  // residual, FFN, residual; updates ws.x in place.
+  // residual, FFN, residual; updates ws.x in place (and, but after the last layer, ws.xn with the
+  // next layer's attention-norm input, which that layer's layer_qkv on the same rows uses).
   void layer_attend_ffn(int l, int64_t n, std::span<const int32_t> pos, const KvCache& kv,
                         int64_t n_kv, Workspace& ws, SegmentMass* seg_mass = nullptr) const;
   // layer_attend_ffn in two halves: attention of ws.q rows [first, first + n) at positions pos
