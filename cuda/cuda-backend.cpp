@@ -618,10 +618,9 @@ void CudaBackend::add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weig
   add_rms_norm_f32_cuda(x.as<float>(), y.as<float>(), cw.f32(), xn.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
-void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
-  if (rows.empty() || src.cols == 0) return;
-  const auto timed = profile("scatter_rows", int64_t(rows.size()));
-
+// The row indices of a scatter on the device (scatter_params_): destination rows, and the source
+// row of each write that survives when a destination repeats.
+CudaBackend::ScatterRows CudaBackend::scatter_rows_on_device(std::span<const int32_t> rows) {
   // Staging layout: int32 destination rows [k], then, when a destination repeats, the int32
   // source rows [k] of the writes that survive; otherwise source row i goes to rows[i].
   const std::optional<std::vector<int32_t>> keep = surviving_writes(rows);
@@ -638,14 +637,30 @@ void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::s
   }
   check_grid_rows(int64_t(k), "scatter_rows");
   const auto* dev = static_cast<const int32_t*>(upload_if_changed(scatter_params_));
-  const int32_t* d_dst_rows = dev;
-  const int32_t* d_src_rows = keep ? dev + k : nullptr;
+  return {dev, keep ? dev + k : nullptr, int64_t(k)};
+}
+
+void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
+  if (rows.empty() || src.cols == 0) return;
+  const auto timed = profile("scatter_rows", int64_t(rows.size()));
+  const ScatterRows r = scatter_rows_on_device(rows);
   if (dst.dtype == DType::f16)
-    copy_rows_f32_to_f16_cuda(src.as<float>(), d_src_rows, dst.as<__half>(), d_dst_rows, int64_t(k),
-                              src.cols, stream_);
+    copy_rows_f32_to_f16_cuda(src.as<float>(), r.src, dst.as<__half>(), r.dst, r.n, src.cols, stream_);
   else
-    copy_rows_f32_cuda(src.as<float>(), d_src_rows, dst.as<float>(), d_dst_rows, int64_t(k), src.cols,
-                       stream_);
+    copy_rows_f32_cuda(src.as<float>(), r.src, dst.as<float>(), r.dst, r.n, src.cols, stream_);
+}
+
+void CudaBackend::scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
+                                       std::span<const int32_t> rows) {
+  if (rows.empty() || k.cols == 0) return;
+  const auto timed = profile("scatter_kv_rows", int64_t(rows.size()));
+  const ScatterRows r = scatter_rows_on_device(rows);
+  if (k_dst.dtype == DType::f16)
+    copy_rows_pair_f32_to_f16_cuda(k.as<float>(), v.as<float>(), r.src, k_dst.as<__half>(), v_dst.as<__half>(), r.dst,
+                                   r.n, k.cols, stream_);
+  else
+    copy_rows_pair_f32_cuda(k.as<float>(), v.as<float>(), r.src, k_dst.as<float>(), v_dst.as<float>(), r.dst, r.n,
+                            k.cols, stream_);
 }
 
 void CudaBackend::gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {

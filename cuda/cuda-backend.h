@@ -145,6 +145,8 @@ class CudaBackend : public Backend {
   void add_impl(const Tensor& a, const Tensor& b) override;
   void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) override;
   void scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override;
+  void scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
+                            std::span<const int32_t> rows) override;
   void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override;
   void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
                         const Tensor& out) override;
@@ -221,6 +223,14 @@ class CudaBackend : public Backend {
   void step_not_launched();  // forget device contents the lost graph would have written
   void free_deferred();
 
+  // scatter_rows's and scatter_kv_rows's row indices on the device: destination rows [n], and
+  // the source row of each (null: row i for write i).
+  struct ScatterRows {
+    const int32_t* dst = nullptr;
+    const int32_t* src = nullptr;
+    int64_t n = 0;
+  };
+  ScatterRows scatter_rows_on_device(std::span<const int32_t> rows);
   // rope's and rope_qk's positions and frequencies on the device, and their launch geometry.
   struct RopeLaunch {
     const int32_t* positions = nullptr;

@@ -1,7 +1,8 @@
 // Row copies through index lists (gather_rows, scatter_rows) and the per-row squared distance
 // (row_sq_dist).
 //
-// Copies: blocks over (row pair k, chunk of kChunk columns); consecutive threads copy
+// Copies: blocks over (row pair k, chunk of kChunk columns, and which of two copies through the
+// same index lists: a layer's K and V in one launch); consecutive threads copy
 // consecutive elements of one row, so reads and writes are coalesced. Row offsets are int64
 // (a KV buffer of n_ctx · n_kv_head · head_dim elements can exceed 2^31). Each destination
 // element is written by exactly one thread: the host removes duplicate destination rows first
@@ -36,15 +37,17 @@ __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
 
+// One copy per blockIdx.z: the first through src0 → dst0, the second (a layer's V beside its K)
+// through src1 → dst1, with the same index lists.
 template <typename Dst>
-__global__ void copy_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ src_rows,
-                                 Dst* __restrict__ dst, const int32_t* __restrict__ dst_rows,
-                                 int64_t cols) {
+__global__ void copy_rows_kernel(const float* __restrict__ src0, const float* __restrict__ src1,
+                                 const int32_t* __restrict__ src_rows, Dst* __restrict__ dst0, Dst* __restrict__ dst1,
+                                 const int32_t* __restrict__ dst_rows, int64_t cols) {
   const int64_t k = blockIdx.x;
   const int64_t s = src_rows ? src_rows[k] : k;
   const int64_t d = dst_rows ? dst_rows[k] : k;
-  const float* from = src + s * cols;
-  Dst* to = dst + d * cols;
+  const float* from = (blockIdx.z == 0 ? src0 : src1) + s * cols;
+  Dst* to = (blockIdx.z == 0 ? dst0 : dst1) + d * cols;
   const int64_t n_chunks = (cols + kChunk - 1) / kChunk;
   for (int64_t chunk = blockIdx.y; chunk < n_chunks; chunk += gridDim.y) {
     const int64_t end = (chunk + 1) * kChunk < cols ? (chunk + 1) * kChunk : cols;
@@ -52,13 +55,15 @@ __global__ void copy_rows_kernel(const float* __restrict__ src, const int32_t* _
   }
 }
 
+// src1/dst1 null: one copy.
 template <typename Dst>
-void copy_rows_launch(const float* src, const int32_t* src_rows, Dst* dst, const int32_t* dst_rows,
-                      int64_t n, int64_t cols, cudaStream_t stream) {
+void copy_rows_launch(const float* src0, const float* src1, const int32_t* src_rows, Dst* dst0, Dst* dst1,
+                      const int32_t* dst_rows, int64_t n, int64_t cols, cudaStream_t stream) {
   if (n == 0 || cols == 0) return;
   const int64_t n_chunks = (cols + kChunk - 1) / kChunk;
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(std::min(n_chunks, kMaxChunkBlocks)));
-  copy_rows_kernel<Dst><<<grid, kBlock, 0, stream>>>(src, src_rows, dst, dst_rows, cols);
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(std::min(n_chunks, kMaxChunkBlocks)),
+                  src1 ? 2u : 1u);
+  copy_rows_kernel<Dst><<<grid, kBlock, 0, stream>>>(src0, src1, src_rows, dst0, dst1, dst_rows, cols);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -118,12 +123,23 @@ void row_sq_dist_launch(const float* a, const B* b, const int32_t* rows, float* 
 
 void copy_rows_f32_cuda(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows,
                         int64_t n, int64_t cols, cudaStream_t stream) {
-  copy_rows_launch(src, src_rows, dst, dst_rows, n, cols, stream);
+  copy_rows_launch<float>(src, nullptr, src_rows, dst, nullptr, dst_rows, n, cols, stream);
 }
 
 void copy_rows_f32_to_f16_cuda(const float* src, const int32_t* src_rows, __half* dst,
                                const int32_t* dst_rows, int64_t n, int64_t cols, cudaStream_t stream) {
-  copy_rows_launch(src, src_rows, dst, dst_rows, n, cols, stream);
+  copy_rows_launch<__half>(src, nullptr, src_rows, dst, nullptr, dst_rows, n, cols, stream);
+}
+
+void copy_rows_pair_f32_cuda(const float* src0, const float* src1, const int32_t* src_rows, float* dst0, float* dst1,
+                             const int32_t* dst_rows, int64_t n, int64_t cols, cudaStream_t stream) {
+  copy_rows_launch<float>(src0, src1, src_rows, dst0, dst1, dst_rows, n, cols, stream);
+}
+
+void copy_rows_pair_f32_to_f16_cuda(const float* src0, const float* src1, const int32_t* src_rows, __half* dst0,
+                                    __half* dst1, const int32_t* dst_rows, int64_t n, int64_t cols,
+                                    cudaStream_t stream) {
+  copy_rows_launch<__half>(src0, src1, src_rows, dst0, dst1, dst_rows, n, cols, stream);
 }
 
 void row_sq_dist_f32_cuda(const float* a, const float* b, const int32_t* rows, float* out, int64_t n,

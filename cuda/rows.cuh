@@ -17,6 +17,13 @@ void copy_rows_f32_cuda(const float* src, const int32_t* src_rows, float* dst, c
                         int64_t n, int64_t cols, cudaStream_t stream);
 void copy_rows_f32_to_f16_cuda(const float* src, const int32_t* src_rows, __half* dst,
                                const int32_t* dst_rows, int64_t n, int64_t cols, cudaStream_t stream);
+// Both copies src0 → dst0 and src1 → dst1 through the same index lists, in one launch (a layer's
+// K and V rows); the four buffers must not overlap.
+void copy_rows_pair_f32_cuda(const float* src0, const float* src1, const int32_t* src_rows, float* dst0, float* dst1,
+                             const int32_t* dst_rows, int64_t n, int64_t cols, cudaStream_t stream);
+void copy_rows_pair_f32_to_f16_cuda(const float* src0, const float* src1, const int32_t* src_rows, __half* dst0,
+                                    __half* dst1, const int32_t* dst_rows, int64_t n, int64_t cols,
+                                    cudaStream_t stream);
 
 // out[i] = Σ_c (a[i][c] − b[rows[i]][c])² for i < n: a f32 [n][cols], b f32 or f16 [≥ rows][cols],
 // rows device int32 [n] (checked by the caller), out f32 [n]. n ≤ 2^31 − 1.

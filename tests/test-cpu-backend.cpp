@@ -315,6 +315,25 @@ TEST_CASE("cpu backend: scatter and gather rows, f32 to f16") {
   auto g = download(*b, G);
   CHECK(g[0] == x[16]);
   CHECK(g[8] == x[0]);
+
+  // scatter_kv_rows: K's and V's scatters, through the same rows; the four tensors kept apart.
+  auto y = random_vec(3 * 8, 14);
+  Tensor Y = upload(*b, y, 3, 8), DK = b->alloc(DType::f16, 10, 8), DV = b->alloc(DType::f16, 10, 8);
+  b->fill_zero(DK);
+  b->fill_zero(DV);
+  b->scatter_kv_rows(X, Y, DK, DV, rows);
+  std::vector<f16_t> hk(80), hv(80), hy(80);
+  b->download(DK, hk.data());
+  b->download(DV, hv.data());
+  CHECK(hk == h);
+  Tensor DY = b->alloc(DType::f16, 10, 8);
+  b->fill_zero(DY);
+  b->scatter_rows(Y, DY, rows);
+  b->download(DY, hy.data());
+  CHECK(hv == hy);
+  CHECK_THROWS_AS(b->scatter_kv_rows(X, Y, DK, DK, rows), ragkv::Error);  // K and V into one tensor
+  CHECK_THROWS_AS(b->scatter_kv_rows(X, Y, DK, DV.slice_rows(0, 9), rows), ragkv::Error);
+  CHECK_THROWS_AS(b->scatter_kv_rows(X, Y, DK, b->alloc(DType::f32, 10, 8), rows), ragkv::Error);
 }
 
 TEST_CASE("cpu backend: copy is exact, and mismatched shapes, dtypes and overlaps are refused") {

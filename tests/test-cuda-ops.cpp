@@ -1601,6 +1601,15 @@ TEST_CASE("cuda: gather_rows and scatter_rows match the CPU backend") {
           const Results s = run_both(be, {input(DType::f32, int64_t(n), cols, values), output(dt, dst_rows, cols, dst)},
                                      [&](Backend& b, const std::vector<Tensor>& t) { b.scatter_rows(t[0], t[1], dst_idx); });
           expect_close(s.gpu[1], s.cpu[1], 0.f, /*ref_must_be_finite=*/dt == DType::f32);
+          // K and V in one launch (scatter_kv_rows): each as its own scatter_rows writes it.
+          const auto values_v = random_values(n * size_t(cols), ++seed);
+          const auto dst_v = random_values(size_t(dst_rows * cols), ++seed);
+          const Results kv = run_both(
+              be, {input(DType::f32, int64_t(n), cols, values), input(DType::f32, int64_t(n), cols, values_v),
+                   output(dt, dst_rows, cols, dst), output(dt, dst_rows, cols, dst_v)},
+              [&](Backend& b, const std::vector<Tensor>& t) { b.scatter_kv_rows(t[0], t[1], t[2], t[3], dst_idx); });
+          expect_close(kv.gpu[2], kv.cpu[2], 0.f, /*ref_must_be_finite=*/dt == DType::f32);
+          expect_close(kv.gpu[3], kv.cpu[3], 0.f, /*ref_must_be_finite=*/dt == DType::f32);
         }
       }
     }

@@ -326,17 +326,34 @@ void Backend::add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, fl
   add_rms_norm_impl(x, y, w, eps, xn);
 }
 
-void Backend::scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
-  check_tensor(src, "scatter_rows", "src");
-  check_tensor(dst, "scatter_rows", "dst");
-  check_dtype(src, DType::f32, "scatter_rows", "src");
+void Backend::check_scatter(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows, const char* op) const {
+  check_tensor(src, op, "src");
+  check_tensor(dst, op, "dst");
+  check_dtype(src, DType::f32, op, "src");
   if (src.cols != dst.cols || int64_t(rows.size()) != src.rows)
-    fail("internal: scatter_rows [{}][{}] into [{}][{}] with {} rows", src.rows, src.cols, dst.rows, dst.cols,
-         rows.size());
-  check_rows_inside(rows, dst.rows, "scatter_rows");
-  check_disjoint(src, dst, "scatter_rows", "src", "dst");
+    fail("internal: {} [{}][{}] into [{}][{}] with {} rows", op, src.rows, src.cols, dst.rows, dst.cols, rows.size());
+  check_rows_inside(rows, dst.rows, op);
+  check_disjoint(src, dst, op, "src", "dst");
   check_supported(BackendOp::scatter_rows, dst.dtype);
+}
+
+void Backend::scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
+  check_scatter(src, dst, rows, "scatter_rows");
   scatter_rows_impl(src, dst, rows);
+}
+
+void Backend::scatter_kv_rows(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
+                              std::span<const int32_t> rows) {
+  check_scatter(k, k_dst, rows, "scatter_kv_rows");
+  check_scatter(v, v_dst, rows, "scatter_kv_rows");
+  check_same_shape(k, v, "scatter_kv_rows");
+  check_same_shape(k_dst, v_dst, "scatter_kv_rows");
+  if (k_dst.dtype != v_dst.dtype)
+    fail("internal: scatter_kv_rows into {} K and {} V", dtype_name(k_dst.dtype), dtype_name(v_dst.dtype));
+  check_disjoint(k, v_dst, "scatter_kv_rows", "k", "v_dst");
+  check_disjoint(v, k_dst, "scatter_kv_rows", "v", "k_dst");
+  check_disjoint(k_dst, v_dst, "scatter_kv_rows", "k_dst", "v_dst");
+  scatter_kv_rows_impl(k, v, k_dst, v_dst, rows);
 }
 
 void Backend::gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {

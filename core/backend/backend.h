@@ -286,6 +286,11 @@ class Backend {
   // dst rows[rows[i]] = src row i, converting f32 → dst dtype (KV scatter). A row named twice
   // keeps the last write. src and dst must not overlap.
   void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows);
+  // scatter_rows(k, k_dst, rows) then scatter_rows(v, v_dst, rows): a layer's new K and V rows, in
+  // one pass where the backend fuses them. k and v of one shape, k_dst and v_dst of one shape and
+  // dtype; none of the four overlaps another.
+  void scatter_kv_rows(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
+                       std::span<const int32_t> rows);
   // out row i = src row rows[i] (f32 gather of active rows). src and out must not overlap.
   void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows);
   // KV deviation (CacheBlend §4.1): out[i][0] = Σ_c (a[i][c] − b[rows[i]][c])² for a f32 [n][d]
@@ -326,6 +331,12 @@ class Backend {
   virtual void swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void add_impl(const Tensor& a, const Tensor& b) = 0;
+  // Unfused by default: scatter_rows_impl for K, then for V.
+  virtual void scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
+                                    std::span<const int32_t> rows) {
+    scatter_rows_impl(k, k_dst, rows);
+    scatter_rows_impl(v, v_dst, rows);
+  }
   // Unfused by default: rope_impl on q, then on k.
   virtual void rope_qk_impl(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head,
                             int n_head_kv, int head_dim, const RopeParams& p) {
@@ -356,6 +367,8 @@ class Backend {
   void check_weight(const Weight& w, const char* op) const;
   // Error naming this backend unless it supports (op, dtype).
   void check_supported(BackendOp op, DType dtype) const;
+  // scatter_rows's checks of one source and destination.
+  void check_scatter(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows, const char* op) const;
   // rope's checks of one tensor and its heads.
   void check_rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim, const RopeParams& p,
                   const char* op) const;

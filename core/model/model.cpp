@@ -218,8 +218,7 @@ std::vector<float> Model::forward(std::span<const int32_t> ids, KvCache& kv, Wor
     embed(ids.subspan(start, n), ws);
     for (int l = 0; l < cfg_.n_layer; ++l) {
       layer_qkv(l, n, pos, ws);
-      backend_.scatter_rows(ws.k.slice_rows(0, n), kv.k[l], rows);
-      backend_.scatter_rows(ws.v.slice_rows(0, n), kv.v[l], rows);
+      backend_.scatter_kv_rows(ws.k.slice_rows(0, n), ws.v.slice_rows(0, n), kv.k[l], kv.v[l], rows);
       layer_attend_ffn(l, n, pos, kv, kv.n_used + n, ws);
     }
     kv.n_used += n;
@@ -255,8 +254,7 @@ std::vector<float> Model::decode_step(std::span<const int32_t> ids, std::span<Kv
       for (int64_t i = 0; i < n; ++i) {  // each sequence's new K/V row, then its attention alone
         KvCache& kv = *kvs[i];
         const int32_t row[1] = {int32_t(kv.n_used)};
-        backend_.scatter_rows(ws.k.slice_rows(i, 1), kv.k[l], row);
-        backend_.scatter_rows(ws.v.slice_rows(i, 1), kv.v[l], row);
+        backend_.scatter_kv_rows(ws.k.slice_rows(i, 1), ws.v.slice_rows(i, 1), kv.k[l], kv.v[l], row);
         layer_attention(l, i, 1, std::span(pos).subspan(i, 1), kv, kv.n_used + 1, ws);
       }
       layer_output_ffn(l, n, ws);

@@ -237,8 +237,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
       const CheckLayerState st{model, l, active, ws, kv, n, question_begin};
       std::vector<float> deviation;
       if (check) deviation = deviation_scores(sel, st, plan.candidate);
-      b.scatter_rows(ws.k.slice_rows(0, na), kv.k[l], active);
-      b.scatter_rows(ws.v.slice_rows(0, na), kv.v[l], active);
+      b.scatter_kv_rows(ws.k.slice_rows(0, na), ws.v.slice_rows(0, na), kv.k[l], kv.v[l], active);
       if (relevance && relevance_layer(c, l)) {
         const std::vector<float> mass = question_attention(st);
         for (int64_t j = 0; j < n; ++j) (*relevance)[size_t(j)] += mass[size_t(j)];
