@@ -10,20 +10,22 @@
 #
 #   bash scripts/gpu-validate.sh OUT_DIR [BUNDLE_DIR [GROUP...]]    (BUNDLE_DIR from `make device-bundle`)
 #
-# Groups, in this order by default: tests (CUDA tests, bench device, device-check), bf16 (the 8B-shaped bf16
-# model: prefill with the tensor-core attention and with RAGKV_CUDA_ATTENTION=f32, reuse with the
-# loading controller on and off), q4km
-# (the Q4_K_M model: weights kept quantised, and RAGKV_CUDA_WEIGHTS=f16), graphs (both models'
-# decode with RAGKV_CUDA_GRAPHS=1), profile (per-op device
-# time under RAGKV_CUDA_PROFILE: bf16 prefill and decode, blend beside full, Q4_K_M), llama (llama-bench on
-# both files, when $LLAMA_BUNDLE, default llama-bundle/, holds scripts/llama-bench-bundle.sh's
-# llama-bench.xz). Name fewer groups to split a run over calls of the device tool: the models stay
-# in $TMPDIR on a warm machine, so a second call for `llama` finds them.
+# Groups, run in this order (the default: all of them): tests (CUDA tests, bench device,
+# device-check), bf16 (the 8B-shaped bf16 model: prefill and decode, reuse per mode and tier with
+# the loading controller on), q4km (the Q4_K_M model, weights kept quantised), graphs (both
+# models' decode with RAGKV_CUDA_GRAPHS=1), profile (per-op device time under RAGKV_CUDA_PROFILE:
+# bf16 prefill and decode, full, reuse and blend on the device and host tiers, Q4_K_M), llama
+# (llama-bench on both files, when $LLAMA_BUNDLE, default llama-bundle/, holds
+# scripts/llama-bench-bundle.sh's llama-bench.xz), compare (the paths before: f32 attention, the
+# controller off, Q4_K_M converted to f16). Name fewer groups to split a run over calls of the
+# device tool: the models stay in $TMPDIR on a warm machine, so a later call finds them. Within 15
+# minutes of device time: `tests bf16 q4km` in the first call, then `graphs llama profile` with
+# llama-bundle carried.
 set -uo pipefail
 out=${1:?output directory}
 bundle=${2:-device-bundle}
 shift $(($# < 2 ? $# : 2))
-groups=${*:-tests bf16 q4km graphs profile llama}
+groups=${*:-tests bf16 q4km graphs profile llama compare}
 mkdir -p "$out"
 run=$bundle/run
 model=${TMPDIR:-/tmp}/ragkv-llama8b.gguf
@@ -59,13 +61,9 @@ fi
 if has bf16; then
   make_model make-model bf16 "$model"
   step bench-prefill 120 bench-prefill.json "$run" ragkv bench prefill --models "$model" --device cuda --tokens 4096
-  step bench-prefill-attn-f32 120 bench-prefill-attn-f32.json env RAGKV_CUDA_ATTENTION=f32 "$run" ragkv bench prefill \
-    --models "$model" --device cuda --tokens 4096
-  # The loading controller on (the GPU's default), then off (the runs of 2026-11-24/26).
+  # The loading controller on (the GPU's default).
   step bench-reuse 200 bench-reuse.json "$run" ragkv bench reuse --model "$model" --device cuda --chunks 8 \
     --chunk-tokens 496
-  step bench-reuse-no-control 200 bench-reuse-no-control.json "$run" ragkv bench reuse --model "$model" \
-    --device cuda --chunks 8 --chunk-tokens 496 --load-control off
 fi
 if has q4km; then
   # llama.cpp's Q4_K_M mix (Q4_K; Q6_K for the head and some layers' attn_v and ffn_down): kept
@@ -73,8 +71,6 @@ if has q4km; then
   make_model make-model-q4km q4_k_m "$model_q4"
   step bench-prefill-q4km 150 bench-prefill-q4km.json "$run" ragkv bench prefill --models "$model_q4" \
     --device cuda --tokens 4096
-  step bench-prefill-q4km-f16 150 bench-prefill-q4km-f16.json env RAGKV_CUDA_WEIGHTS=f16 "$run" ragkv bench prefill \
-    --models "$model_q4" --device cuda --tokens 4096
 fi
 if has graphs; then
   # Decode steps launched as CUDA graphs (RAGKV_CUDA_GRAPHS=1, off by default until measured here):
@@ -115,6 +111,18 @@ if has llama && [ -s "$llama_bundle/llama-bench.xz" ]; then
       env LD_LIBRARY_PATH="$llama_bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$llama_bench" -m "${pair#*:}" \
       -p 4096 -n 32 -d 0,4096 -ngl 99 -fa on -r 3 -o json
   done
+fi
+if has compare; then
+  # The paths before, for the ratios: the f32 attention kernel, the loading controller off (the
+  # runs of 2026-11-24/26), the Q4_K_M weights converted to f16 at load.
+  make_model make-model bf16 "$model"
+  step bench-prefill-attn-f32 120 bench-prefill-attn-f32.json env RAGKV_CUDA_ATTENTION=f32 "$run" ragkv bench prefill \
+    --models "$model" --device cuda --tokens 4096
+  step bench-reuse-no-control 200 bench-reuse-no-control.json "$run" ragkv bench reuse --model "$model" \
+    --device cuda --chunks 8 --chunk-tokens 496 --load-control off
+  make_model make-model-q4km q4_k_m "$model_q4"
+  step bench-prefill-q4km-f16 150 bench-prefill-q4km-f16.json env RAGKV_CUDA_WEIGHTS=f16 "$run" ragkv bench prefill \
+    --models "$model_q4" --device cuda --tokens 4096
 fi
 command -v python3 > /dev/null && python3 "$here/gpu-report.py" "$out" > /dev/null 2> "$out/gpu-report.err"
 echo "report: $out/gpu-report.md" | tee -a "$out/steps.txt"
