@@ -19,14 +19,26 @@ bool needs_question(Selection s) { return s == Selection::question || s == Selec
 
 namespace {
 
+// Scratch on the device for a check layer's scores: the active rows of ws.attn, which the layer's
+// attention writes afresh after the checks (no allocation per check: on a GPU a cudaMalloc and a
+// cudaFree, with its stream syncs, each time). floats values at most, one column.
+Tensor check_scratch(const CheckLayerState& st, int64_t floats) {
+  const int64_t na = int64_t(st.active.size());
+  const Tensor attn = st.ws.attn.slice_rows(0, na);
+  if (floats > attn.numel()) fail("internal: {} scores for a check scratch of {} values", floats, attn.numel());
+  return attn.reshape(attn.numel(), 1).slice_rows(0, floats);
+}
+
 // dist[i] = ‖a[i] − b[rows[i]]‖² over the backend, downloaded.
-std::vector<float> row_distances(Backend& b, const Tensor& a, const Tensor& cached, std::span<const int32_t> rows) {
+std::vector<float> row_distances(const CheckLayerState& st, const Tensor& a, const Tensor& cached,
+                                 std::span<const int32_t> rows) {
+  Backend& b = st.model.backend();
   const int64_t n = int64_t(rows.size());
-  Tensor out = b.alloc(DType::f32, std::max<int64_t>(n, 1), 1);
   std::vector<float> d(size_t(n), 0.f);
   if (n == 0) return d;
-  b.row_sq_dist(a, cached, rows, out.slice_rows(0, n));
-  b.download(out.slice_rows(0, n), d.data());
+  const Tensor out = check_scratch(st, n);
+  b.row_sq_dist(a, cached, rows, out);
+  b.download(out, d.data());
   return d;
 }
 
@@ -41,7 +53,7 @@ std::vector<float> head_normalised_v(const CheckLayerState& st, const std::vecto
     for (int h = 0; h < H; ++h) rows[size_t(i) * H + h] = st.active[size_t(i)] * H + h;
   const Tensor a = st.ws.v.slice_rows(0, na).reshape(na * H, d);
   const Tensor cached = st.kv.v[st.layer].reshape(st.kv.v[st.layer].rows * H, d);
-  const std::vector<float> per_head = row_distances(st.model.backend(), a, cached, rows);
+  const std::vector<float> per_head = row_distances(st, a, cached, rows);
   std::vector<double> mean(size_t(H), 0.0);
   int64_t n_cand = 0;
   for (int64_t i = 0; i < na; ++i) {
@@ -73,11 +85,10 @@ void normalise_by_candidate_mean(std::vector<float>& v, std::span<const int32_t>
 std::vector<float> deviation_scores(Selection s, const CheckLayerState& st, const std::vector<uint8_t>& candidate) {
   if (!needs_deviation(s)) return {};
   if (s == Selection::head_v) return head_normalised_v(st, candidate);
-  Backend& b = st.model.backend();
   const int64_t na = int64_t(st.active.size());
-  std::vector<float> dv = row_distances(b, st.ws.v.slice_rows(0, na), st.kv.v[st.layer], st.active);
+  std::vector<float> dv = row_distances(st, st.ws.v.slice_rows(0, na), st.kv.v[st.layer], st.active);
   if (s == Selection::kv) {
-    const std::vector<float> dk = row_distances(b, st.ws.k.slice_rows(0, na), st.kv.k[st.layer], st.active);
+    const std::vector<float> dk = row_distances(st, st.ws.k.slice_rows(0, na), st.kv.k[st.layer], st.active);
     for (size_t i = 0; i < dv.size(); ++i) dv[i] += dk[i];
   }
   return dv;
@@ -95,7 +106,7 @@ std::vector<float> question_attention(const CheckLayerState& st) {
   std::vector<float> total;
   mass.key_totals = true;
   mass.out = &total;
-  Tensor out = b.alloc(DType::f32, nq, c.q_dim());
+  const Tensor out = st.ws.attn.slice_rows(first_q, nq);  // rewritten by the layer's attention after the checks
   b.attention(st.ws.q.slice_rows(first_q, nq), st.active.subspan(size_t(first_q)), st.kv.k[st.layer],
               st.kv.v[st.layer], std::span(st.kv.pos).first(size_t(st.n_kv)), st.n_kv, c.attention(st.layer), out,
               &mass);
