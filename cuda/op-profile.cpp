@@ -92,15 +92,20 @@ cudaEvent_t CudaOpProfiler::take_event() {
 
 CudaOpProfiler::Scope::Scope(CudaOpProfiler* p, std::string op, int64_t rows) : p_(p) {
   if (p_->pending_.size() >= kBatchOps && p_->open_ == 0) p_->drain();
-  ++p_->open_;
   Pending e;
   e.section = p_->section_;
   e.op = std::move(op);
   e.rows = rows;
   e.start = p_->take_event();
-  CUDA_CHECK(cudaEventRecord(e.start, p_->stream_));
+  if (const cudaError_t err = cudaEventRecord(e.start, p_->stream_); err != cudaSuccess) {
+    p_->free_.push_back(e.start);  // nothing recorded: the op goes untimed
+    p_ = nullptr;
+    (void)cudaGetLastError();
+    return;
+  }
   index_ = p_->pending_.size();
   p_->pending_.push_back(std::move(e));
+  ++p_->open_;
 }
 
 CudaOpProfiler::Scope::~Scope() {
