@@ -212,6 +212,8 @@ CudaBackend::~CudaBackend() {
   for (const RepeatedUpload* u : {&attention_params_, &rope_params_, &scatter_params_})
     if (u->device) CUDA_CHECK_NOTHROW(cudaFree(u->device));
   if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
+  for (const PendingMass& m : mass_buffers_)
+    if (m.device) CUDA_CHECK_NOTHROW(cudaFree(m.device));
   CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
 }
 
@@ -359,7 +361,36 @@ void CudaBackend::copy_impl(const Tensor& src, const Tensor& dst) {
 
 void CudaBackend::synchronize() {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (!capturing_) free_deferred();
+  if (capturing_) return;
+  free_deferred();
+  copy_back_pending_mass();
+}
+
+// A device buffer for one deferred call's key totals; the buffers of calls already copied back
+// are reused (no kernel reads them any more: synchronize() waited for the stream).
+float* CudaBackend::pending_mass_buffer(std::vector<float>* out, size_t floats) {
+  if (mass_pending_ == mass_buffers_.size()) mass_buffers_.emplace_back();
+  PendingMass& m = mass_buffers_[mass_pending_++];
+  if (m.capacity < floats) {
+    if (m.device) CUDA_CHECK(cudaFree(m.device));
+    m.device = nullptr;
+    m.capacity = 0;
+    m.device = static_cast<float*>(raw_alloc(floats * sizeof(float)));
+    m.capacity = floats;
+  }
+  m.out = out;
+  return m.device;
+}
+
+void CudaBackend::copy_back_pending_mass() {
+  const size_t pending = mass_pending_;
+  mass_pending_ = 0;  // first: after a failed copy, none is retried into a vector gone since
+  for (size_t i = 0; i < pending; ++i) {
+    const PendingMass& m = mass_buffers_[i];
+    CUDA_CHECK(cudaMemcpyAsync(m.out->data(), m.device, m.out->size() * sizeof(float), cudaMemcpyDeviceToHost,
+                               stream_));
+  }
+  if (pending > 0) CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes, bool geometric) {
@@ -732,7 +763,10 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
     a.n_seg = int(n_seg);
     a.seg_mass = static_cast<float*>(work_reserve(seg_mass->out->size() * sizeof(float)));
   }
-  if (key_totals && n_kv > 0) a.key_mass = static_cast<float*>(work_reserve(size_t(n_kv) * sizeof(float)));
+  const bool deferred = key_totals && seg_mass->deferred;
+  if (key_totals && n_kv > 0)
+    a.key_mass = deferred ? pending_mass_buffer(seg_mass->out, size_t(n_kv))
+                          : static_cast<float*>(work_reserve(size_t(n_kv) * sizeof(float)));
   const AttentionRoute route = attention_route(a);
   if (route == AttentionRoute::split_k) {  // partial sums in the work buffer (no allocation per call)
     a.decode_work_bytes = attention_decode_work_bytes(a);
@@ -740,7 +774,7 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   }
   const auto timed = profile(attention_profile_name(route), n_q);
   attention_cuda(a, stream_);
-  if (a.key_mass) {
+  if (a.key_mass && !deferred) {
     CUDA_CHECK(cudaMemcpyAsync(seg_mass->out->data(), a.key_mass, size_t(n_kv) * sizeof(float),
                                cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host vector is read on return

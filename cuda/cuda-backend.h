@@ -240,6 +240,19 @@ class CudaBackend : public Backend {
   RopeLaunch rope_launch(std::span<const int32_t> positions, int64_t rows, int n_heads, int head_dim,
                          const RopeParams& p, bool inverse);
 
+  // Deferred key totals (SegmentMass::deferred): each call's totals in a device buffer of its own
+  // (entries [0, mass_pending_) hold results not yet copied back), copied to their host vectors by
+  // synchronize().
+  struct PendingMass {
+    float* device = nullptr;
+    size_t capacity = 0;  // floats
+    std::vector<float>* out = nullptr;
+  };
+  std::vector<PendingMass> mass_buffers_;
+  size_t mass_pending_ = 0;
+  float* pending_mass_buffer(std::vector<float>* out, size_t floats);
+  void copy_back_pending_mass();
+
   // Device intermediates of one op (matmul's f16 activations and row scales, load_weight's f32
   // rows before conversion): one grow-only buffer, safe to reuse for the same stream-order reason.
   void* work_ = nullptr;            // device bytes [work_bytes_]

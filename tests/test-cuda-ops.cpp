@@ -1746,6 +1746,25 @@ TEST_CASE("cuda: attention key totals match the CPU (question rows over the whol
     // Every query sees a key here, so the totals add up to one per query row and head.
     CHECK(sum_cpu == doctest::Approx(double(n_q * ap.n_head)).epsilon(1e-5));
     CHECK(sum_gpu == doctest::Approx(double(n_q * ap.n_head)).epsilon(1e-4));
+
+    // Deferred (SegmentMass::deferred): two calls pending at once, copied back by synchronize().
+    Tensor q = make_tensor(*be.gpu, DType::f32, n_q, qc, qv), k = make_tensor(*be.gpu, DType::f16, n_kv, kvc, kv);
+    Tensor v = make_tensor(*be.gpu, DType::f16, n_kv, kvc, vv), o = be.gpu->alloc(DType::f32, n_q, qc);
+    std::vector<float> later[2];
+    for (std::vector<float>& t : later) {
+      ragkv::SegmentMass d;
+      d.key_totals = d.deferred = true;
+      d.out = &t;
+      be.gpu->attention(q, q_pos, k, v, k_pos, n_kv, ap, o, &d);
+      REQUIRE(t.size() == size_t(n_kv));
+    }
+    be.gpu->synchronize();
+    for (const std::vector<float>& t : later) {
+      size_t off = 0;
+      for (int64_t j = 0; j < n_kv; ++j)
+        off += std::fabs(t[size_t(j)] - tot_cpu[size_t(j)]) > 1e-4 * (1.0 + std::fabs(tot_cpu[size_t(j)]));
+      CHECK(off == 0);
+    }
   }
 }
 

@@ -132,10 +132,15 @@ struct AttentionParams {
 // With key_totals, instead: out resized to [n_kv], each key row's probability summed over every
 // query row and head (seg_begin unused) — what selection by the question's attention needs
 // (ProphetKV), without a [n_q][n_head][n_kv] array crossing from the device per layer.
+// With key_totals and deferred: out is resized at once but may be filled only by the backend's next
+// synchronize() — the CUDA backend then copies every pending total back together instead of
+// waiting for each call (prophet's question pass reads one per layer); out must stay alive and
+// untouched until then. The CPU backend fills it at once.
 struct SegmentMass {
   std::vector<int64_t> seg_begin;  // n_seg + 1 boundaries over the KV rows, ascending
   std::vector<float>* out = nullptr;  // resized to [n_q][n_head][n_seg], summed probabilities
   bool key_totals = false;
+  bool deferred = false;
 };
 
 // The ops of Backend, for Backend::supports().

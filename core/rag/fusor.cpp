@@ -212,6 +212,20 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
   }
   auto pass = [&](std::vector<int32_t> active, bool install, bool checks, std::vector<double>* relevance,
                   bool final_pass) {
+    // The question's attention per relevance layer, filled by the backend's synchronize() after
+    // the pass (one wait for the device, not one per layer) and added up then, in layer order.
+    std::vector<std::vector<float>> layer_mass(relevance ? size_t(c.n_layer) : 0);
+    struct Flush {  // leaving by an exception: no copy may land in layer_mass after it is gone
+      Backend& b;
+      bool armed = true;
+      ~Flush() {
+        if (!armed) return;
+        try {
+          b.synchronize();
+        } catch (const std::exception&) {
+        }
+      }
+    } flush{b};
     std::vector<int32_t> ids(active.size());
     for (size_t i = 0; i < active.size(); ++i) ids[i] = prompt.ids[active[i]];
     model.embed(ids, ws);
@@ -238,10 +252,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
       std::vector<float> deviation;
       if (check) deviation = deviation_scores(sel, st, plan.candidate);
       b.scatter_kv_rows(ws.k.slice_rows(0, na), ws.v.slice_rows(0, na), kv.k[l], kv.v[l], active);
-      if (relevance && relevance_layer(c, l)) {
-        const std::vector<float> mass = question_attention(st);
-        for (int64_t j = 0; j < n; ++j) (*relevance)[size_t(j)] += mass[size_t(j)];
-      }
+      if (relevance && relevance_layer(c, l)) question_attention_into(st, layer_mass[size_t(l)], /*deferred=*/true);
       if (focus && !focus->decided() && relevance_layer(c, l)) {
         const std::vector<float> mass = question_attention(st);
         std::vector<double> inter(chunk_segments.size(), 0.0);  // inter_l(C_i, U)
@@ -297,6 +308,13 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
         collect->end_layer();
       }
     }
+    if (relevance) {
+      b.synchronize();
+      flush.armed = false;
+      for (const std::vector<float>& mass : layer_mass)
+        for (size_t j = 0; j < mass.size(); ++j) (*relevance)[j] += mass[j];
+    }
+    flush.armed = false;
     return active;
   };
 

@@ -94,7 +94,7 @@ std::vector<float> deviation_scores(Selection s, const CheckLayerState& st, cons
   return dv;
 }
 
-std::vector<float> question_attention(const CheckLayerState& st) {
+void question_attention_into(const CheckLayerState& st, std::vector<float>& total, bool deferred) {
   const ModelConfig& c = st.model.config();
   Backend& b = st.model.backend();
   const int64_t na = int64_t(st.active.size());
@@ -103,13 +103,18 @@ std::vector<float> question_attention(const CheckLayerState& st) {
   const int64_t nq = na - first_q;
   if (nq == 0) fail("internal: no question rows among the active rows of layer {}", st.layer);
   SegmentMass mass;  // each key row's probability, Σ over the question's rows and heads
-  std::vector<float> total;
   mass.key_totals = true;
+  mass.deferred = deferred;
   mass.out = &total;
   const Tensor out = st.ws.attn.slice_rows(first_q, nq);  // rewritten by the layer's attention after the checks
   b.attention(st.ws.q.slice_rows(first_q, nq), st.active.subspan(size_t(first_q)), st.kv.k[st.layer],
               st.kv.v[st.layer], std::span(st.kv.pos).first(size_t(st.n_kv)), st.n_kv, c.attention(st.layer), out,
               &mass);
+}
+
+std::vector<float> question_attention(const CheckLayerState& st) {
+  std::vector<float> total;
+  question_attention_into(st, total, /*deferred=*/false);
   return total;
 }
 

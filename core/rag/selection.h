@@ -49,6 +49,9 @@ std::vector<float> question_scores(Selection s, const CheckLayerState& st);
 // The attention mass the question's queries put on every key row [0, n_kv) at this layer, summed
 // over query rows and heads (question_scores is this, read at the active rows).
 std::vector<float> question_attention(const CheckLayerState& st);
+// The same into `total`; deferred (SegmentMass::deferred): filled by the backend's next
+// synchronize(), so that a pass over every layer waits for the device once, not per layer.
+void question_attention_into(const CheckLayerState& st, std::vector<float>& total, bool deferred);
 // The score the selection ranks by, from the parts above (random: a uniform draw per row,
 // reproducible from seed, prompt hash and layer).
 std::vector<float> selection_scores(Selection s, const CheckLayerState& st, const std::vector<uint8_t>& candidate,
