@@ -209,7 +209,7 @@ CudaBackend::~CudaBackend() {
   if (capture_host_) CUDA_CHECK_NOTHROW(cudaFreeHost(capture_host_));
   free_deferred();
   if (scratch_) CUDA_CHECK_NOTHROW(cudaFree(scratch_));
-  for (const RepeatedUpload* u : {&attention_params_, &rope_params_, &scatter_params_})
+  for (const RepeatedUpload* u : repeated_uploads())
     if (u->device) CUDA_CHECK_NOTHROW(cudaFree(u->device));
   if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
   for (const PendingMass& m : mass_buffers_)
@@ -371,15 +371,9 @@ void CudaBackend::synchronize() {
 float* CudaBackend::pending_mass_buffer(std::vector<float>* out, size_t floats) {
   if (mass_pending_ == mass_buffers_.size()) mass_buffers_.emplace_back();
   PendingMass& m = mass_buffers_[mass_pending_++];
-  if (m.capacity < floats) {
-    if (m.device) CUDA_CHECK(cudaFree(m.device));
-    m.device = nullptr;
-    m.capacity = 0;
-    m.device = static_cast<float*>(raw_alloc(floats * sizeof(float)));
-    m.capacity = floats;
-  }
+  grow_device_buffer(m.device, m.capacity, floats * sizeof(float));
   m.out = out;
-  return m.device;
+  return static_cast<float*>(m.device);
 }
 
 void CudaBackend::copy_back_pending_mass() {

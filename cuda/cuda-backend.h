@@ -48,6 +48,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -203,6 +204,7 @@ class CudaBackend : public Backend {
     std::vector<uint8_t> host;  // what device holds
   };
   RepeatedUpload attention_params_, rope_params_, scatter_params_;
+  std::array<RepeatedUpload*, 3> repeated_uploads() { return {&attention_params_, &rope_params_, &scatter_params_}; }
   // host_staging_ on the device in u's buffer, copied only when it differs from the last copy.
   const void* upload_if_changed(RepeatedUpload& u);
 
@@ -244,8 +246,8 @@ class CudaBackend : public Backend {
   // (entries [0, mass_pending_) hold results not yet copied back), copied to their host vectors by
   // synchronize().
   struct PendingMass {
-    float* device = nullptr;
-    size_t capacity = 0;  // floats
+    void* device = nullptr;
+    size_t capacity = 0;  // bytes
     std::vector<float>* out = nullptr;
   };
   std::vector<PendingMass> mass_buffers_;

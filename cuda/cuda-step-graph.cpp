@@ -93,7 +93,7 @@ void CudaBackend::abort_step() {
 
 void CudaBackend::step_not_launched() {
   // The lost graph's uploads never ran: the device holds what it held before them.
-  for (RepeatedUpload* u : {&attention_params_, &rope_params_, &scatter_params_}) u->host.clear();
+  for (RepeatedUpload* u : repeated_uploads()) u->host.clear();
   if (++graph_failures_ == 3) {
     graphs_ = false;
     std::fprintf(stderr, "ragkv: %s: decode steps could not be launched as CUDA graphs 3 times; running them "

@@ -217,7 +217,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
     std::vector<std::vector<float>> layer_mass(relevance ? size_t(c.n_layer) : 0);
     struct Flush {  // leaving by an exception: no copy may land in layer_mass after it is gone
       Backend& b;
-      bool armed = true;
+      bool armed;
       ~Flush() {
         if (!armed) return;
         try {
@@ -225,7 +225,7 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
         } catch (const std::exception&) {
         }
       }
-    } flush{b};
+    } flush{b, relevance != nullptr};
     std::vector<int32_t> ids(active.size());
     for (size_t i = 0; i < active.size(); ++i) ids[i] = prompt.ids[active[i]];
     model.embed(ids, ws);
@@ -314,7 +314,6 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
       for (const std::vector<float>& mass : layer_mass)
         for (size_t j = 0; j < mass.size(); ++j) (*relevance)[j] += mass[j];
     }
-    flush.armed = false;
     return active;
   };
 
