@@ -131,7 +131,8 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 
 std::string CudaBackend::kernels() const {
   return name_ + (keep_quantised_ ? "+quant-weights" : "+f16-weights") +
-         (attention_mma_enabled() ? "+mma-attention" : "+f32-attention");
+         (attention_mma_enabled() ? "+mma-attention" : "+f32-attention") +
+         (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "");
 }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -148,6 +149,15 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (v != "0" && v != "1")
       fail("RAGKV_CUDA_GRAPHS={}: expected 1 (decode steps launched as CUDA graphs) or 0 (op by op, the default)", v);
     graphs_ = v == "1";
+  }
+  if (const char* acts = std::getenv("RAGKV_CUDA_DECODE_ACTS"); acts && *acts) {
+    const std::string v = acts;
+    if (v != "int8" && v != "f32")
+      fail("RAGKV_CUDA_DECODE_ACTS={}: expected 'int8' (decode steps on quantised weights meet 8-bit activation "
+           "blocks in integer dot products, as on the CPU; the default) or 'f32' (f32 activations times the "
+           "decoded weights)",
+           v);
+    int8_decode_ = v == "int8";
   }
   if (const char* attention = std::getenv("RAGKV_CUDA_ATTENTION"); attention && *attention) {
     const std::string v = attention;

@@ -83,7 +83,8 @@ class CudaBackend : public Backend {
   std::string name() const override { return name_; }
   // The device, the weight storage and the attention kernels ("cuda:0 (NVIDIA H100 80GB
   // HBM3)+quant-weights+mma-attention"; "+f16-weights" under RAGKV_CUDA_WEIGHTS=f16,
-  // "+f32-attention" under RAGKV_CUDA_ATTENTION=f32): each choice rounds differently.
+  // "+f32-attention" under RAGKV_CUDA_ATTENTION=f32, "+f32-decode-acts" under
+  // RAGKV_CUDA_DECODE_ACTS=f32): each choice rounds differently.
   std::string kernels() const override;
   void set_threads(int n) override;
 
@@ -161,6 +162,7 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;   // every copy and kernel of this backend
   cublasHandle_t cublas_ = nullptr; // bound to stream_; matmul's GEMMs
   bool keep_quantised_ = true;      // RAGKV_CUDA_WEIGHTS: quantised matrices stay quantised (default)
+  bool int8_decode_ = true;         // RAGKV_CUDA_DECODE_ACTS: block8 decode products in dp4a (default)
   // RAGKV_CUDA_PROFILE=FILE: every op's device time (op-profile.h), written at destruction.
   std::unique_ptr<CudaOpProfiler> profiler_;
   // Times one op under `op` (a literal: "matmul/gemv-f16") when profiling, else nothing.
@@ -276,9 +278,10 @@ class CudaBackend : public Backend {
   // matmul through cuBLAS on f16 operands: an f16 matrix, or a quantised one in dequantised tiles.
   void matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
                    std::span<const Weight* const> biases);
-  // matmul of a quantised weight by a few rows: one GEMV per part into its output.
+  // matmul of a quantised weight by a few rows: one GEMV per part into its output; int8_acts:
+  // x quantised to 8-bit blocks first (once per block size the parts need) and integer products.
   void matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
-                         std::span<const Weight* const> biases);
+                         std::span<const Weight* const> biases, bool int8_acts);
   // matmul of a stack into its parts' outputs: y [n][out_features] → outs[p], plus biases[p].
   void matmul_split_outputs(const float* y, const Weight& w, std::span<const Tensor> outs,
                             std::span<const Weight* const> biases);

@@ -5,9 +5,11 @@
 //  * f16 matrix, more rows: x rounded to f16 (row-scaled where it would overflow), one cuBLAS GEMM
 //    with f32 accumulation (one per part of a stack split into its outputs, each written in place
 //    with its own row stride), then the epilogue (row unscale, bias);
-//  * quantised matrix, n ≤ kQuantGemvMaxRows (decode steps, short recompute batches): one
-//    quant_gemv per part, f32 activations times the decoded weights, bias added in the kernel,
-//    straight into each part's output — the weight's bytes read once;
+//  * quantised matrix, n ≤ kQuantGemvMaxRows (decode steps, short recompute batches): one GEMV per
+//    part, bias added in the kernel, straight into each part's output — the weight's bytes read
+//    once. A decode step's products (Activations::block8, as the CPU backend's) quantise x to
+//    8-bit blocks on the device and run integer dot products (int8-gemv.cu); other calls, and
+//    RAGKV_CUDA_DECODE_ACTS=f32, multiply f32 activations by the decoded weights (quant_gemv);
 //  * quantised matrix, more rows (prefill): each part dequantised a tile of rows at a time into
 //    f16 in the work buffer (the values an f16 matrix would hold, bit for bit) and the same GEMM
 //    per tile, so a prefill costs the f16 path's GEMMs plus one pass over the weight per call;
@@ -25,6 +27,7 @@
 #include "cuda/cuda-backend.h"
 #include "cuda/cuda-check.h"
 #include "cuda/cuda-weight.h"
+#include "cuda/int8-gemv.cuh"
 #include "cuda/quant-matmul.cuh"
 
 namespace ragkv {
@@ -44,7 +47,7 @@ size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 }  // namespace
 
 void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
-                              std::span<const Weight* const> biases, Activations /*act*/) {
+                              std::span<const Weight* const> biases, Activations act) {
   const CudaWeight& cw = cuda_weight(w);
   const int64_t n = x.rows, in = w.in_features, out = w.out_features;
   if (n == 0) return;
@@ -53,13 +56,16 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   check_int_dim(out, "out_features", "matmul");
   check_grid_rows(n, "matmul");
   const bool gemv_f16 = cw.dtype() == DType::f16 && !cw.quantised() && n <= kQuantGemvMaxRows && in % 8 == 0;
-  const auto timed = profile(cw.quantised()   ? (n <= kQuantGemvMaxRows ? "matmul/gemv-quant" : "matmul/gemm-quant-tiles")
+  const bool int8_acts = act == Activations::block8 && int8_decode_ && !w.wide_activations;
+  const auto timed = profile(cw.quantised()   ? (n > kQuantGemvMaxRows ? "matmul/gemm-quant-tiles"
+                                                 : int8_acts            ? "matmul/gemv-int8"
+                                                                        : "matmul/gemv-quant")
                              : gemv_f16        ? "matmul/gemv-f16"
                              : cw.dtype() == DType::f16 ? "matmul/gemm-f16"
                                                          : "matmul/gemm-f32",
                              n);
   if (cw.quantised() && n <= kQuantGemvMaxRows) {
-    matmul_quant_gemv(x, cw, outs, biases);
+    matmul_quant_gemv(x, cw, outs, biases, int8_acts);
     return;
   }
   const bool split = outs.size() > 1;  // a stack's parts into their own outputs
@@ -190,22 +196,43 @@ void CudaBackend::gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const
 
 // A quantised weight times a few rows: each part's GEMV writes its output and adds its bias —
 // a stack's parts into their own outputs (outs[p]), or every part into its columns of the one
-// output (a plain weight, or a stack multiplied whole).
+// output (a plain weight, or a stack multiplied whole). With int8_acts, x is quantised once per
+// activation block size the parts read (32 for the legacy types, 256 for the K-quants: the Q4_K_M
+// mix needs only the latter) into the work buffer.
 void CudaBackend::matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
-                                    std::span<const Weight* const> biases) {
+                                    std::span<const Weight* const> biases, bool int8_acts) {
   const int64_t n = x.rows, in = cw.in_features, out = cw.out_features;
   const auto parts = cw.parts();
   const bool split = outs.size() > 1;
   if (split && parts.size() != outs.size())
     fail("internal: CUDA matmul of {}: {} quantised parts into {} outputs", cw.name, parts.size(), outs.size());
+  quant_dot::ActQ8 acts[2];  // 32-value blocks, 256-value blocks
+  if (int8_acts) {
+    bool need[2] = {false, false};
+    for (const QuantPart& p : parts) need[quant_dot::act_block(p.type) == 256] = true;
+    const size_t bytes32 = need[0] ? act_q8_bytes(32, n, in) : 0;
+    auto* work = static_cast<uint8_t*>(work_reserve(bytes32 + (need[1] ? act_q8_bytes(256, n, in) : 0)));
+    if (need[0]) acts[0] = quantize_act_q8_cuda(x.as<float>(), n, in, 32, work, stream_);
+    if (need[1]) acts[1] = quantize_act_q8_cuda(x.as<float>(), n, in, 256, work + bytes32, stream_);
+  }
   const float* whole_bias = !split && biases[0] ? cuda_vector(*biases[0], "matmul bias").f32() : nullptr;
   int64_t first = 0;  // the part's first column in the one output
   for (size_t p = 0; p < parts.size(); ++p) {
     float* y = split ? outs[p].as<float>() : outs[0].as<float>() + first;
     const float* bias = split ? (biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr)
                               : (whole_bias ? whole_bias + first : nullptr);
-    quant_gemv_cuda(parts[p].type, parts[p].data, parts[p].rows, in, x.as<float>(), n, y, split ? parts[p].rows : out,
-                    bias, stream_);
+    const int64_t ld = split ? parts[p].rows : out;
+    if (int8_acts) {
+      GemvOutputs go;
+      go.first[1] = parts[p].rows;
+      go.y[0] = y;
+      go.ld[0] = ld;
+      go.bias[0] = bias;
+      int8_gemv_cuda(parts[p].type, parts[p].data, parts[p].rows, in, acts[quant_dot::act_block(parts[p].type) == 256],
+                     n, go, stream_);
+    } else {
+      quant_gemv_cuda(parts[p].type, parts[p].data, parts[p].rows, in, x.as<float>(), n, y, ld, bias, stream_);
+    }
     first += parts[p].rows;
   }
 }

@@ -22,6 +22,7 @@
 #include <algorithm>
 
 #include "cuda/cuda-check.h"
+#include "cuda/gemv-store.cuh"
 #include "cuda/quant-decode.cuh"
 #include "cuda/quant-matmul.cuh"
 
@@ -91,24 +92,7 @@ __global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_byte
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
   }
-  if (lane == 0) {
-    // The output holding row o, picked with constant indices (a dynamic index into the parameter
-    // struct would copy it to local memory).
-    float* y = out.y[0];
-    const float* bias = out.bias[0];
-    int64_t ld = out.ld[0], c = o;
-#pragma unroll
-    for (int p = 1; p < GemvOutputs::kMaxParts; ++p)
-      if (p < out.parts && o >= out.first[p]) {
-        y = out.y[p];
-        bias = out.bias[p];
-        ld = out.ld[p];
-        c = o - out.first[p];
-      }
-    const float b = bias ? bias[c] : 0.f;
-#pragma unroll
-    for (int r = 0; r < N; ++r) y[r * ld + c] = bias ? acc[r] + b : acc[r];
-  }
+  if (lane == 0) store_gemv_row<N>(out, o, acc);
 }
 
 template <typename B>

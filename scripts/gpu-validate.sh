@@ -17,7 +17,7 @@
 # bf16 prefill and decode, full, reuse and blend on the device and host tiers, Q4_K_M), llama
 # (llama-bench on both files, when $LLAMA_BUNDLE, default llama-bundle/, holds
 # scripts/llama-bench-bundle.sh's llama-bench.xz), compare (the paths before: f32 attention, the
-# controller off, Q4_K_M converted to f16). Name fewer groups to split a run over calls of the
+# controller off, Q4_K_M converted to f16, Q4_K_M decode on f32 activations). Name fewer groups to split a run over calls of the
 # device tool: the models stay in $TMPDIR on a warm machine, so a later call finds them. Within 15
 # minutes of device time: `tests bf16 q4km` in the first call, then `graphs llama profile` with
 # llama-bundle carried.
@@ -114,7 +114,8 @@ if has llama && [ -s "$llama_bundle/llama-bench.xz" ]; then
 fi
 if has compare; then
   # The paths before, for the ratios: the f32 attention kernel, the loading controller off (the
-  # runs of 2026-11-24/26), the Q4_K_M weights converted to f16 at load.
+  # runs of 2026-11-24/26), the Q4_K_M weights converted to f16 at load, and decoded against f32
+  # activations.
   make_model make-model bf16 "$model"
   step bench-prefill-attn-f32 120 bench-prefill-attn-f32.json env RAGKV_CUDA_ATTENTION=f32 "$run" ragkv bench prefill \
     --models "$model" --device cuda --tokens 4096
@@ -123,6 +124,9 @@ if has compare; then
   make_model make-model-q4km q4_k_m "$model_q4"
   step bench-prefill-q4km-f16 150 bench-prefill-q4km-f16.json env RAGKV_CUDA_WEIGHTS=f16 "$run" ragkv bench prefill \
     --models "$model_q4" --device cuda --tokens 4096
+  # Decode steps on the quantised weights with f32 activations (the GEMV before the integer one).
+  step bench-prefill-q4km-f32-acts 150 bench-prefill-q4km-f32-acts.json env RAGKV_CUDA_DECODE_ACTS=f32 "$run" ragkv \
+    bench prefill --models "$model_q4" --device cuda --tokens 4096
 fi
 command -v python3 > /dev/null && python3 "$here/gpu-report.py" "$out" > /dev/null 2> "$out/gpu-report.err"
 echo "report: $out/gpu-report.md" | tee -a "$out/steps.txt"

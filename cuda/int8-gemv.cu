@@ -1,0 +1,185 @@
+// The decode GEMV on 8-bit activation blocks (issue 40, item 3: a decode step reads each weight
+// byte once, and should be bound by those bytes, not by decoding them).
+//
+// quantize_act: one warp per activation block (32 values: a value per lane; 256: eight per lane).
+// The block's largest |x| comes from a shuffle reduction (max is exact in any order), then each
+// lane rounds its values with quant-dot.cuh's act_scale / act_round — the CPU's operations — and
+// the integer sums (per 32 for dsum = d · Σq, per 16 for bsum) from shuffles, exact.
+//
+// int8_gemv: one warp per output row, four per block of 128 threads, as quant_gemv. A weight block
+// is read by Lane<T>::kLanes lanes (8 for a K-quant super-block, 1 for a 32-value legacy block),
+// so a warp covers 4 super-blocks or 32 legacy blocks per step, consecutive in memory. Each lane
+// loads its part of the block once (load) and meets the n ≤ 8 activation rows (dot), adding each
+// block's f32 term to a register accumulator per row; butterfly shuffles add the lanes, lane 0
+// writes the row (gemv-store.cuh). The integer work per 32 weight values is 8 dp4a plus the
+// nibble masks, where the f32 GEMV decodes 32 values and issues 32 FMAs per activation row.
+#include <algorithm>
+
+#include "cuda/block-reduce.cuh"
+#include "cuda/cuda-check.h"
+#include "cuda/gemv-store.cuh"
+#include "cuda/int8-gemv.cuh"
+
+namespace ragkv {
+
+namespace {
+
+namespace qt = quant_dot;
+
+constexpr int kWarps = 4;             // output rows per GEMV block
+constexpr int kQuantizeWarps = 8;     // activation blocks per quantize block
+
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+template <int B>
+__global__ void quantize_act_kernel(const float* __restrict__ x, int64_t blocks, int8_t* __restrict__ q,
+                                    float* __restrict__ d, float* __restrict__ dsum, int16_t* __restrict__ bsum) {
+  constexpr int V = B / 32;  // values per lane
+  const int lane = threadIdx.x % 32;
+  const int64_t blk = static_cast<int64_t>(blockIdx.x) * kQuantizeWarps + threadIdx.x / 32;
+  if (blk >= blocks) return;  // whole warps leave together
+  // x and q are [n][cols] with cols a multiple of B: block blk is B consecutive values of both.
+  const float* xb = x + blk * B + lane * V;
+  float v[V];
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    v[i] = xb[i];
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+  amax = warp_reduce(amax, MaxOp{});
+  float dd, id;
+  qt::act_scale(amax, &dd, &id);
+  int sum = 0;
+  int8_t qv[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    qv[i] = qt::act_round(v[i] * id);
+    sum += qv[i];
+  }
+  int8_t* qb = q + blk * B + lane * V;
+#pragma unroll
+  for (int i = 0; i < V; ++i) qb[i] = qv[i];
+  if constexpr (B == 32) {
+    sum = warp_reduce(sum);
+    if (lane == 0) {
+      d[blk] = dd;
+      dsum[blk] = dd * float(sum);
+    }
+  } else {
+    static_assert(B == 256, "activation blocks are 32 or 256 values");
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // lanes 2g, 2g + 1: values 16g..16g+15
+    if (lane % 2 == 0) bsum[blk * 16 + lane / 2] = static_cast<int16_t>(sum);
+    if (lane == 0) d[blk] = dd;
+  }
+}
+
+template <GgmlType T, int N>
+__global__ void int8_gemv_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t nb,
+                                 const qt::ActQ8 a, const GemvOutputs out) {
+  using L = qt::Lane<T>;
+  constexpr int kPerStep = 32 / L::kLanes;  // weight blocks per warp step
+  const int lane = threadIdx.x % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (o >= rows) return;  // whole warps leave together: the shuffles below see all 32 lanes
+  const uint8_t* wr = w + o * row_bytes;
+  const int part = lane % L::kLanes;
+  float acc[N];
+#pragma unroll
+  for (int r = 0; r < N; ++r) acc[r] = 0.f;
+#pragma unroll(N <= 2 ? 2 : 1)
+  for (int64_t b = lane / L::kLanes; b < nb; b += kPerStep) {
+    const typename L::Words wv = L::load(wr + b * L::kBytes, part);
+#pragma unroll
+    for (int r = 0; r < N; ++r) acc[r] += L::dot(wv, part, a, r, b);
+  }
+#pragma unroll
+  for (int r = 0; r < N; ++r) acc[r] = warp_reduce(acc[r]);
+  if (lane == 0) store_gemv_row<N>(out, o, acc);
+}
+
+template <GgmlType T, int N>
+void gemv_launch(const uint8_t* w, int64_t rows, int64_t cols, const qt::ActQ8& a, const GemvOutputs& out,
+                 cudaStream_t stream) {
+  using L = qt::Lane<T>;
+  const int64_t nb = cols / L::kElems;
+  const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  int8_gemv_kernel<T, N><<<blocks, kWarps * 32, 0, stream>>>(w, static_cast<size_t>(nb) * L::kBytes, rows, nb, a,
+                                                             out);
+}
+
+template <GgmlType T>
+void gemv_rows(const uint8_t* w, int64_t rows, int64_t cols, const qt::ActQ8& a, int64_t n, const GemvOutputs& out,
+               cudaStream_t stream) {
+  switch (n) {
+    case 1: gemv_launch<T, 1>(w, rows, cols, a, out, stream); break;
+    case 2: gemv_launch<T, 2>(w, rows, cols, a, out, stream); break;
+    case 3: gemv_launch<T, 3>(w, rows, cols, a, out, stream); break;
+    case 4: gemv_launch<T, 4>(w, rows, cols, a, out, stream); break;
+    case 5: gemv_launch<T, 5>(w, rows, cols, a, out, stream); break;
+    case 6: gemv_launch<T, 6>(w, rows, cols, a, out, stream); break;
+    case 7: gemv_launch<T, 7>(w, rows, cols, a, out, stream); break;
+    default: gemv_launch<T, 8>(w, rows, cols, a, out, stream); break;
+  }
+}
+
+// The three arrays' byte offsets in the work memory.
+struct ActLayout {
+  size_t q = 0, d = 0, sums = 0, total = 0;
+};
+
+ActLayout act_layout(int block, int64_t n, int64_t cols) {
+  ActLayout l;
+  const auto values = static_cast<size_t>(n * cols);
+  l.d = round_up_256(values);
+  l.sums = l.d + round_up_256(values / size_t(block) * sizeof(float));
+  l.total = l.sums + round_up_256(block == 32 ? values / 32 * sizeof(float) : values / 16 * sizeof(int16_t));
+  return l;
+}
+
+}  // namespace
+
+size_t act_q8_bytes(int block, int64_t n, int64_t cols) { return act_layout(block, n, cols).total; }
+
+qt::ActQ8 quantize_act_q8_cuda(const float* x, int64_t n, int64_t cols, int block, void* work, cudaStream_t stream) {
+  if ((block != 32 && block != 256) || cols % block != 0)
+    cuda_internal_fail("quantize_act_q8_cuda: blocks of 32 or 256 values dividing the row");
+  const ActLayout l = act_layout(block, n, cols);
+  auto* base = static_cast<uint8_t*>(work);
+  qt::ActQ8 a;
+  a.cols = cols;
+  auto* q = reinterpret_cast<int8_t*>(base + l.q);
+  auto* d = reinterpret_cast<float*>(base + l.d);
+  a.q = q;
+  a.d = d;
+  const int64_t blocks = n * cols / block;
+  if (blocks == 0) return a;
+  const auto grid = static_cast<unsigned>((blocks + kQuantizeWarps - 1) / kQuantizeWarps);
+  if (block == 32) {
+    auto* dsum = reinterpret_cast<float*>(base + l.sums);
+    a.dsum = dsum;
+    quantize_act_kernel<32><<<grid, kQuantizeWarps * 32, 0, stream>>>(x, blocks, q, d, dsum, nullptr);
+  } else {
+    auto* bsum = reinterpret_cast<int16_t*>(base + l.sums);
+    a.bsum = bsum;
+    quantize_act_kernel<256><<<grid, kQuantizeWarps * 32, 0, stream>>>(x, blocks, q, d, nullptr, bsum);
+  }
+  CUDA_CHECK(cudaGetLastError());
+  return a;
+}
+
+void int8_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const qt::ActQ8& a, int64_t n,
+                    const GemvOutputs& out, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  if (n > kQuantGemvMaxRows) cuda_internal_fail("int8_gemv_cuda: more activation rows than kQuantGemvMaxRows");
+  if (a.cols != cols || cols % qt::act_block(t) != 0)
+    cuda_internal_fail("int8_gemv_cuda: activation blocks of another width than the weight's rows");
+  const bool ok = qt::with_lane(t, [&](auto lane) {
+    constexpr GgmlType T = decltype(lane)::kType;
+    gemv_rows<T>(w, rows, cols, a, n, out, stream);
+  });
+  if (!ok) cuda_internal_fail("int8_gemv_cuda: a type without integer lanes");
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ragkv

@@ -1,0 +1,195 @@
+// The CUDA decode GEMV on 8-bit activation blocks (cuda/int8-gemv.cu) on a GPU:
+//   * its activation blocks (q, d, d·Σq, Σq per 16) and its outputs equal the host mirrors of
+//     tests/quant-dot-reference.h bit for bit — the same integer sums, the same f32 operations in
+//     the same order (explicit fma on both sides), bias added as the kernel adds it — for every
+//     type the device keeps quantised, rows of 1 to 34 blocks, 1 to 8 activation rows;
+//   * through the backend, a decode step's products (Activations::block8) on a stack of Q4_K,
+//     Q6_K and Q8_0 parts (both activation block sizes) equal the CPU backend's block8 products
+//     within tests/test-quant-dot.cpp's bound (1e-6 · Σ|w·x| + 1e-6 · |cpu|): the mirrors meet it
+//     against the CPU's portable table there, the CPU backend here adds in its SIMD order.
+// Without a GPU each case says it is skipped and returns.
+#ifdef RAGKV_HAVE_CUDA
+
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/backend/backend.h"
+#include "core/backend/cpu-backend.h"
+#include "core/format/gguf.h"
+#include "core/format/quant.h"
+#include "cuda/cuda-backend.h"
+#include "cuda/int8-gemv.cuh"
+#include "tests/quant-dot-reference.h"
+
+namespace {
+
+using ragkv::GgmlType;
+namespace qt = ragkv::quant_dot;
+namespace rt = ragkv::test;
+
+bool gpu_missing() {
+  if (ragkv::cuda_device_present()) return false;
+  MESSAGE("skipped: no CUDA GPU is present on this machine");
+  return true;
+}
+
+std::vector<float> random_x(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Device memory holding a copy of host data, freed at scope exit.
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n) { REQUIRE(cudaMalloc(&p, n == 0 ? 1 : n) == cudaSuccess); }
+  template <typename T>
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
+    REQUIRE(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+template <typename T>
+std::vector<T> download(const T* device, size_t n) {
+  std::vector<T> host(n);
+  REQUIRE(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return host;
+}
+
+// Elements whose bits differ.
+template <typename T>
+int count_different(const std::vector<T>& a, const std::vector<T>& b) {
+  REQUIRE(a.size() == b.size());
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return differ;
+}
+
+ragkv::GgufTensor matrix_tensor(const std::string& name, GgmlType t, int64_t rows, int64_t cols,
+                                const std::vector<uint8_t>& bytes) {
+  ragkv::GgufTensor g;
+  g.name = name;
+  g.type = t;
+  g.ne = {cols, rows};
+  g.nbytes = bytes.size();
+  g.data = bytes.data();
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: int8 GEMV and its activation blocks equal the host mirrors bit for bit, every type") {
+  if (gpu_missing()) return;
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  uint32_t seed = 5100;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                     GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const std::string type_name = ragkv::ggml_type_name(t);
+    CAPTURE(type_name);
+    const int block = qt::act_block(t);
+    for (int64_t nb : {int64_t(1), int64_t(5), int64_t(34)}) {
+      const int64_t cols = nb * block, rows = 37;  // rows: not a multiple of the kernel's four per block
+      CAPTURE(cols);
+      const auto w = rt::random_quant_matrix(t, rows, cols, ++seed);
+      DeviceBuffer dw(w);
+      std::vector<float> bias = random_x(size_t(rows), ++seed);
+      DeviceBuffer dbias(bias);
+      for (int64_t n : {int64_t(1), int64_t(2), int64_t(3), int64_t(8)}) {
+        CAPTURE(n);
+        auto x = random_x(size_t(n * cols), ++seed);
+        if (nb > 1)
+          for (int i = 0; i < block; ++i) x[size_t(block + i)] = 0.f;  // an all-zero block
+        DeviceBuffer dx(x);
+        DeviceBuffer work(ragkv::act_q8_bytes(block, n, cols));
+        const qt::ActQ8 a = ragkv::quantize_act_q8_cuda(dx.as<float>(), n, cols, block, work.p, stream);
+        const rt::HostActQ8 ha = rt::quantize_act_q8_host(x.data(), n, cols, block);
+        REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+        CHECK(count_different(download(a.q, ha.q.size()), ha.q) == 0);
+        CHECK(count_different(download(a.d, ha.d.size()), ha.d) == 0);
+        if (block == 32) CHECK(count_different(download(a.dsum, ha.dsum.size()), ha.dsum) == 0);
+        else CHECK(count_different(download(a.bsum, ha.bsum.size()), ha.bsum) == 0);
+
+        const auto expect = rt::int8_gemv_host(t, w.data(), rows, cols, ha, n);
+        for (bool with_bias : {false, true}) {
+          CAPTURE(with_bias);
+          DeviceBuffer dy(size_t(n * rows) * sizeof(float));
+          ragkv::GemvOutputs out;
+          out.first[1] = rows;
+          out.y[0] = dy.as<float>();
+          out.ld[0] = rows;
+          out.bias[0] = with_bias ? dbias.as<float>() : nullptr;
+          ragkv::int8_gemv_cuda(t, dw.as<uint8_t>(), rows, cols, a, n, out, stream);
+          REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+          auto want = expect;
+          if (with_bias)
+            for (int64_t r = 0; r < n; ++r)
+              for (int64_t o = 0; o < rows; ++o) want[size_t(r * rows + o)] += bias[size_t(o)];
+          CHECK(count_different(download(dy.as<float>(), want.size()), want) == 0);
+        }
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("cuda: a decode step's products (block8) on a Q4_K/Q6_K/Q8_0 stack equal the CPU's within f32 rounding") {
+  if (gpu_missing()) return;
+  auto cpu = ragkv::make_cpu_backend(1);
+  auto gpu = ragkv::make_cuda_backend(0);
+  const int64_t in = 1024;
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0};
+  const int64_t part_rows[] = {96, 33, 40};
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<ragkv::GgufTensor> tensors;
+  for (size_t p = 0; p < 3; ++p) bytes.push_back(rt::random_quant_matrix(types[p], part_rows[p], in, 6100 + uint32_t(p)));
+  for (size_t p = 0; p < 3; ++p)
+    tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p), types[p], part_rows[p], in, bytes[p]));
+  const ragkv::GgufTensor* ptrs[] = {&tensors[0], &tensors[1], &tensors[2]};
+  auto w_cpu = cpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
+  auto w_gpu = gpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
+  for (int64_t n : {int64_t(1), int64_t(4)}) {
+    CAPTURE(n);
+    const auto x = random_x(size_t(n * in), 6200 + uint32_t(n));
+    std::vector<std::vector<float>> got(3), want(3);
+    for (ragkv::Backend* be : {cpu.get(), gpu.get()}) {
+      const ragkv::Tensor tx = be->alloc(ragkv::DType::f32, n, in);
+      be->upload(tx, x.data());
+      std::vector<ragkv::Tensor> outs;
+      for (size_t p = 0; p < 3; ++p) outs.push_back(be->alloc(ragkv::DType::f32, n, part_rows[p]));
+      be->matmul_parts(tx, be == cpu.get() ? *w_cpu : *w_gpu, outs, {}, ragkv::Activations::block8);
+      for (size_t p = 0; p < 3; ++p) {
+        auto& dst = be == cpu.get() ? want[p] : got[p];
+        dst.resize(size_t(n * part_rows[p]));
+        be->download(outs[p], dst.data());
+      }
+    }
+    for (size_t p = 0; p < 3; ++p) {
+      CAPTURE(p);
+      const auto scale = rt::abs_products(types[p], bytes[p].data(), part_rows[p], in, x.data(), n);
+      int beyond = 0;
+      for (size_t i = 0; i < got[p].size(); ++i)
+        if (!(std::fabs(got[p][i] - want[p][i]) <= 1e-6f * scale[i] + 1e-6f * std::fabs(want[p][i]))) ++beyond;
+      CHECK(beyond == 0);
+    }
+  }
+}
+
+#endif  // RAGKV_HAVE_CUDA
