@@ -10,7 +10,8 @@
 // warps owns 64 consecutive vectors of one KV head, 16 per warp (the M of one mma); grid
 // ⌈n_vec / 64⌉ × n_kv_head. Per tile of BN keys (64; 32 for head_dim 256, to bound registers):
 //   1. the block stages K and V rows [j0, j0 + BN) of head g as f16 (the cache's own values, no
-//      conversion) and their positions in shared memory;
+//      conversion) and their positions in shared memory, by cp.async, one tile ahead: the next
+//      visible tile's K is copied during this tile's softmax and P·V, its V during its own S;
 //   2. each warp computes S = Q·Kᵀ for its 16 vectors × BN keys: D/16 k-steps × BN/8 mma each,
 //      A from the f16 Q rows staged once per block, B straight from the K rows (Kᵀ's columns are
 //      K's rows, so the "col" operand is a row of K), each fragment set loaded by one ldmatrix
@@ -27,7 +28,8 @@
 // B pairs at (k = 2·tig (+8), n = groupID); C at (row groupID or +8, cols 2·tig, 2·tig + 1).
 //
 // Shared memory (f16 rows padded by 8 halves: a row stride of D/2 + 4 words puts the 8 rows × 4
-// columns of a fragment load on 32 distinct banks): Q [64][D + 8], K and V [BN][D + 8], positions.
+// columns of a fragment load on 32 distinct banks): Q [64][D + 8], K and V [BN][D + 8], positions
+// (the tile's and the next one's).
 // D = 128: 52 KiB; D = 256 (BN 32): 68 KiB; the launcher opts in above 48 KiB.
 //
 // Numerics against the f32 CPU reference: Q is rounded to f16 (K and V are f16 already, the
@@ -77,7 +79,7 @@ constexpr int row_halves() { return D + 8; }
 template <int D, int BN>
 constexpr size_t smem_bytes() {
   return (size_t(kBlockVectors) + 2 * size_t(BN)) * row_halves<D>() * sizeof(__half) +
-         (size_t(BN) + kBlockVectors) * sizeof(int);
+         (2 * size_t(BN) + kBlockVectors) * sizeof(int);
 }
 
 // D = C + A·B on one m16n8k16 tile: f16 A (4 registers of two halves), B (2), f32 C/D (4).
@@ -145,19 +147,35 @@ __device__ __forceinline__ bool tile_hidden(const MmaParams& p, int64_t j0, int 
   return kmin > qmax || (p.window > 0 && int64_t(kmax) <= int64_t(qmin) - p.window);
 }
 
-// Rows [j0, j0 + BN) of KV head g to shared memory as they are (f16), 16 bytes per load; rows
-// past n_kv become zeros.
+// cp.async (sm_80+): 16 bytes global → shared without passing through registers, or 16 zero
+// bytes when !valid (src-size 0: nothing is read). Groups of copies are committed and waited for
+// in order: wait_group N returns once at most the N most recent groups are still in flight.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+// Starts copying rows [j0, j0 + BN) of KV head g to shared memory as they are (f16), 16 bytes per
+// copy; rows past n_kv become zeros.
 template <int D, int BN>
-__device__ __forceinline__ void stage_rows(const __half* __restrict__ src, const MmaParams& p, int g, int64_t j0,
-                                           __half* dst) {
+__device__ __forceinline__ void stage_rows_async(const __half* __restrict__ src, const MmaParams& p, int g,
+                                                 int64_t j0, __half* dst) {
   constexpr int kPerRow = D / 8;
   for (int idx = threadIdx.x; idx < BN * kPerRow; idx += kThreads) {
     const int r = idx / kPerRow, c = (idx % kPerRow) * 8;
     const int64_t j = j0 + r;
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (j < p.n_kv) val = __ldg(reinterpret_cast<const uint4*>(src + j * p.kv_cols + int64_t(g) * D + c));
-    *reinterpret_cast<uint4*>(dst + r * row_halves<D>() + c) = val;
+    const bool valid = j < p.n_kv;
+    cp_async_16(dst + r * row_halves<D>() + c, valid ? src + j * p.kv_cols + int64_t(g) * D + c : src, valid);
   }
+}
+
+// The first tile at or after j0 that some query of the block sees (n_kv when none): block-uniform.
+template <int BN>
+__device__ __forceinline__ int64_t next_visible_tile(const MmaParams& p, int64_t j0, int lane, int qmin, int qmax) {
+  while (j0 < p.n_kv && tile_hidden<BN>(p, j0, lane, qmin, qmax)) j0 += BN;
+  return j0;
 }
 
 template <int D, int BN>
@@ -171,8 +189,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
   __half* Qs = reinterpret_cast<__half*>(smem_u4);  // [64][RS]
   __half* Ks = Qs + kBlockVectors * RS;              // [BN][RS]
   __half* Vs = Ks + BN * RS;                         // [BN][RS]
-  int* kpos_s = reinterpret_cast<int*>(Vs + BN * RS);  // [BN]
-  int* qpos_s = kpos_s + BN;                           // [64]
+  int* kpos_buf = reinterpret_cast<int*>(Vs + BN * RS);  // [2][BN]: the tile's, the next one's
+  int* qpos_s = kpos_buf + 2 * BN;                         // [64]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
   const int g = blockIdx.y;
@@ -209,13 +227,25 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
   for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
   float m0 = -CUDART_INF_F, m1 = -CUDART_INF_F, l0 = 0.f, l1 = 0.f;  // l: this lane's share of the row sum
 
-  for (int64_t j0 = 0; j0 < p.n_kv; j0 += BN) {
-    if (tile_hidden<BN>(p, j0, lane, qmin, qmax)) continue;  // block-uniform
-    __syncthreads();  // the previous tile's readers of Ks, Vs and kpos_s are done
-    if (tid < BN) kpos_s[tid] = p.causal && j0 + tid < p.n_kv ? __ldg(p.k_pos + j0 + tid) : 0;
-    stage_rows<D, BN>(p.k, p, g, j0, Ks);
-    stage_rows<D, BN>(p.v, p, g, j0, Vs);
-    __syncthreads();
+  // The K/V pipeline (cp.async, FlashAttention-2's prefetch): tile j's K and V are requested as two
+  // groups; the next visible tile's K (and positions) is requested once every warp has read tile
+  // j's K, its V once every warp has read tile j's V, so the copies run while this tile's softmax
+  // and P·V (resp. the next tile's S) compute. Every step commits one group, empty or not, so
+  // "all but the newest group" is always the tile's K at the top and its V before P·V.
+  const auto stage_k = [&](int64_t j, int* kpos) {
+    if (tid < BN) kpos[tid] = p.causal && j + tid < p.n_kv ? __ldg(p.k_pos + j + tid) : 0;
+    stage_rows_async<D, BN>(p.k, p, g, j, Ks);
+  };
+  int64_t j0 = next_visible_tile<BN>(p, 0, lane, qmin, qmax);
+  int buf = 0;
+  if (j0 < p.n_kv) stage_k(j0, kpos_buf);
+  cp_async_commit();
+  if (j0 < p.n_kv) stage_rows_async<D, BN>(p.v, p, g, j0, Vs);
+  cp_async_commit();
+  while (j0 < p.n_kv) {
+    const int* kpos_s = kpos_buf + buf * BN;
+    cp_async_wait_all_but_newest();  // this thread's copies of tile j0's K
+    __syncthreads();                 // everyone's, and the positions
 
     // S = Q·Kᵀ.
     float s[NT][4];
@@ -233,6 +263,14 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
         mma_16816(s[nt + 1], a, b[2], b[3]);
       }
     }
+
+    __syncthreads();  // every warp has read Ks: the next tile's K may land there
+    {
+      // (Found again after P·V rather than kept: a register less across the loop body.)
+      const int64_t next = next_visible_tile<BN>(p, j0 + BN, lane, qmin, qmax);
+      if (next < p.n_kv) stage_k(next, kpos_buf + (buf ^ 1) * BN);
+    }
+    cp_async_commit();
 
     // Scale, softcap, mask; the tile's row maxima.
     float mx0 = -CUDART_INF_F, mx1 = -CUDART_INF_F;
@@ -268,6 +306,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) o[dt][0] *= alpha0, o[dt][1] *= alpha0, o[dt][2] *= alpha1, o[dt][3] *= alpha1;
 
+    cp_async_wait_all_but_newest();  // tile j0's V (the next K may still be in flight)
+    __syncthreads();
+
     // O += P·V, 16 keys per k-step: P's n-tiles 2kc and 2kc + 1 are the A fragment.
 #pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc) {
@@ -282,6 +323,11 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
         mma_16816(o[dt + 1], a, b[2], b[3]);
       }
     }
+    __syncthreads();  // every warp has read Vs
+    j0 = next_visible_tile<BN>(p, j0 + BN, lane, qmin, qmax);
+    if (j0 < p.n_kv) stage_rows_async<D, BN>(p.v, p, g, j0, Vs);
+    cp_async_commit();
+    buf ^= 1;
   }
 
   // O / l (0 for a row that saw no key).
