@@ -25,6 +25,7 @@
 #include "cuda/block-reduce.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/cuda-check.h"
+#include "cuda/f16-row-scale.cuh"
 
 namespace ragkv {
 
@@ -32,8 +33,6 @@ namespace {
 
 constexpr int kBlock = 256;
 constexpr int64_t kMaxBlocks = 65535;
-constexpr float kF16Max = 65504.f;
-constexpr float kSmallRowMax = 1.f / 1024;  // rows whose largest |x| is below 2^-10 are scaled up
 constexpr int64_t kEpilogueChunk = 1024;  // columns per epilogue block
 
 unsigned grid_for(int64_t n) {
@@ -67,14 +66,8 @@ __global__ void rows_f32_to_f16_scaled_kernel(const float* __restrict__ x, __hal
   __shared__ float partial[kThreads / 32];
   largest = block_reduce<kThreads>(largest, partial, 0.f, MaxOp{});
 
-  float scale = 1.f, unscale = 1.f;
-  if (largest > kF16Max || (largest > 0.f && largest < kSmallRowMax)) {
-    int p = 0;
-    frexpf(largest, &p);  // 2^(p−1) ≤ largest < 2^p
-    p = max(p, -100);     // rows below 2^-101 keep scales inside the f32 range
-    scale = ldexpf(1.f, 15 - p);  // largest · scale in [2^14, 2^15)
-    unscale = ldexpf(1.f, p - 15);
-  }
+  float scale, unscale;
+  f16_row_scale(largest, scale, unscale);
   for (int64_t j = threadIdx.x; j < cols; j += kThreads) hr[j] = __float2half_rn(xr[j] * scale);
   if (threadIdx.x == 0) row_unscale[row] = unscale;
 }

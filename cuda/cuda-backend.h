@@ -146,6 +146,9 @@ class CudaBackend : public Backend {
   void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void add_impl(const Tensor& a, const Tensor& b) override;
   void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) override;
+  // cuda-ffn.cpp: prefill rows in one pass over the intermediate (glu-f16.cu); else unfused.
+  void glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const Weight& w_down, const Tensor& gate,
+                    const Tensor& up, const Tensor& proj, bool gelu, Activations act) override;
   void scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override;
   void scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
                             std::span<const int32_t> rows) override;
@@ -278,6 +281,10 @@ class CudaBackend : public Backend {
   // matmul through cuBLAS on f16 operands: an f16 matrix, or a quantised one in dequantised tiles.
   void matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
                    std::span<const Weight* const> biases);
+  // Its GEMMs from an f16 operand xh [n][in], no epilogue (`tile`: dequant_tile_bytes of work).
+  void gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, std::span<const Tensor> outs, __half* tile);
+  static int64_t dequant_tile_rows(const CudaWeight& cw);  // 0 for an f16 matrix
+  static size_t dequant_tile_bytes(const CudaWeight& cw);
   // matmul of a quantised weight by a few rows: one GEMV per part into its output; int8_acts:
   // x quantised to 8-bit blocks first (once per block size the parts need) and integer products.
   void matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,

@@ -114,10 +114,21 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   }
 }
 
+// Rows of a quantised weight's f16 tile: about kDequantTileValues values, at most its largest
+// part; 0 for an f16 matrix.
+int64_t CudaBackend::dequant_tile_rows(const CudaWeight& cw) {
+  if (!cw.quantised()) return 0;
+  int64_t largest_part = 0;
+  for (const QuantPart& p : cw.parts()) largest_part = std::max(largest_part, p.rows);
+  return std::min(largest_part, std::max<int64_t>(1, kDequantTileValues / cw.in_features));
+}
+
+size_t CudaBackend::dequant_tile_bytes(const CudaWeight& cw) {
+  return static_cast<size_t>(dequant_tile_rows(cw) * cw.in_features) * sizeof(__half);
+}
+
 // x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM(s), then
-// row scales and bias. A quantised weight adds its f16 tile to the work buffer. A stack split into
-// its parts' outputs: each part's GEMMs write its output directly (ld = its rows), with no [n][out]
-// product copied apart afterwards.
+// row scales and bias. A quantised weight adds its f16 tile to the work buffer.
 void CudaBackend::matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
                               std::span<const Weight* const> biases) {
   const int64_t n = x.rows, in = cw.in_features, out = cw.out_features;
@@ -125,18 +136,30 @@ void CudaBackend::matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<c
   const float* d_bias = !split && biases[0] ? cuda_vector(*biases[0], "matmul bias").f32() : nullptr;
   const size_t xh_bytes = round_up_256(static_cast<size_t>(n * in) * sizeof(__half));
   const size_t unscale_bytes = round_up_256(static_cast<size_t>(n) * sizeof(float));
-  int64_t tile_rows = 0;
-  if (cw.quantised()) {
-    int64_t largest_part = 0;
-    for (const QuantPart& p : cw.parts()) largest_part = std::max(largest_part, p.rows);
-    tile_rows = std::min(largest_part, std::max<int64_t>(1, kDequantTileValues / in));
-  }
-  const size_t tile_bytes = static_cast<size_t>(tile_rows * in) * sizeof(__half);
-  auto* work = static_cast<uint8_t*>(work_reserve(xh_bytes + unscale_bytes + tile_bytes));
+  auto* work = static_cast<uint8_t*>(work_reserve(xh_bytes + unscale_bytes + dequant_tile_bytes(cw)));
   auto* xh = reinterpret_cast<__half*>(work);
   auto* row_unscale = reinterpret_cast<float*>(work + xh_bytes);
   auto* tile = reinterpret_cast<__half*>(work + xh_bytes + unscale_bytes);
   convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
+  gemm_into(xh, n, cw, outs, tile);
+  if (!split) {
+    matmul_epilogue_f32_cuda(outs[0].as<float>(), row_unscale, d_bias, n, out, stream_);
+  } else {
+    for (size_t p = 0; p < outs.size(); ++p) {
+      const float* bias = biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr;
+      matmul_epilogue_f32_cuda(outs[p].as<float>(), row_unscale, bias, n, cw.part_rows[p], stream_);
+    }
+  }
+}
+
+// outs = xh · Wᵀ, no epilogue: one GEMM per part of an f16 matrix, or each part of a quantised one
+// dequantised a tile (dequant_tile_rows) at a time into `tile` and multiplied. A stack split into
+// its parts' outputs: each part's GEMMs write its output directly (ld = its rows), with no
+// [n][out] product copied apart afterwards.
+void CudaBackend::gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, std::span<const Tensor> outs,
+                            __half* tile) {
+  const int64_t in = cw.in_features, out = cw.out_features;
+  const bool split = outs.size() > 1;
   // Where part p (its first output column `first`) goes, and the row stride there: its own output
   // when split, else its columns of the one output.
   const auto part_out = [&](size_t p, int64_t first) -> std::pair<float*, int64_t> {
@@ -156,29 +179,22 @@ void CudaBackend::matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<c
         first += cw.part_rows[p];
       }
     }
-  } else {
-    if (split && cw.parts().size() != outs.size())
-      fail("internal: CUDA matmul of {}: {} quantised parts into {} outputs", cw.name, cw.parts().size(), outs.size());
-    int64_t first = 0;  // the part's first output column of the whole product
-    for (size_t pi = 0; pi < cw.parts().size(); ++pi) {
-      const QuantPart& p = cw.parts()[pi];
-      const auto [y, ldy] = part_out(pi, first);
-      const size_t row_bytes = ggml_row_bytes(p.type, in);
-      for (int64_t r0 = 0; r0 < p.rows; r0 += tile_rows) {
-        const int64_t nr = std::min(tile_rows, p.rows - r0);
-        dequantize_to_f16_cuda(p.type, p.data + static_cast<size_t>(r0) * row_bytes, nr, in, tile, stream_);
-        gemm_f16_rows(tile, nr, in, xh, n, y + r0, ldy);
-      }
-      first += p.rows;
-    }
+    return;
   }
-  if (!split) {
-    matmul_epilogue_f32_cuda(outs[0].as<float>(), row_unscale, d_bias, n, out, stream_);
-  } else {
-    for (size_t p = 0; p < outs.size(); ++p) {
-      const float* bias = biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr;
-      matmul_epilogue_f32_cuda(outs[p].as<float>(), row_unscale, bias, n, cw.part_rows[p], stream_);
+  if (split && cw.parts().size() != outs.size())
+    fail("internal: CUDA matmul of {}: {} quantised parts into {} outputs", cw.name, cw.parts().size(), outs.size());
+  const int64_t tile_rows = dequant_tile_rows(cw);
+  int64_t first = 0;  // the part's first output column of the whole product
+  for (size_t pi = 0; pi < cw.parts().size(); ++pi) {
+    const QuantPart& p = cw.parts()[pi];
+    const auto [y, ldy] = part_out(pi, first);
+    const size_t row_bytes = ggml_row_bytes(p.type, in);
+    for (int64_t r0 = 0; r0 < p.rows; r0 += tile_rows) {
+      const int64_t nr = std::min(tile_rows, p.rows - r0);
+      dequantize_to_f16_cuda(p.type, p.data + static_cast<size_t>(r0) * row_bytes, nr, in, tile, stream_);
+      gemm_f16_rows(tile, nr, in, xh, n, y + r0, ldy);
     }
+    first += p.rows;
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "cuda/cuda-check.h"
 #include "cuda/elementwise.cuh"
+#include "cuda/glu-activations.cuh"
 
 namespace ragkv {
 
@@ -28,21 +29,6 @@ constexpr int64_t kMaxBlocks = 65535;
 unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(std::min<int64_t>((n + kBlock - 1) / kBlock, kMaxBlocks));
 }
-
-struct Silu {
-  __device__ __forceinline__ float operator()(float g) const { return g / (1.f + expf(-g)); }
-};
-
-// GELU's tanh form as the CPU backend writes it: x/2 · (1 + tanh(u)) = x / (1 + e^(−2u)), with
-// −2u clamped to [−87, 87], so the special values agree: gelu(−inf) = −inf / e^87 = −inf (the
-// CPU's value; 0.5·x·(1 + tanh(u)) would give −inf · 0 = NaN), gelu(+inf) = +inf, NaN stays NaN.
-struct GeluTanh {
-  __device__ __forceinline__ float operator()(float g) const {
-    constexpr float kMinus2Sqrt2OverPi = -1.5957691216057308f;
-    const float t = kMinus2Sqrt2OverPi * (g + 0.044715f * g * g * g);
-    return g / (1.f + expf(fminf(fmaxf(t, -87.f), 87.f)));
-  }
-};
 
 struct GeluErf {
   __device__ __forceinline__ float operator()(float x) const {

@@ -137,6 +137,42 @@ TEST_CASE("cpu backend: rms_norm, glu and add equal their formulas") {
   CHECK_THROWS_AS(b->add_rms_norm(A, U.slice_rows(0, rows - 1), *W, 1e-6f, AN), ragkv::Error);
 }
 
+TEST_CASE("cpu backend: glu_ffn is matmul_parts, swiglu or geglu, then matmul, exactly, and checks its weights") {
+  auto b = make_cpu_backend(2);
+  const int rows = 5, in = 64, ff = 96;
+  auto g = random_vec(ff * in, 21), u = random_vec(ff * in, 22), d = random_vec(in * ff, 23);
+  auto make = [&](const char* name, std::vector<float>& v, int64_t out, int64_t cols) {
+    GgufTensor t;
+    t.name = name;
+    t.type = GgmlType::F32;
+    t.ne = {cols, out};
+    t.nbytes = v.size() * 4;
+    t.data = reinterpret_cast<const uint8_t*>(v.data());
+    return t;
+  };
+  const GgufTensor tg = make("blk.0.ffn_gate.weight", g, ff, in), tu = make("blk.0.ffn_up.weight", u, ff, in);
+  const GgufTensor* parts[] = {&tg, &tu};
+  auto gate_up = b->load_weight_stack(parts, "blk.0.ffn_gate_up");
+  auto down = weight_from(*b, d, in, ff);
+  auto x = random_vec(rows * in, 24);
+  Tensor X = upload(*b, x, rows, in);
+  for (bool gelu : {false, true}) {
+    CAPTURE(gelu);
+    Tensor G = b->alloc(DType::f32, rows, ff), U = b->alloc(DType::f32, rows, ff), P = b->alloc(DType::f32, rows, in);
+    b->glu_ffn(X, *gate_up, *down, G, U, P, gelu);
+    Tensor G2 = b->alloc(DType::f32, rows, ff), U2 = b->alloc(DType::f32, rows, ff), P2 = b->alloc(DType::f32, rows, in);
+    const Tensor gu[2] = {G2, U2};
+    b->matmul_parts(X, *gate_up, gu);
+    if (gelu) b->geglu(G2, U2, G2);
+    else b->swiglu(G2, U2, G2);
+    b->matmul(G2, *down, P2);
+    CHECK(download(*b, P) == download(*b, P2));
+    // A weight that is not a gate/up stack, and outputs overlapping the input, are refused.
+    CHECK_THROWS_AS(b->glu_ffn(X, *down, *down, G, U, P, gelu), ragkv::Error);
+    CHECK_THROWS_AS(b->glu_ffn(X, *gate_up, *down, G, G, P, gelu), ragkv::Error);
+  }
+}
+
 TEST_CASE("cpu backend: rope_qk is rope on q then on k, and checks both") {
   auto b = make_cpu_backend(2);
   const int n = 6, heads = 4, kv_heads = 2, hd = 32;

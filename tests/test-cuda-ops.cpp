@@ -754,6 +754,55 @@ TEST_CASE("cuda: add_rms_norm equals add then rms_norm on the GPU bit for bit, a
   }
 }
 
+// The prefill FFN in one pass over its intermediate (cuda/cuda-ffn.cpp): bit for bit the three
+// ops it replaces, f16 and Q4_K weights, SwiGLU and GeGLU, both widths of the fused kernel, rows
+// scaled past f16's range; decode rows take the unfused ops.
+TEST_CASE("cuda: glu_ffn equals matmul_parts, swiglu or geglu, then matmul, bit for bit") {
+  if (gpu_missing()) return;
+  Backends be;
+  uint32_t seed = 4400;
+  struct Case {
+    GgmlType type;
+    int64_t in, ff, n;
+  };
+  const Case cases[] = {{GgmlType::F16, 256, 768, 40},  {GgmlType::F16, 256, 4608, 9}, {GgmlType::Q4_K, 256, 768, 17},
+                        {GgmlType::Q4_K, 512, 4608, 12}, {GgmlType::F16, 256, 768, 3}};
+  for (const Case& c : cases) {
+    const std::string type_name = ragkv::ggml_type_name(c.type);
+    CAPTURE(type_name);
+    CAPTURE(c.ff);
+    CAPTURE(c.n);
+    const auto gb = random_matrix_bytes(c.type, c.ff, c.in, ++seed), ub = random_matrix_bytes(c.type, c.ff, c.in, ++seed);
+    const auto db = random_matrix_bytes(c.type, c.in, c.ff, ++seed);
+    const ragkv::GgufTensor tg = matrix_tensor("blk.0.ffn_gate.weight", c.type, c.ff, c.in, gb);
+    const ragkv::GgufTensor tu = matrix_tensor("blk.0.ffn_up.weight", c.type, c.ff, c.in, ub);
+    const ragkv::GgufTensor* parts[] = {&tg, &tu};
+    auto gate_up = be.gpu->load_weight_stack(parts, "blk.0.ffn_gate_up");
+    auto down = be.gpu->load_weight(matrix_tensor("blk.0.ffn_down.weight", c.type, c.in, c.ff, db));
+    auto x = random_values(size_t(c.n * c.in), ++seed);
+    for (int64_t j = 0; j < c.in; ++j) x[size_t(j)] *= 3e4f;  // row 0: GLU values beyond 65504
+    const Tensor gx = make_tensor(*be.gpu, DType::f32, c.n, c.in, x);
+    for (bool gelu : {false, true}) {
+      CAPTURE(gelu);
+      const Tensor g1 = be.gpu->alloc(DType::f32, c.n, c.ff), u1 = be.gpu->alloc(DType::f32, c.n, c.ff);
+      const Tensor p1 = be.gpu->alloc(DType::f32, c.n, c.in);
+      be.gpu->glu_ffn(gx, *gate_up, *down, g1, u1, p1, gelu);
+      const Tensor g2 = be.gpu->alloc(DType::f32, c.n, c.ff), u2 = be.gpu->alloc(DType::f32, c.n, c.ff);
+      const Tensor p2 = be.gpu->alloc(DType::f32, c.n, c.in);
+      const Tensor gu[2] = {g2, u2};
+      be.gpu->matmul_parts(gx, *gate_up, gu);
+      if (gelu) be.gpu->geglu(g2, u2, g2);
+      else be.gpu->swiglu(g2, u2, g2);
+      be.gpu->matmul(g2, *down, p2);
+      const std::vector<float> fused = download_values(*be.gpu, p1), ops = download_values(*be.gpu, p2);
+      CHECK(std::memcmp(fused.data(), ops.data(), fused.size() * sizeof(float)) == 0);
+      bool finite = true;
+      for (float v : fused) finite = finite && std::isfinite(v);
+      CHECK(finite);
+    }
+  }
+}
+
 // A layer's Q and K rotated in one launch: bit for bit the two rope calls.
 TEST_CASE("cuda: rope_qk equals rope on q then on k, bit for bit") {
   if (gpu_missing()) return;

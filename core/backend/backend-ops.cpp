@@ -308,6 +308,29 @@ void Backend::geglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   geglu_impl(gate, up, out);
 }
 
+void Backend::glu_ffn(const Tensor& xn, const Weight& w_gate_up, const Weight& w_down, const Tensor& gate,
+                      const Tensor& up, const Tensor& proj, bool gelu, Activations act) {
+  if (w_gate_up.part_rows.size() != 2)
+    fail("internal: glu_ffn of {} ({} parts, expected gate and up)", w_gate_up.name, w_gate_up.part_rows.size());
+  const Tensor gate_up[2] = {gate, up};
+  check_matmul(xn, w_gate_up, gate_up, {});
+  check_matmul(gate, w_down, std::span(&proj, 1), {});
+  check_disjoint(xn, proj, "glu_ffn", "xn", "proj");
+  check_disjoint(up, proj, "glu_ffn", "up", "proj");
+  check_supported(gelu ? BackendOp::geglu : BackendOp::swiglu, gate.dtype);
+  glu_ffn_impl(xn, w_gate_up, w_down, gate, up, proj, gelu, act);
+}
+
+void Backend::glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const Weight& w_down, const Tensor& gate,
+                           const Tensor& up, const Tensor& proj, bool gelu, Activations act) {
+  const Tensor gate_up[2] = {gate, up};
+  const Weight* no_bias[2] = {nullptr, nullptr};
+  matmul_impl(xn, w_gate_up, gate_up, no_bias, act);
+  if (gelu) geglu_impl(gate, up, gate);
+  else swiglu_impl(gate, up, gate);
+  matmul_impl(gate, w_down, std::span(&proj, 1), std::span(no_bias).first(1), act);
+}
+
 void Backend::add(const Tensor& a, const Tensor& b) {
   check_f32_pair(b, a, "add", "b", "a");
   check_supported(BackendOp::add, a.dtype);

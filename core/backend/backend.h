@@ -282,6 +282,14 @@ class Backend {
   // out = silu(gate) ⊙ up (SwiGLU) or gelu_tanh(gate) ⊙ up (GeGLU). out may alias gate or up.
   void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
   void geglu(const Tensor& gate, const Tensor& up, const Tensor& out);
+  // A layer's gated FFN: gate, up = xn · W_gate_upᵀ (a stack of two parts, no biases), gate =
+  // silu(gate) ⊙ up (gelu_tanh(gate) ⊙ up when gelu: GeGLU), proj = gate · W_downᵀ, both products
+  // with `act`: matmul_parts, swiglu / geglu and matmul as a model calls them, in one pass over the
+  // intermediate where the backend fuses them (the CUDA backend's prefill: no f32 round trip
+  // between the products). Exactly those three ops' results; gate and up [n][ff] are scratch that
+  // a fusing backend may leave holding anything. xn, gate, up and proj pairwise disjoint.
+  void glu_ffn(const Tensor& xn, const Weight& w_gate_up, const Weight& w_down, const Tensor& gate, const Tensor& up,
+               const Tensor& proj, bool gelu, Activations act = Activations::f32);
   // a += b (residual add). a and b may alias (a doubles).
   void add(const Tensor& a, const Tensor& b);
   // x += y, then xn = rms_norm(x) · w: add then rms_norm, as one pass where the backend fuses them
@@ -348,6 +356,9 @@ class Backend {
     rope_impl(q, positions, n_head, head_dim, p, /*inverse=*/false);
     rope_impl(k, positions, n_head_kv, head_dim, p, /*inverse=*/false);
   }
+  // Unfused by default: matmul_impl into gate and up, swiglu_impl / geglu_impl into gate, matmul_impl.
+  virtual void glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const Weight& w_down, const Tensor& gate,
+                            const Tensor& up, const Tensor& proj, bool gelu, Activations act);
   // Unfused by default: add_impl, then rms_norm_impl.
   virtual void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
     add_impl(x, y);

@@ -170,12 +170,7 @@ void Model::layer_output_ffn(int l, int64_t n, Workspace& ws) const {
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_attn_norm, c.norm_eps, proj);
   b.add_rms_norm(x, proj, *w.ffn_norm, c.norm_eps, xn);  // x += proj; xn = norm(x)
 
-  const Tensor gate = ws.gate.slice_rows(0, n), up = ws.up.slice_rows(0, n);
-  const Tensor gate_up[2] = {gate, up};
-  b.matmul_parts(xn, *w.w_gate_up, gate_up, {}, ws.act);
-  if (c.gelu) b.geglu(gate, up, gate);
-  else b.swiglu(gate, up, gate);
-  b.matmul(gate, *w.w_down, proj, nullptr, ws.act);
+  b.glu_ffn(xn, *w.w_gate_up, *w.w_down, ws.gate.slice_rows(0, n), ws.up.slice_rows(0, n), proj, c.gelu, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_ffn_norm, c.norm_eps, proj);
   if (l + 1 < c.n_layer) {  // the residual add and the next layer's attention norm in one pass
     b.add_rms_norm(x, proj, *layers_[size_t(l) + 1].attn_norm, c.norm_eps, xn);
