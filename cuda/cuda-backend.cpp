@@ -130,7 +130,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 }
 
 std::string CudaBackend::kernels() const {
-  return name_ + (keep_quantised_ ? "+quant-weights" : "+f16-weights") +
+  return name_ + (!keep_quantised_ ? "+f16-weights" : f16_prefill_copy_ ? "+quant+f16-weights" : "+quant-weights") +
          (attention_mma_enabled() ? "+mma-attention" : "+f32-attention") +
          (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "");
 }
@@ -138,11 +138,13 @@ std::string CudaBackend::kernels() const {
 CudaBackend::CudaBackend(int device) : device_(device) {
   if (const char* policy = std::getenv("RAGKV_CUDA_WEIGHTS"); policy && *policy) {
     const std::string v = policy;
-    if (v != "quant" && v != "f16")
+    if (v != "quant" && v != "f16" && v != "quant+f16")
       fail("RAGKV_CUDA_WEIGHTS={}: expected 'quant' (quantised matrices stay quantised on the device, the "
-           "default) or 'f16' (converted to f16 at load)",
+           "default), 'f16' (converted to f16 at load) or 'quant+f16' (kept quantised for decode steps, plus an "
+           "f16 copy for prefill products: 2 bytes more per weight)",
            v);
-    keep_quantised_ = v == "quant";
+    keep_quantised_ = v != "f16";
+    f16_prefill_copy_ = v == "quant+f16";
   }
   if (const char* graphs = std::getenv("RAGKV_CUDA_GRAPHS"); graphs && *graphs) {
     const std::string v = graphs;
@@ -541,6 +543,16 @@ std::unique_ptr<Weight> CudaBackend::load_quantised(std::span<const GgufTensor* 
     w->add_part({data, t->type, t->rows()});  // owned by w from here
     CUDA_CHECK(cudaMemcpyAsync(data, t->data, bytes, cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // t->data may be unmapped after the load
+  }
+  if (f16_prefill_copy_) {  // the values an f16 matrix would hold, decoded on the device
+    auto* copy = static_cast<__half*>(raw_alloc(static_cast<size_t>(rows * cols) * sizeof(__half)));
+    w->set_f16_copy(copy);  // owned by w from here
+    int64_t first = 0;
+    for (const QuantPart& p : w->parts()) {
+      dequantize_to_f16_cuda(p.type, p.data, p.rows, cols, copy + first * cols, stream_);
+      first += p.rows;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   return w;
 }

@@ -165,6 +165,7 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;   // every copy and kernel of this backend
   cublasHandle_t cublas_ = nullptr; // bound to stream_; matmul's GEMMs
   bool keep_quantised_ = true;      // RAGKV_CUDA_WEIGHTS: quantised matrices stay quantised (default)
+  bool f16_prefill_copy_ = false;   // RAGKV_CUDA_WEIGHTS=quant+f16: and an f16 copy for prefill GEMMs
   bool int8_decode_ = true;         // RAGKV_CUDA_DECODE_ACTS: block8 decode products in dp4a (default)
   // RAGKV_CUDA_PROFILE=FILE: every op's device time (op-profile.h), written at destruction.
   std::unique_ptr<CudaOpProfiler> profiler_;

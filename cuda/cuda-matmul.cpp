@@ -57,7 +57,8 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   check_grid_rows(n, "matmul");
   const bool gemv_f16 = cw.dtype() == DType::f16 && !cw.quantised() && n <= kQuantGemvMaxRows && in % 8 == 0;
   const bool int8_acts = act == Activations::block8 && int8_decode_ && !w.wide_activations;
-  const auto timed = profile(cw.quantised()   ? (n > kQuantGemvMaxRows ? "matmul/gemm-quant-tiles"
+  const auto timed = profile(cw.quantised()   ? (n > kQuantGemvMaxRows ? (cw.has_f16() ? "matmul/gemm-f16-copy"
+                                                                                          : "matmul/gemm-quant-tiles")
                                                  : int8_acts            ? "matmul/gemv-int8"
                                                                         : "matmul/gemv-quant")
                              : gemv_f16        ? "matmul/gemv-f16"
@@ -117,7 +118,7 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
 // Rows of a quantised weight's f16 tile: about kDequantTileValues values, at most its largest
 // part; 0 for an f16 matrix.
 int64_t CudaBackend::dequant_tile_rows(const CudaWeight& cw) {
-  if (!cw.quantised()) return 0;
+  if (cw.has_f16()) return 0;
   int64_t largest_part = 0;
   for (const QuantPart& p : cw.parts()) largest_part = std::max(largest_part, p.rows);
   return std::min(largest_part, std::max<int64_t>(1, kDequantTileValues / cw.in_features));
@@ -166,9 +167,9 @@ void CudaBackend::gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, s
     if (split) return {outs[p].as<float>(), cw.part_rows[p]};
     return {outs[0].as<float>() + first, out};
   };
-  if (split && !cw.quantised() && cw.part_rows.size() != outs.size())
+  if (split && cw.has_f16() && cw.part_rows.size() != outs.size())
     fail("internal: CUDA matmul of {}: {} parts into {} outputs", cw.name, cw.part_rows.size(), outs.size());
-  if (!cw.quantised()) {
+  if (cw.has_f16()) {  // an f16 matrix, or a quantised one's f16 copy
     if (!split) {
       gemm_f16_rows(cw.f16(), out, in, xh, n, outs[0].as<float>(), out);
     } else {

@@ -45,10 +45,14 @@ class CudaWeight : public Weight {
   __half* f16() const { return static_cast<__half*>(data_); }
   std::span<const QuantPart> parts() const { return parts_; }
   void add_part(const QuantPart& p) { parts_.push_back(p); }
+  // A quantised matrix's f16 copy [out_features][in_features] for prefill GEMMs
+  // (RAGKV_CUDA_WEIGHTS=quant+f16): f16() returns it; owned.
+  void set_f16_copy(__half* copy) { data_ = copy; }
+  bool has_f16() const { return dtype_ == DType::f16 && data_ != nullptr; }
 
  private:
   CudaBackend* owner_;
-  void* data_ = nullptr;          // device [out_features][in_features] of dtype_, unless quantised
+  void* data_ = nullptr;          // device [out_features][in_features] of dtype_ (a quantised one's f16 copy, or null)
   DType dtype_;                   // f32 (vectors) or f16 (matrices)
   std::vector<QuantPart> parts_;  // a quantised matrix's parts, in stack order
 };

@@ -17,9 +17,11 @@
 // A stack (QKV, gate/up) is one launch whose lane 0 writes each row into its part's output
 // (GemvOutputs), instead of one product copied apart afterwards.
 //
-// dequantize_to_f16: one thread per group of eight, grid-stride; __float2half_rn per value.
+// dequantize_to_f16: one thread per group of eight, grid-stride; __float2half_rn per value, the
+// group's eight halves stored at once where the destination is 16-byte aligned.
 // embed_quant: one block per id, threads over the row's groups; decoded value × scale.
 #include <algorithm>
+#include <cstdint>
 
 #include "cuda/cuda-check.h"
 #include "cuda/gemv-store.cuh"
@@ -76,6 +78,9 @@ __global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_byte
   // For one or two rows (decode), unrolled so that a lane has several 16-byte weight loads in
   // flight (the accumulation order of each acc[r] is the loop's, unchanged); for more rows the
   // registers would cost occupancy (K-quants: 131-153 registers at 4-8 rows, against 40).
+  // x's eight values of a group in two 16-byte loads where x is 16-byte aligned (always, for the
+  // backend's tensors: rows of whole groups from 256-byte aligned allocations), else one by one.
+  const bool x_vector = reinterpret_cast<uintptr_t>(x) % 16 == 0;
 #pragma unroll(N <= 2 ? 4 : 1)
   for (int64_t k0 = int64_t(lane) * 8; k0 < cols; k0 += 32 * 8) {
     float wv[8];
@@ -83,8 +88,16 @@ __global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_byte
 #pragma unroll
     for (int r = 0; r < N; ++r) {
       const float* xr = x + r * cols + k0;
+      float xv[8];
+      if (x_vector) {
+        const float4 lo = __ldg(reinterpret_cast<const float4*>(xr)), hi = __ldg(reinterpret_cast<const float4*>(xr + 4));
+        xv[0] = lo.x, xv[1] = lo.y, xv[2] = lo.z, xv[3] = lo.w, xv[4] = hi.x, xv[5] = hi.y, xv[6] = hi.z, xv[7] = hi.w;
+      } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[r] = fmaf(__ldg(xr + i), wv[i], acc[r]);
+        for (int i = 0; i < 8; ++i) xv[i] = __ldg(xr + i);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[r] = fmaf(xv[i], wv[i], acc[r]);
     }
   }
 #pragma unroll
@@ -95,7 +108,9 @@ __global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_byte
   if (lane == 0) store_gemv_row<N>(out, o, acc);
 }
 
-template <typename B>
+// kVector: dst is 16-byte aligned, so a group's eight halves go out in one 16-byte store (the
+// prefill tiles' case) instead of eight 2-byte ones; the same values either way.
+template <typename B, bool kVector>
 __global__ void dequantize_to_f16_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows,
                                          int64_t cols, __half* __restrict__ dst) {
   const int64_t groups_per_row = cols / 8, groups = rows * groups_per_row;
@@ -105,8 +120,19 @@ __global__ void dequantize_to_f16_kernel(const uint8_t* __restrict__ w, size_t r
     float v[8];
     decode_group<B>(w + r * row_bytes, k0, v);
     __half* d = dst + r * cols + k0;
+    if constexpr (kVector) {
+      uint4 packed;
+      uint32_t* words = reinterpret_cast<uint32_t*>(&packed);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) d[i] = __float2half_rn(v[i]);
+      for (int i = 0; i < 4; ++i) {
+        const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);  // each rounded as __float2half_rn
+        words[i] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      *reinterpret_cast<uint4*>(d) = packed;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) d[i] = __float2half_rn(v[i]);
+    }
   }
 }
 
@@ -166,7 +192,10 @@ void dequantize_to_f16_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t 
     using B = decltype(block);
     const int64_t groups = rows * (cols / 8);
     const auto blocks = static_cast<unsigned>(std::min<int64_t>((groups + kBlock - 1) / kBlock, kMaxBlocks));
-    dequantize_to_f16_kernel<B><<<blocks, kBlock, 0, stream>>>(w, row_bytes_of<B>(cols), rows, cols, dst);
+    if (reinterpret_cast<uintptr_t>(dst) % 16 == 0)  // cols is a multiple of 8: every group aligned
+      dequantize_to_f16_kernel<B, true><<<blocks, kBlock, 0, stream>>>(w, row_bytes_of<B>(cols), rows, cols, dst);
+    else
+      dequantize_to_f16_kernel<B, false><<<blocks, kBlock, 0, stream>>>(w, row_bytes_of<B>(cols), rows, cols, dst);
   });
   if (!ok) cuda_internal_fail("dequantize_to_f16_cuda: a type the device does not decode");
   CUDA_CHECK(cudaGetLastError());

@@ -43,6 +43,7 @@ PREFILL_RUNS = [  # (file, label)
     ("bench-prefill-attn-f32.json", "8B-shaped bf16, RAGKV_CUDA_ATTENTION=f32"),
     ("bench-prefill-q4km.json", "8B-shaped Q4_K_M, weights quantised on the device"),
     ("bench-prefill-q4km-f16.json", "8B-shaped Q4_K_M, RAGKV_CUDA_WEIGHTS=f16"),
+    ("bench-prefill-q4km-quant-f16.json", "8B-shaped Q4_K_M, RAGKV_CUDA_WEIGHTS=quant+f16"),
     ("bench-prefill-q4km-f32-acts.json", "8B-shaped Q4_K_M, RAGKV_CUDA_DECODE_ACTS=f32"),
     ("bench-prefill-graphs.json", "8B-shaped bf16, RAGKV_CUDA_GRAPHS=1"),
     ("bench-prefill-q4km-graphs.json", "8B-shaped Q4_K_M, RAGKV_CUDA_GRAPHS=1"),

@@ -1819,6 +1819,38 @@ TEST_CASE("cuda: attention key totals match the CPU (question rows over the whol
 
 // The shared misuse table of tests/test-backend-validation.cpp runs on this backend too; these
 // are the cases the CUDA backend has been caught on before, kept here beside its ops.
+// RAGKV_CUDA_WEIGHTS=quant+f16: prefill products on the f16 copy equal those of weights converted to
+// f16 at load (RAGKV_CUDA_WEIGHTS=f16), decode steps those of weights kept quantised, bit for bit.
+TEST_CASE("cuda: quant+f16 weights multiply prefill rows as f16 weights and decode rows as quantised ones") {
+  if (gpu_missing()) return;
+  const int64_t in = 512;
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q6_K};
+  const int64_t part_rows[] = {40, 24};
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<ragkv::GgufTensor> tensors;
+  for (size_t p = 0; p < 2; ++p) bytes.push_back(random_matrix_bytes(types[p], part_rows[p], in, 7300 + uint32_t(p)));
+  for (size_t p = 0; p < 2; ++p)
+    tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p), types[p], part_rows[p], in, bytes[p]));
+  const ragkv::GgufTensor* ptrs[] = {&tensors[0], &tensors[1]};
+  // Each policy's product of n rows (split into the two parts, then concatenated).
+  const auto product = [&](const char* policy, int64_t n, ragkv::Activations act) {
+    const ragkv::test::ScopedEnv env("RAGKV_CUDA_WEIGHTS", policy);
+    auto gpu = ragkv::make_cuda_backend(0);
+    CHECK(gpu->kernels().find(std::string("+") + policy + "-weights") != std::string::npos);
+    auto w = gpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
+    const Tensor x = make_tensor(*gpu, DType::f32, n, in, random_values(size_t(n * in), 7400 + uint32_t(n)));
+    const Tensor outs[2] = {gpu->alloc(DType::f32, n, part_rows[0]), gpu->alloc(DType::f32, n, part_rows[1])};
+    gpu->matmul_parts(x, *w, outs, {}, act);
+    std::vector<float> y = download_values(*gpu, outs[0]);
+    const std::vector<float> y1 = download_values(*gpu, outs[1]);
+    y.insert(y.end(), y1.begin(), y1.end());
+    return y;
+  };
+  CHECK(product("quant+f16", 20, ragkv::Activations::f32) == product("f16", 20, ragkv::Activations::f32));
+  CHECK(product("quant+f16", 2, ragkv::Activations::block8) == product("quant", 2, ragkv::Activations::block8));
+  CHECK(product("quant+f16", 3, ragkv::Activations::f32) == product("quant", 3, ragkv::Activations::f32));
+}
+
 TEST_CASE("cuda: misuse of the ops fails loudly") {
   if (gpu_missing()) return;
   Backends be;
