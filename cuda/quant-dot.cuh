@@ -35,7 +35,6 @@
 
 namespace ragkv::quant_dot {
 
-using quant_decode::f16_at;
 using quant_decode::fma_f32;
 
 // ---- word loads and byte-wise integer ops (device instructions, emulated on the host)
@@ -63,6 +62,26 @@ RAGKV_HD uint32_t u32_a4(const uint8_t* p) {
 #endif
 }
 
+// f16 bits widened exactly to f32.
+RAGKV_HD float f16_bits(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)));
+#else
+  return fp16_to_fp32(static_cast<uint16_t>(bits & 0xffffu));
+#endif
+}
+
+// The f16 field at p, p 2-byte aligned (one 16-bit load instead of two byte loads).
+RAGKV_HD float f16_a2(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return f16_bits(*reinterpret_cast<const uint16_t*>(p));
+#else
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_bits(h);
+#endif
+}
+
 // 16 bytes at p, p 16-byte aligned, as four words.
 RAGKV_HD void u32x4_a16(const void* p, uint32_t* w) {
 #if defined(__CUDA_ARCH__)
@@ -73,6 +92,17 @@ RAGKV_HD void u32x4_a16(const void* p, uint32_t* w) {
   w[3] = v.w;
 #else
   std::memcpy(w, p, 16);
+#endif
+}
+
+// 8 bytes at p, p 8-byte aligned, as two words.
+RAGKV_HD void u32x2_a8(const void* p, uint32_t* w) {
+#if defined(__CUDA_ARCH__)
+  const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+  w[0] = v.x;
+  w[1] = v.y;
+#else
+  std::memcpy(w, p, 8);
 #endif
 }
 
@@ -190,7 +220,7 @@ struct Lane<GgmlType::Q4_0> {
   using Words = LegacyLane;
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
-    w.dw = f16_at(b);
+    w.dw = f16_a2(b);
     w.coef = -8.f * w.dw;
     nibbles_a2(b + 2, w);
     return w;
@@ -207,8 +237,8 @@ struct Lane<GgmlType::Q4_1> {
   using Words = LegacyLane;
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
-    w.dw = f16_at(b);
-    w.coef = f16_at(b + 2);
+    w.dw = f16_a2(b);
+    w.coef = f16_a2(b + 2);
     nibbles_a4(b + 4, w);
     return w;
   }
@@ -224,7 +254,7 @@ struct Lane<GgmlType::Q5_0> {
   using Words = LegacyLane;
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
-    w.dw = f16_at(b);
+    w.dw = f16_a2(b);
     w.coef = -16.f * w.dw;
     nibbles_a2(b + 6, w);
     add_fifth_bits(u32_a2(b + 2), w);
@@ -242,8 +272,8 @@ struct Lane<GgmlType::Q5_1> {
   using Words = LegacyLane;
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
-    w.dw = f16_at(b);
-    w.coef = f16_at(b + 2);
+    w.dw = f16_a2(b);
+    w.coef = f16_a2(b + 2);
     nibbles_a4(b + 8, w);
     add_fifth_bits(u32_a4(b + 4), w);
     return w;
@@ -260,7 +290,7 @@ struct Lane<GgmlType::Q8_0> {
   using Words = LegacyLane;  // lo: elements 0..15, hi: 16..31 (signed bytes as they lie)
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
-    w.dw = f16_at(b);
+    w.dw = f16_a2(b);
     w.coef = 0.f;
     for (int i = 0; i < 4; ++i) {
       w.lo[i] = u32_a2(b + 2 + 4 * i);
@@ -281,14 +311,29 @@ struct KLane {
   float d, dmin;
 };
 
+// k4_scale_min (core/format/quant.h) from the 12 scale bytes as three words q[0..3], q[4..7],
+// q[8..11]: the same bits, with shifts instead of byte loads.
+RAGKV_HD void k4_scale_min_words(int j, const uint32_t* q, int* sc, int* m) {
+  const auto byte = [&](int i) { return int((q[i / 4] >> (8 * (i % 4))) & 0xffu); };
+  if (j < 4) {
+    *sc = byte(j) & 63;
+    *m = byte(j + 4) & 63;
+  } else {
+    *sc = (byte(j + 4) & 0x0f) | ((byte(j - 4) >> 6) << 4);
+    *m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+  }
+}
+
 template <bool kFifthBit>
 RAGKV_HD KLane load_q45_k(const uint8_t* b, int j) {
   const int c = j / 2, h = j % 2;
   KLane w;
-  w.d = f16_at(b);
-  w.dmin = f16_at(b + 2);
-  k4_scale_min(2 * c, b + 4, &w.sc0, &w.m0);
-  k4_scale_min(2 * c + 1, b + 4, &w.sc1, &w.m1);
+  const uint32_t d_dmin = u32_a4(b);  // blocks of 144 and 176 bytes: 16-byte aligned
+  w.d = f16_bits(d_dmin);
+  w.dmin = f16_bits(d_dmin >> 16);
+  const uint32_t sc[3] = {u32_a4(b + 4), u32_a4(b + 8), u32_a4(b + 12)};
+  k4_scale_min_words(2 * c, sc, &w.sc0, &w.m0);
+  k4_scale_min_words(2 * c + 1, sc, &w.sc1, &w.m1);
   uint32_t q[4];
   u32x4_a16(b + (kFifthBit ? 48 : 16) + 32 * c + 16 * h, q);
   for (int i = 0; i < 4; ++i) {
@@ -373,7 +418,7 @@ struct Lane<GgmlType::Q6_K> {
       w.v[3][i] = bytes_minus_32(((c >> 4) & 0x0f0f0f0fu) | (((h >> 6) & 0x03030303u) << 4));
     }
     for (int k = 0; k < 4; ++k) w.sc[k] = static_cast<int8_t>(b[192 + 8 * half + l0 / 16 + 2 * k]);
-    w.d = f16_at(b + 208);
+    w.d = f16_a2(b + 208);
     return w;
   }
   static RAGKV_HD float dot(const Words& w, int j, const ActQ8& a, int64_t row, int64_t blk) {
@@ -382,8 +427,7 @@ struct Lane<GgmlType::Q6_K> {
     int sumi = 0;
     for (int k = 0; k < 4; ++k) {
       uint32_t aw[2];
-      aw[0] = u32_a4(reinterpret_cast<const uint8_t*>(qa + 32 * k));
-      aw[1] = u32_a4(reinterpret_cast<const uint8_t*>(qa + 32 * k + 4));
+      u32x2_a8(qa + 32 * k, aw);
       sumi += w.sc[k] * dp4a(w.v[k][1], aw[1], dp4a(w.v[k][0], aw[0], 0));
     }
     const float da = a.d[row * (a.cols / 256) + blk];
