@@ -116,7 +116,11 @@ __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(AttentionArg
       }
     }
     const int kp = p.causal ? p.k_pos[key] : 0;
-    for (int t = 0; t < n_vec; ++t) {
+    // Unrolled over the constant bound, so that dot[] stays in registers (a loop to n_vec would
+    // index it at run time and put it in local memory).
+#pragma unroll
+    for (int t = 0; t < kDecodeMaxVectors; ++t) {
+      if (t >= n_vec) break;
       bool vis = true;
       if (p.causal) vis = kp <= qpos_s[t] && (window <= 0 || int64_t(kp) > int64_t(qpos_s[t]) - window);
       float x = p.scale * dot[t];

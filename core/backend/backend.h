@@ -180,6 +180,10 @@ class Backend {
   virtual std::string kernels() const { return name(); }
   virtual void set_threads(int n) = 0;
   virtual int threads() const { return 0; }  // host threads computing (0: not a CPU backend's setting)
+  // How many prompt rows Model::forward passes through the layers at once: on the CPU a micro-batch
+  // that keeps a layer's activations in cache; on a GPU a whole long prompt, so each weight is
+  // read (and a quantised one dequantised) once per prompt and the GEMMs get rows to fill the chip.
+  virtual int64_t prefill_rows() const { return 512; }
 
   // Whether this backend runs `op` with `dtype` as its storage dtype: the tensor's dtype for
   // rope, the destination's for scatter_rows, b's for row_sq_dist, the K/V dtype for attention,

@@ -201,6 +201,7 @@ std::vector<float> Model::forward(std::span<const int32_t> ids, KvCache& kv, Wor
   if (ids.empty()) fail("internal: forward of an empty token sequence");
   if (kv.n_used + int64_t(ids.size()) > kv.n_ctx)
     fail("the prompt needs {} tokens but the context holds {}", kv.n_used + ids.size(), kv.n_ctx);
+  if (ubatch <= 0) ubatch = backend_.prefill_rows();
   std::vector<float> last;
   for (size_t start = 0; start < ids.size(); start += size_t(ubatch)) {
     const int64_t n = std::min<int64_t>(ubatch, int64_t(ids.size() - start));

@@ -80,10 +80,10 @@ class Model {
   std::vector<float> logits(int64_t first, int64_t n, Workspace& ws) const;
 
   // ---- whole-sequence helpers
-  // Appends ids at positions kv.n_used.. (rows likewise), in micro-batches of ubatch tokens;
-  // returns the logits of the last token.
+  // Appends ids at positions kv.n_used.. (rows likewise), in micro-batches of ubatch tokens (0:
+  // the backend's prefill_rows()); returns the logits of the last token.
   std::vector<float> forward(std::span<const int32_t> ids, KvCache& kv, Workspace& ws,
-                             int64_t ubatch = 512) const;
+                             int64_t ubatch = 0) const;
   KvCache new_kv_cache(int64_t n_ctx) const { return KvCache::create(backend_, cfg_, n_ctx); }
   // One decode step of several sequences together: ids[i] is appended to *kvs[i] at position
   // kvs[i]->n_used. Returns logits [ids.size()][n_vocab] (f32, host). Every op works row by row
