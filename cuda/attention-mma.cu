@@ -40,6 +40,7 @@
 // from the data and holds the kernel to, as llama.cpp's test-backend-ops normalises errors per op.
 #include "cuda/attention-mma.cuh"
 #include "cuda/attention-tiles.cuh"
+#include "cuda/key-tile-bounds.h"
 #include "cuda/mma-fragments.h"
 
 #include <cuda_fp16.h>
@@ -66,6 +67,7 @@ struct MmaParams {
   const __half* k;       // f16 [>= n_kv][kv_cols]
   const __half* v;
   const int32_t* k_pos;  // [n_kv]
+  const int32_t* k_tile_bounds;  // [⌈n_kv / 32⌉][2]: min, max of k_pos per 32 keys (causal)
   float* out;            // f32 [n_q][q_cols]
   int64_t n_kv, n_vec, q_cols, kv_cols;
   int group, window;
@@ -130,20 +132,23 @@ __device__ __forceinline__ bool key_visible(const MmaParams& p, int qp, int kp) 
   return attention_tiles::key_visible(qp, kp, p.window);
 }
 
-// Whether no query of the block (positions in [qmin, qmax]) sees any key of the tile at j0 (the
-// same decision in every warp: block-uniform). Called with j0 < n_kv.
+// Whether no query of the block (positions in [qmin, qmax]) sees any key of the tile at j0 < n_kv,
+// from the tile's position bounds (key-tile-bounds.h: one pair per 32 keys, BN / 32 pairs per
+// tile): the same decision in every lane.
 template <int BN>
-__device__ __forceinline__ bool tile_hidden(const MmaParams& p, int64_t j0, int lane, int qmin, int qmax) {
+__device__ __forceinline__ bool tile_hidden(const MmaParams& p, int64_t j0, int qmin, int qmax) {
   if (!p.causal) return false;
+  static_assert(BN % kKeyTileKeys == 0, "key tiles of whole bound tiles");
   int kmin = INT_MAX, kmax = INT_MIN;
 #pragma unroll
-  for (int r = lane; r < BN; r += 32)
-    if (j0 + r < p.n_kv) {
-      const int kp = __ldg(p.k_pos + j0 + r);
-      kmin = min(kmin, kp), kmax = max(kmax, kp);
+  for (int s = 0; s < BN / kKeyTileKeys; ++s) {
+    const int64_t j = j0 + int64_t(s) * kKeyTileKeys;
+    if (j < p.n_kv) {
+      const int64_t t = j / kKeyTileKeys;
+      kmin = min(kmin, __ldg(p.k_tile_bounds + 2 * t));
+      kmax = max(kmax, __ldg(p.k_tile_bounds + 2 * t + 1));
     }
-  kmin = __reduce_min_sync(0xffffffffu, kmin);
-  kmax = __reduce_max_sync(0xffffffffu, kmax);
+  }
   return kmin > qmax || (p.window > 0 && int64_t(kmax) <= int64_t(qmin) - p.window);
 }
 
@@ -172,10 +177,17 @@ __device__ __forceinline__ void stage_rows_async(const __half* __restrict__ src,
 }
 
 // The first tile at or after j0 that some query of the block sees (n_kv when none): block-uniform.
+// The next tile is tested alone (the usual answer); past a hidden one, the warp's lanes test 32
+// tiles at once (a causal block near the start of a long prompt skips every tile after its own).
 template <int BN>
 __device__ __forceinline__ int64_t next_visible_tile(const MmaParams& p, int64_t j0, int lane, int qmin, int qmax) {
-  while (j0 < p.n_kv && tile_hidden<BN>(p, j0, lane, qmin, qmax)) j0 += BN;
-  return j0;
+  if (j0 >= p.n_kv || !tile_hidden<BN>(p, j0, qmin, qmax)) return min(j0, p.n_kv);
+  for (j0 += BN; j0 < p.n_kv; j0 += 32 * BN) {
+    const int64_t j = j0 + int64_t(lane) * BN;
+    const unsigned visible = __ballot_sync(0xffffffffu, j < p.n_kv && !tile_hidden<BN>(p, j, qmin, qmax));
+    if (visible) return j0 + int64_t(__ffs(visible) - 1) * BN;
+  }
+  return p.n_kv;
 }
 
 template <int D, int BN>
@@ -373,6 +385,7 @@ bool attention_mma_applies(const AttentionArgs& a, bool with_mass) {
 }
 
 void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.causal && !a.k_tile_bounds) cuda_internal_fail("attention_mma_cuda: causal attention without k_tile_bounds");
   const int group = a.n_head / a.n_kv_head;
   MmaParams p{};
   p.q = a.q;
@@ -380,6 +393,7 @@ void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream) {
   p.k = static_cast<const __half*>(a.k);
   p.v = static_cast<const __half*>(a.v);
   p.k_pos = a.k_pos;
+  p.k_tile_bounds = a.k_tile_bounds;
   p.out = a.out;
   p.n_kv = a.n_kv;
   p.n_vec = a.n_q * group;

@@ -17,6 +17,9 @@ struct AttentionArgs {
   bool kv_f16 = true;
   const int32_t* k_pos = nullptr;  // device [n_kv] absolute positions of the key rows, any order
                                    // (cached and recomputed rows interleave; unused when !causal)
+  // device [⌈n_kv / kKeyTileKeys⌉][2]: min and max of k_pos per tile of 32 key rows
+  // (key-tile-bounds.h); causal calls on the tensor-core kernel need it.
+  const int32_t* k_tile_bounds = nullptr;
   int64_t n_q = 0, n_kv = 0;
   int n_head = 0, n_kv_head = 0, head_dim = 0;  // head_dim 32, 64, 128 or 256
   float scale = 0.f, softcap = 0.f;  // softcap > 0: logits = softcap * tanh(logits / softcap)

@@ -32,6 +32,7 @@
 #include "cuda/convert.cuh"
 #include "cuda/cublas-loader.h"
 #include "cuda/cuda-check.h"
+#include "cuda/key-tile-bounds.h"
 #include "cuda/cuda-weight.h"
 #include "cuda/elementwise.cuh"
 #include "cuda/embed.cuh"
@@ -458,7 +459,7 @@ bool CudaBackend::supports(BackendOp op, DType dtype) const {
 // Backend::load_weight(_stack) has checked the types, that there are values, that the data covers
 // them and that the parts share in_features. The file's bytes are always copied to the device
 // (WeightMemory does not matter here).
-std::unique_ptr<Weight> CudaBackend::load_weight_impl(std::span<const GgufTensor* const> parts, WeightMemory) {
+std::unique_ptr<Weight> CudaBackend::load_weight_impl(std::span<const GgufTensor* const> parts, WeightMemory mem) {
   const int64_t cols = parts[0]->ne[0];
   int64_t rows = 0;
   for (const GgufTensor* t : parts) rows += t->rows();
@@ -480,7 +481,7 @@ std::unique_ptr<Weight> CudaBackend::load_weight_impl(std::span<const GgufTensor
   // A matrix (or a stack of them) of types the device decodes: kept quantised (cuda-backend.h).
   const bool decodable = std::all_of(parts.begin(), parts.end(),
                                      [](const GgufTensor* t) { return quant_decode::device_decodable(t->type); });
-  if (keep_quantised_ && decodable) return load_quantised(parts, rows, cols);
+  if (keep_quantised_ && decodable) return load_quantised(parts, rows, cols, mem);
 
   // Any other matrix (or a stack of them, part after part): f16 [rows][cols] (why f16: cuda-backend.h).
   // Made before the conversion so that a failure part-way frees the device memory.
@@ -531,7 +532,7 @@ void CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
 // A matrix kept in its quantised blocks: each part's bytes copied as they are, after the same
 // range check as an f16 matrix (matmul's prefill tiles round these values to f16).
 std::unique_ptr<Weight> CudaBackend::load_quantised(std::span<const GgufTensor* const> parts, int64_t rows,
-                                                    int64_t cols) {
+                                                    int64_t cols, WeightMemory mem) {
   auto w = std::make_unique<CudaWeight>(this);
   w->name = parts[0]->name;
   w->out_features = rows;
@@ -544,7 +545,9 @@ std::unique_ptr<Weight> CudaBackend::load_quantised(std::span<const GgufTensor* 
     CUDA_CHECK(cudaMemcpyAsync(data, t->data, bytes, cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // t->data may be unmapped after the load
   }
-  if (f16_prefill_copy_) {  // the values an f16 matrix would hold, decoded on the device
+  // The values an f16 matrix would hold, decoded on the device, for matrices that meet products
+  // (kernel_layout): not for an embedding table, whose rows embed decodes from the blocks.
+  if (f16_prefill_copy_ && mem == WeightMemory::kernel_layout) {
     auto* copy = static_cast<__half*>(raw_alloc(static_cast<size_t>(rows * cols) * sizeof(__half)));
     w->set_f16_copy(copy);  // owned by w from here
     int64_t first = 0;
@@ -751,10 +754,15 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   const size_t seg_bytes = static_cast<size_t>(seg_mass && !key_totals ? n_seg + 1 : 0) * sizeof(int64_t);
   const size_t qpos_bytes = p.causal ? q_pos.size_bytes() : 0;
   const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv) * sizeof(int32_t) : 0;
-  host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes);
+  tile_bounds_.clear();
+  if (p.causal) append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
+  const size_t bounds_bytes = tile_bounds_.size() * sizeof(int32_t);
+  host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes);
   if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);
   if (qpos_bytes) std::memcpy(host_staging_.data() + seg_bytes, q_pos.data(), qpos_bytes);
   if (kpos_bytes) std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes, k_pos.data(), kpos_bytes);
+  if (bounds_bytes)
+    std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes + kpos_bytes, tile_bounds_.data(), bounds_bytes);
   const auto* staged = static_cast<const uint8_t*>(upload_if_changed(attention_params_));
 
   AttentionArgs a;
@@ -764,6 +772,8 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   a.v = v.data();
   a.kv_f16 = k.dtype == DType::f16;
   a.k_pos = kpos_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes) : nullptr;
+  a.k_tile_bounds = bounds_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes + kpos_bytes)
+                                 : nullptr;
   a.n_q = n_q;
   a.n_kv = n_kv;
   a.n_head = p.n_head;

@@ -135,7 +135,9 @@ class CudaBackend : public Backend {
   // ---- ops
   void embed_impl(const Weight& table, std::span<const int32_t> ids, const Tensor& out,
                   float scale) override;
-  // act is ignored: weights always meet f32 activations here (cuda/cuda-matmul.cpp).
+  // act: block8 sends a decode step's products on quantised weights to 8-bit activation blocks
+  // and integer dot products (unless RAGKV_CUDA_DECODE_ACTS=f32); everything else meets f32
+  // activations (cuda/cuda-matmul.cpp).
   void matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
                    std::span<const Weight* const> biases, Activations act) override;
   void rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) override;
@@ -202,6 +204,7 @@ class CudaBackend : public Backend {
   void* scratch_ = nullptr;         // device bytes [scratch_bytes_]
   size_t scratch_bytes_ = 0;
   std::vector<uint8_t> host_staging_;
+  std::vector<int32_t> tile_bounds_;  // attention's key tile bounds, staged after the positions
   void* scratch_upload(size_t bytes);  // copies host_staging_[0, bytes) to scratch_, returns it
   // Parameters every layer of a prefill or decode step passes again unchanged (attention's
   // positions and segment boundaries; rope's positions and frequencies; scatter_rows's KV rows,
@@ -279,7 +282,9 @@ class CudaBackend : public Backend {
   // load_weight: one GGUF matrix into f16 rows at dst (a stack's parts one after the other).
   void upload_f16_rows(const GgufTensor& t, __half* dst);
   // load_weight: a matrix kept in its quantised blocks (every part device-decodable).
-  std::unique_ptr<Weight> load_quantised(std::span<const GgufTensor* const> parts, int64_t rows, int64_t cols);
+  // mem: an f16 copy is added (RAGKV_CUDA_WEIGHTS=quant+f16) only for kernel_layout (products).
+  std::unique_ptr<Weight> load_quantised(std::span<const GgufTensor* const> parts, int64_t rows, int64_t cols,
+                                         WeightMemory mem);
   // matmul (cuda-matmul.cpp): y (row stride ldy) = xh · Wᵀ for f16 W [rows][in] and xh [n][in].
   void gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const __half* xh, int64_t n, float* y,
                      int64_t ldy);

@@ -13,7 +13,7 @@
 // Activations (quantize_act_*): per block of 32 values (the legacy types) or 256 (the K-quants),
 //   d = max |x| / 127, q = round-to-nearest-even(x · 127 / max |x|) (NaN → −128),
 // with d · Σq per 32-block (dsum: what a legacy weight's offset or min multiplies) or Σq per 16
-// values (bsum: the K-quants' mins, Q6_K's offset). Stored as three arrays on the device (not the
+// values (bsum: the K-quants' mins; Q6_K's offset is subtracted in its weight bytes instead). Stored as three arrays on the device (not the
 // CPU's interleaved structs, so the kernel's loads of q are 16-byte aligned): q [rows][cols] int8,
 // d [rows][cols / block], and dsum [rows][cols / 32] or bsum [rows][cols / 16].
 //
@@ -431,7 +431,9 @@ struct Lane<GgmlType::Q6_K> {
       sumi += w.sc[k] * dp4a(w.v[k][1], aw[1], dp4a(w.v[k][0], aw[0], 0));
     }
     const float da = a.d[row * (a.cols / 256) + blk];
-    return (w.d * da) * float(sumi);
+    // fma(·, ·, 0): the product rounded once, as a plain multiply, which nvcc would otherwise fuse
+    // into the caller's accumulation (the other types end in an fma already) and the host would not.
+    return fma_f32(w.d * da, float(sumi), 0.f);
   }
 };
 

@@ -51,6 +51,7 @@
 #include "core/format/fp16.h"
 #include "cuda/attention-mma.cuh"
 #include "cuda/attention.cuh"
+#include "cuda/key-tile-bounds.h"
 #include "cuda/cuda-backend.h"
 #include "tests/attention-f16-bound.h"
 
@@ -380,7 +381,11 @@ void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through
   k.resize(size_t((p.n_kv + kNanRows) * kv_cols), std::numeric_limits<float>::quiet_NaN());
   v.resize(k.size(), std::numeric_limits<float>::quiet_NaN());
   const size_t n_out = size_t(p.n_q * q_cols), out_guard = size_t(kGuardRows * q_cols);
-  DeviceBuffer dq(p.q), dq_pos(p.q_pos), dk_pos(p.k_pos), dk(to_f16(k)), dv(to_f16(v));
+  // The key tiles' position bounds the kernel skips tiles by, as the backend stages them.
+  std::vector<int32_t> bounds;
+  ragkv::append_key_tile_bounds(std::span(p.k_pos).first(size_t(p.n_kv)), bounds);
+  bounds.push_back(0);  // never empty (DeviceBuffer)
+  DeviceBuffer dq(p.q), dq_pos(p.q_pos), dk_pos(p.k_pos), dk(to_f16(k)), dv(to_f16(v)), dbounds(bounds);
   DeviceBuffer dout(std::vector<float>(n_out + 2 * out_guard, kGuard));
   ragkv::AttentionArgs a;
   a.q = dq.as<float>();
@@ -388,6 +393,7 @@ void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through
   a.k = dk.as<void>();
   a.v = dv.as<void>();
   a.k_pos = p.causal ? dk_pos.as<int32_t>() : nullptr;
+  a.k_tile_bounds = p.causal ? dbounds.as<int32_t>() : nullptr;
   a.n_q = p.n_q;
   a.n_kv = p.n_kv;
   a.n_head = p.n_head;
