@@ -34,6 +34,7 @@ Api load(const std::string& name) {
   resolve(lib, name, "cublasCreate_v2", a.create);
   resolve(lib, name, "cublasDestroy_v2", a.destroy);
   resolve(lib, name, "cublasSetStream_v2", a.set_stream);
+  resolve(lib, name, "cublasSetWorkspace_v2", a.set_workspace);
   resolve(lib, name, "cublasGemmEx", a.gemm_ex);
   resolve(lib, name, "cublasGetStatusName", a.status_name);
   resolve(lib, name, "cublasGetStatusString", a.status_string);

@@ -16,6 +16,7 @@ struct Api {
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
   // (cublasGemmEx has a C++ overload in the header, so its type is spelled out: the C entry point)
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
                             const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,

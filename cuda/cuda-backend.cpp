@@ -177,6 +177,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   try {
     CUBLAS_CHECK(cublas::api().create(&cublas_));
     CUBLAS_CHECK(cublas::api().set_stream(cublas_, stream_));
+    // A workspace of the size the cuBLAS API reference recommends (cublasSetWorkspace: 32 MiB on
+    // Hopper, 4 MiB before), given rather than left to cuBLAS, so that its GEMM kernels that need
+    // one are open to it and a GEMM inside a captured step allocates nothing.
+    const size_t workspace_bytes = size_t(prop.major >= 9 ? 32 : 4) << 20;
+    CUDA_CHECK(cudaMalloc(&cublas_workspace_, workspace_bytes));
+    CUBLAS_CHECK(cublas::api().set_workspace(cublas_, cublas_workspace_, workspace_bytes));
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));
@@ -190,6 +196,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (compute_mark_) CUDA_CHECK_NOTHROW(cudaEventDestroy(compute_mark_));
     if (copy_stream_) CUDA_CHECK_NOTHROW(cudaStreamDestroy(copy_stream_));
     if (cublas_) (void)cublas::api().destroy(cublas_);
+    if (cublas_workspace_) CUDA_CHECK_NOTHROW(cudaFree(cublas_workspace_));
     CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
     throw;
   }
@@ -218,6 +225,7 @@ CudaBackend::~CudaBackend() {
   if (const cublasStatus_t st = cublas::api().destroy(cublas_); st != CUBLAS_STATUS_SUCCESS)
     std::fprintf(stderr, "ragkv: cuBLAS error %s destroying the handle of %s\n", cublas::api().status_name(st),
                  name_.c_str());
+  if (cublas_workspace_) CUDA_CHECK_NOTHROW(cudaFree(cublas_workspace_));
   if (step_exec_) CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(step_exec_));
   if (capture_host_) CUDA_CHECK_NOTHROW(cudaFreeHost(capture_host_));
   free_deferred();

@@ -51,12 +51,14 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/backend/backend.h"
+#include "cuda/quant-dot.cuh"
 #include "cuda/op-profile.h"
 #include "cuda/rope.cuh"
 
@@ -170,6 +172,7 @@ class CudaBackend : public Backend {
   std::string name_;                // "cuda:0 (NVIDIA H100 80GB HBM3)"
   cudaStream_t stream_ = nullptr;   // every copy and kernel of this backend
   cublasHandle_t cublas_ = nullptr; // bound to stream_; matmul's GEMMs
+  void* cublas_workspace_ = nullptr; // the handle's workspace (cuBLAS's recommended size for the chip)
   bool keep_quantised_ = true;      // RAGKV_CUDA_WEIGHTS: quantised matrices stay quantised (default)
   bool f16_prefill_copy_ = false;   // RAGKV_CUDA_WEIGHTS=quant+f16: and an f16 copy for prefill GEMMs
   bool int8_decode_ = true;         // RAGKV_CUDA_DECODE_ACTS: block8 decode products in dp4a (default)
@@ -295,10 +298,15 @@ class CudaBackend : public Backend {
   void gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, std::span<const Tensor> outs, __half* tile);
   static int64_t dequant_tile_rows(const CudaWeight& cw);  // 0 for an f16 matrix
   static size_t dequant_tile_bytes(const CudaWeight& cw);
-  // matmul of a quantised weight by a few rows: one GEMV per part into its output; int8_acts:
-  // x quantised to 8-bit blocks first (once per block size the parts need) and integer products.
+  // matmul of a quantised weight by a few rows: one GEMV per part (per run of parts of one type)
+  // into its output; with acts, on those 8-bit activation blocks (integer products), else on x.
+  using Int8Acts = std::array<quant_dot::ActQ8, 2>;  // by block size: [0] 32 values, [1] 256
   void matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
-                         std::span<const Weight* const> biases, bool int8_acts);
+                         std::span<const Weight* const> biases, const Int8Acts* acts);
+  // The activation blocks cw's parts read, each block size quantised once, by quantise(block, work)
+  // into the work buffer.
+  Int8Acts int8_acts_for(const CudaWeight& cw, int64_t n,
+                         const std::function<quant_dot::ActQ8(int block, void* work)>& quantise);
   // matmul of a stack into its parts' outputs: y [n][out_features] → outs[p], plus biases[p].
   void matmul_split_outputs(const float* y, const Weight& w, std::span<const Tensor> outs,
                             std::span<const Weight* const> biases);

@@ -8,8 +8,10 @@
 // kernel 0.59 GB, in one launch instead of four. The values are the unfused ops' bit for bit
 // (glu-f16.cuh).
 //
-// Decode steps (up to kQuantGemvMaxRows rows: GEMVs on f32 or 8-bit activations), f32 weights,
-// and intermediates wider than kGluF16MaxCols take the unfused ops.
+// A decode step on a quantised down projection (8-bit activation blocks) computes the GLU while it
+// quantises it for that projection (one pass fewer, the same blocks bit for bit). Other calls of up
+// to kQuantGemvMaxRows rows, f32 weights, and intermediates wider than kGluF16MaxCols take the
+// unfused ops.
 #include <algorithm>
 #include <limits>
 
@@ -18,6 +20,7 @@
 #include "cuda/cuda-backend.h"
 #include "cuda/cuda-weight.h"
 #include "cuda/glu-f16.cuh"
+#include "cuda/int8-gemv.cuh"
 #include "cuda/quant-matmul.cuh"
 
 namespace ragkv {
@@ -35,6 +38,20 @@ void CudaBackend::glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const 
   const CudaWeight& cgu = cuda_weight(w_gate_up);
   const CudaWeight& cd = cuda_weight(w_down);
   const int64_t n = xn.rows, in = cgu.in_features, ff = cd.in_features, out = cd.out_features;
+  if (n <= kQuantGemvMaxRows && act == Activations::block8 && int8_decode_ && cd.quantised() &&
+      !w_down.wide_activations) {
+    // A decode step: gate and up as any decode product, then the GLU computed as it is quantised
+    // into the down projection's activation blocks (int8-gemv.cu), without a pass of its own.
+    const Tensor gate_up[2] = {gate, up};
+    const Weight* no_bias[2] = {nullptr, nullptr};
+    matmul_impl(xn, w_gate_up, gate_up, no_bias, act);
+    const auto timed = profile("glu+matmul/gemv-int8", n);
+    const Int8Acts acts = int8_acts_for(cd, n, [&](int block, void* work) {
+      return quantize_glu_act_q8_cuda(gate.as<float>(), up.as<float>(), n, ff, gelu, block, work, stream_);
+    });
+    matmul_quant_gemv(gate, cd, std::span(&proj, 1), std::span(no_bias).first(1), &acts);
+    return;
+  }
   if (n <= kQuantGemvMaxRows || !gemm_operand(cgu) || !gemm_operand(cd) || ff > kGluF16MaxCols) {
     Backend::glu_ffn_impl(xn, w_gate_up, w_down, gate, up, proj, gelu, act);
     return;

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "core/util/error.h"
 #include "cuda/convert.cuh"
@@ -66,7 +67,14 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
                                                          : "matmul/gemm-f32",
                              n);
   if (cw.quantised() && n <= kQuantGemvMaxRows) {
-    matmul_quant_gemv(x, cw, outs, biases, int8_acts);
+    if (!int8_acts) {
+      matmul_quant_gemv(x, cw, outs, biases, nullptr);
+      return;
+    }
+    const Int8Acts acts = int8_acts_for(cw, n, [&](int block, void* work) {
+      return quantize_act_q8_cuda(x.as<float>(), n, in, block, work, stream_);
+    });
+    matmul_quant_gemv(x, cw, outs, biases, &acts);
     return;
   }
   const bool split = outs.size() > 1;  // a stack's parts into their own outputs
@@ -216,41 +224,58 @@ void CudaBackend::gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const
 // output (a plain weight, or a stack multiplied whole). With int8_acts, x is quantised once per
 // activation block size the parts read (32 for the legacy types, 256 for the K-quants: the Q4_K_M
 // mix needs only the latter) into the work buffer.
+CudaBackend::Int8Acts CudaBackend::int8_acts_for(const CudaWeight& cw, int64_t n,
+                                                 const std::function<quant_dot::ActQ8(int, void*)>& quantise) {
+  const int64_t in = cw.in_features;
+  bool need[2] = {false, false};
+  for (const QuantPart& p : cw.parts()) need[quant_dot::act_block(p.type) == 256] = true;
+  const size_t bytes32 = need[0] ? act_q8_bytes(32, n, in) : 0;
+  auto* work = static_cast<uint8_t*>(work_reserve(bytes32 + (need[1] ? act_q8_bytes(256, n, in) : 0)));
+  Int8Acts acts;
+  if (need[0]) acts[0] = quantise(32, work);
+  if (need[1]) acts[1] = quantise(256, work + bytes32);
+  return acts;
+}
+
 void CudaBackend::matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
-                                    std::span<const Weight* const> biases, bool int8_acts) {
+                                    std::span<const Weight* const> biases, const Int8Acts* acts) {
   const int64_t n = x.rows, in = cw.in_features, out = cw.out_features;
   const auto parts = cw.parts();
   const bool split = outs.size() > 1;
   if (split && parts.size() != outs.size())
     fail("internal: CUDA matmul of {}: {} quantised parts into {} outputs", cw.name, parts.size(), outs.size());
-  quant_dot::ActQ8 acts[2];  // 32-value blocks, 256-value blocks
-  if (int8_acts) {
-    bool need[2] = {false, false};
-    for (const QuantPart& p : parts) need[quant_dot::act_block(p.type) == 256] = true;
-    const size_t bytes32 = need[0] ? act_q8_bytes(32, n, in) : 0;
-    auto* work = static_cast<uint8_t*>(work_reserve(bytes32 + (need[1] ? act_q8_bytes(256, n, in) : 0)));
-    if (need[0]) acts[0] = quantize_act_q8_cuda(x.as<float>(), n, in, 32, work, stream_);
-    if (need[1]) acts[1] = quantize_act_q8_cuda(x.as<float>(), n, in, 256, work + bytes32, stream_);
-  }
   const float* whole_bias = !split && biases[0] ? cuda_vector(*biases[0], "matmul bias").f32() : nullptr;
-  int64_t first = 0;  // the part's first column in the one output
-  for (size_t p = 0; p < parts.size(); ++p) {
-    float* y = split ? outs[p].as<float>() : outs[0].as<float>() + first;
-    const float* bias = split ? (biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr)
-                              : (whole_bias ? whole_bias + first : nullptr);
-    const int64_t ld = split ? parts[p].rows : out;
-    if (int8_acts) {
-      GemvOutputs go;
-      go.first[1] = parts[p].rows;
-      go.y[0] = y;
-      go.ld[0] = ld;
-      go.bias[0] = bias;
-      int8_gemv_cuda(parts[p].type, parts[p].data, parts[p].rows, in, acts[quant_dot::act_block(parts[p].type) == 256],
-                     n, go, stream_);
-    } else {
-      quant_gemv_cuda(parts[p].type, parts[p].data, parts[p].rows, in, x.as<float>(), n, y, ld, bias, stream_);
+  std::vector<int64_t> first(parts.size() + 1, 0);  // each part's first column in the one output
+  for (size_t p = 0; p < parts.size(); ++p) first[p + 1] = first[p] + parts[p].rows;
+  const auto part_y = [&](size_t p) { return split ? outs[p].as<float>() : outs[0].as<float>() + first[p]; };
+  const auto part_ld = [&](size_t p) { return split ? parts[p].rows : out; };
+  const auto part_bias = [&](size_t p) -> const float* {
+    if (split) return biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr;
+    return whole_bias ? whole_bias + first[p] : nullptr;
+  };
+  if (!acts) {
+    for (size_t p = 0; p < parts.size(); ++p)
+      quant_gemv_cuda(parts[p].type, parts[p].data, parts[p].rows, in, x.as<float>(), n, part_y(p), part_ld(p),
+                      part_bias(p), stream_);
+    return;
+  }
+  // Consecutive parts of one type (Q and K of a Q4_K_M file, gate and up) in one launch.
+  for (size_t p0 = 0; p0 < parts.size();) {
+    size_t p1 = p0 + 1;
+    while (p1 < parts.size() && p1 - p0 < size_t(GemvOutputs::kMaxParts) && parts[p1].type == parts[p0].type) ++p1;
+    GemvOutputs go;
+    GemvWeights gw;
+    go.parts = int(p1 - p0);
+    for (size_t p = p0; p < p1; ++p) {
+      const size_t i = p - p0;
+      go.first[i + 1] = go.first[i] + parts[p].rows;
+      go.y[i] = part_y(p);
+      go.ld[i] = part_ld(p);
+      go.bias[i] = part_bias(p);
+      gw.part[i] = parts[p].data;
     }
-    first += parts[p].rows;
+    int8_gemv_cuda(parts[p0].type, gw, in, (*acts)[quant_dot::act_block(parts[p0].type) == 256], n, go, stream_);
+    p0 = p1;
   }
 }
 

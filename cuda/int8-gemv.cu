@@ -1,12 +1,15 @@
 // The decode GEMV on 8-bit activation blocks (issue 40, item 3: a decode step reads each weight
 // byte once, and should be bound by those bytes, not by decoding them).
 //
-// quantize_act: one warp per activation block (32 values: a value per lane; 256: eight per lane).
+// quantize_act: one warp per activation block (32 values: a value per lane; 256: eight per lane),
+// of x, or of a decode step's GLU computed on the way (the down projection's input, without the
+// GLU's own pass).
 // The block's largest |x| comes from a shuffle reduction (max is exact in any order), then each
 // lane rounds its values with quant-dot.cuh's act_scale / act_round — the CPU's operations — and
 // the integer sums (per 32 for dsum = d · Σq, per 16 for bsum) from shuffles, exact.
 //
-// int8_gemv: one warp per output row, four per block of 128 threads, as quant_gemv. A weight block
+// int8_gemv: one warp per output row, four per block of 128 threads, as quant_gemv; one launch may
+// cover up to three parts of a stack of one type (QKV, gate/up), each in its own buffer. A weight block
 // is read by Lane<T>::kLanes lanes (8 for a K-quant super-block, 1 for a 32-value legacy block),
 // so a warp covers 4 super-blocks or 32 legacy blocks per step, consecutive in memory. Each lane
 // loads its part of the block once (load) and meets the n ≤ 8 activation rows (dot), adding each
@@ -18,6 +21,7 @@
 #include "cuda/block-reduce.cuh"
 #include "cuda/cuda-check.h"
 #include "cuda/gemv-store.cuh"
+#include "cuda/glu-activations.cuh"
 #include "cuda/int8-gemv.cuh"
 
 namespace ragkv {
@@ -31,20 +35,33 @@ constexpr int kQuantizeWarps = 8;     // activation blocks per quantize block
 
 size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-template <int B>
-__global__ void quantize_act_kernel(const float* __restrict__ x, int64_t blocks, int8_t* __restrict__ q,
+// The values quantised: x[i] as it is, or a decode step's GLU act(gate[i]) · up[i] (elementwise.cu's
+// expression, so the values are those the unfused GLU would store).
+struct PlainValues {
+  const float* x;
+  __device__ __forceinline__ float operator()(int64_t i) const { return x[i]; }
+};
+template <typename Act>
+struct GluValues {
+  const float* gate;
+  const float* up;
+  __device__ __forceinline__ float operator()(int64_t i) const { return Act{}(gate[i]) * up[i]; }
+};
+
+template <int B, typename Values>
+__global__ void quantize_act_kernel(const Values values, int64_t blocks, int8_t* __restrict__ q,
                                     float* __restrict__ d, float* __restrict__ dsum, int16_t* __restrict__ bsum) {
   constexpr int V = B / 32;  // values per lane
   const int lane = threadIdx.x % 32;
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * kQuantizeWarps + threadIdx.x / 32;
   if (blk >= blocks) return;  // whole warps leave together
   // x and q are [n][cols] with cols a multiple of B: block blk is B consecutive values of both.
-  const float* xb = x + blk * B + lane * V;
+  const int64_t first = blk * B + lane * V;
   float v[V];
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    v[i] = xb[i];
+    v[i] = values(first + i);
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = warp_reduce(amax, MaxOp{});
@@ -75,14 +92,23 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t blocks,
 }
 
 template <GgmlType T, int N>
-__global__ void int8_gemv_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t nb,
-                                 const qt::ActQ8 a, const GemvOutputs out) {
+__global__ void int8_gemv_kernel(const GemvWeights w, size_t row_bytes, int64_t rows, int64_t nb, const qt::ActQ8 a,
+                                 const GemvOutputs out) {
   using L = qt::Lane<T>;
   constexpr int kPerStep = 32 / L::kLanes;  // weight blocks per warp step
   const int lane = threadIdx.x % 32;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (o >= rows) return;  // whole warps leave together: the shuffles below see all 32 lanes
-  const uint8_t* wr = w + o * row_bytes;
+  // The part holding row o, picked with constant indices (as store_gemv_row does).
+  const uint8_t* base = w.part[0];
+  int64_t r_in_part = o;
+#pragma unroll
+  for (int p = 1; p < GemvOutputs::kMaxParts; ++p)
+    if (p < out.parts && o >= out.first[p]) {
+      base = w.part[p];
+      r_in_part = o - out.first[p];
+    }
+  const uint8_t* wr = base + r_in_part * row_bytes;
   const int part = lane % L::kLanes;
   float acc[N];
 #pragma unroll
@@ -99,7 +125,7 @@ __global__ void int8_gemv_kernel(const uint8_t* __restrict__ w, size_t row_bytes
 }
 
 template <GgmlType T, int N>
-void gemv_launch(const uint8_t* w, int64_t rows, int64_t cols, const qt::ActQ8& a, const GemvOutputs& out,
+void gemv_launch(const GemvWeights& w, int64_t rows, int64_t cols, const qt::ActQ8& a, const GemvOutputs& out,
                  cudaStream_t stream) {
   using L = qt::Lane<T>;
   const int64_t nb = cols / L::kElems;
@@ -109,8 +135,8 @@ void gemv_launch(const uint8_t* w, int64_t rows, int64_t cols, const qt::ActQ8& 
 }
 
 template <GgmlType T>
-void gemv_rows(const uint8_t* w, int64_t rows, int64_t cols, const qt::ActQ8& a, int64_t n, const GemvOutputs& out,
-               cudaStream_t stream) {
+void gemv_rows(const GemvWeights& w, int64_t rows, int64_t cols, const qt::ActQ8& a, int64_t n,
+               const GemvOutputs& out, cudaStream_t stream) {
   switch (n) {
     case 1: gemv_launch<T, 1>(w, rows, cols, a, out, stream); break;
     case 2: gemv_launch<T, 2>(w, rows, cols, a, out, stream); break;
@@ -141,7 +167,10 @@ ActLayout act_layout(int block, int64_t n, int64_t cols) {
 
 size_t act_q8_bytes(int block, int64_t n, int64_t cols) { return act_layout(block, n, cols).total; }
 
-qt::ActQ8 quantize_act_q8_cuda(const float* x, int64_t n, int64_t cols, int block, void* work, cudaStream_t stream) {
+namespace {
+
+template <typename Values>
+qt::ActQ8 quantize_values(const Values& values, int64_t n, int64_t cols, int block, void* work, cudaStream_t stream) {
   if ((block != 32 && block != 256) || cols % block != 0)
     cuda_internal_fail("quantize_act_q8_cuda: blocks of 32 or 256 values dividing the row");
   const ActLayout l = act_layout(block, n, cols);
@@ -158,18 +187,33 @@ qt::ActQ8 quantize_act_q8_cuda(const float* x, int64_t n, int64_t cols, int bloc
   if (block == 32) {
     auto* dsum = reinterpret_cast<float*>(base + l.sums);
     a.dsum = dsum;
-    quantize_act_kernel<32><<<grid, kQuantizeWarps * 32, 0, stream>>>(x, blocks, q, d, dsum, nullptr);
+    quantize_act_kernel<32><<<grid, kQuantizeWarps * 32, 0, stream>>>(values, blocks, q, d, dsum, nullptr);
   } else {
     auto* bsum = reinterpret_cast<int16_t*>(base + l.sums);
     a.bsum = bsum;
-    quantize_act_kernel<256><<<grid, kQuantizeWarps * 32, 0, stream>>>(x, blocks, q, d, nullptr, bsum);
+    quantize_act_kernel<256><<<grid, kQuantizeWarps * 32, 0, stream>>>(values, blocks, q, d, nullptr, bsum);
   }
   CUDA_CHECK(cudaGetLastError());
   return a;
 }
 
-void int8_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const qt::ActQ8& a, int64_t n,
+}  // namespace
+
+qt::ActQ8 quantize_act_q8_cuda(const float* x, int64_t n, int64_t cols, int block, void* work, cudaStream_t stream) {
+  return quantize_values(PlainValues{x}, n, cols, block, work, stream);
+}
+
+qt::ActQ8 quantize_glu_act_q8_cuda(const float* gate, const float* up, int64_t n, int64_t cols, bool gelu, int block,
+                                   void* work, cudaStream_t stream) {
+  if (gelu) return quantize_values(GluValues<GeluTanh>{gate, up}, n, cols, block, work, stream);
+  return quantize_values(GluValues<Silu>{gate, up}, n, cols, block, work, stream);
+}
+
+void int8_gemv_cuda(GgmlType t, const GemvWeights& w, int64_t cols, const qt::ActQ8& a, int64_t n,
                     const GemvOutputs& out, cudaStream_t stream) {
+  if (out.parts < 1 || out.parts > GemvOutputs::kMaxParts || out.first[0] != 0)
+    cuda_internal_fail("int8_gemv_cuda: the outputs do not split the weight's rows");
+  const int64_t rows = out.first[out.parts];
   if (rows == 0 || n == 0) return;
   if (n > kQuantGemvMaxRows) cuda_internal_fail("int8_gemv_cuda: more activation rows than kQuantGemvMaxRows");
   if (a.cols != cols || cols % qt::act_block(t) != 0)

@@ -23,10 +23,22 @@ size_t act_q8_bytes(int block, int64_t n, int64_t cols);
 quant_dot::ActQ8 quantize_act_q8_cuda(const float* x, int64_t n, int64_t cols, int block, void* work,
                                       cudaStream_t stream);
 
-// out rows (GemvOutputs) = a [n][cols] · Wᵀ for a weight of type t (quant_dot::with_lane), n ≤
-// kQuantGemvMaxRows, a quantised in quant_dot::act_block(t) blocks: each output the CPU's block8
-// product up to the order its f32 block terms are added.
-void int8_gemv_cuda(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const quant_dot::ActQ8& a, int64_t n,
+// The same blocks of act(gate) ⊙ up (silu, or gelu_tanh when gelu) for gate, up [n][cols]: what
+// swiglu / geglu then quantize_act_q8_cuda give, bit for bit, in one pass.
+quant_dot::ActQ8 quantize_glu_act_q8_cuda(const float* gate, const float* up, int64_t n, int64_t cols, bool gelu,
+                                          int block, void* work, cudaStream_t stream);
+
+// Where a GEMV launch's weight rows lie: the rows of part p (out.first[p] .. out.first[p + 1]) at
+// part[p], row r of the part at part[p] + r · row bytes (the parts of a stack, one buffer each).
+struct GemvWeights {
+  const uint8_t* part[GemvOutputs::kMaxParts] = {};
+};
+
+// out rows (GemvOutputs, rows out.first[out.parts]) = a [n][cols] · Wᵀ for weights of type t
+// (quant_dot::with_lane) in the parts w, n ≤ kQuantGemvMaxRows, a quantised in
+// quant_dot::act_block(t) blocks: each output the CPU's block8 product up to the order its f32
+// block terms are added, whichever launch (and part) its row is in.
+void int8_gemv_cuda(GgmlType t, const GemvWeights& w, int64_t cols, const quant_dot::ActQ8& a, int64_t n,
                     const GemvOutputs& out, cudaStream_t stream);
 
 }  // namespace ragkv

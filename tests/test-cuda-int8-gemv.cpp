@@ -2,9 +2,10 @@
 //   * its activation blocks (q, d, d·Σq, Σq per 16) and its outputs equal the host mirrors of
 //     tests/quant-dot-reference.h bit for bit — the same integer sums, the same f32 operations in
 //     the same order (explicit fma on both sides), bias added as the kernel adds it — for every
-//     type the device keeps quantised, rows of 1 to 34 blocks, 1 to 8 activation rows;
+//     type the device keeps quantised, rows of 1 to 34 blocks, 1 to 8 activation rows, the rows
+//     in one buffer or as three parts of a stack in buffers and outputs of their own;
 //   * through the backend, a decode step's products (Activations::block8) on a stack of Q4_K,
-//     Q6_K and Q8_0 parts (both activation block sizes) equal the CPU backend's block8 products
+//     Q4_K, Q6_K and Q8_0 parts (both activation block sizes, two parts in one launch) equal the CPU backend's block8 products
 //     within tests/test-quant-dot.cpp's bound (1e-6 · Σ|w·x| + 1e-6 · |cpu|): the mirrors meet it
 //     against the CPU's portable table there, the CPU backend here adds in its SIMD order.
 // Without a GPU each case says it is skipped and returns.
@@ -136,7 +137,9 @@ TEST_CASE("cuda: int8 GEMV and its activation blocks equal the host mirrors bit 
           out.y[0] = dy.as<float>();
           out.ld[0] = rows;
           out.bias[0] = with_bias ? dbias.as<float>() : nullptr;
-          ragkv::int8_gemv_cuda(t, dw.as<uint8_t>(), rows, cols, a, n, out, stream);
+          ragkv::GemvWeights gw;
+          gw.part[0] = dw.as<uint8_t>();
+          ragkv::int8_gemv_cuda(t, gw, cols, a, n, out, stream);
           REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
           auto want = expect;
           if (with_bias)
@@ -144,44 +147,73 @@ TEST_CASE("cuda: int8 GEMV and its activation blocks equal the host mirrors bit 
               for (int64_t o = 0; o < rows; ++o) want[size_t(r * rows + o)] += bias[size_t(o)];
           CHECK(count_different(download(dy.as<float>(), want.size()), want) == 0);
         }
+        {  // The same rows as three parts in buffers and outputs of their own, one launch.
+          const size_t row_bytes = ragkv::ggml_row_bytes(t, cols);
+          const int64_t split_at[4] = {0, 5, 20, rows};
+          std::vector<std::unique_ptr<DeviceBuffer>> pw, py;
+          ragkv::GemvWeights gw;
+          ragkv::GemvOutputs out;
+          out.parts = 3;
+          for (int p = 0; p < 3; ++p) {
+            const int64_t pr = split_at[p + 1] - split_at[p];
+            pw.push_back(std::make_unique<DeviceBuffer>(std::vector<uint8_t>(
+                w.begin() + ptrdiff_t(size_t(split_at[p]) * row_bytes), w.begin() + ptrdiff_t(size_t(split_at[p + 1]) * row_bytes))));
+            py.push_back(std::make_unique<DeviceBuffer>(size_t(n * pr) * sizeof(float)));
+            gw.part[p] = pw.back()->as<uint8_t>();
+            out.first[p + 1] = split_at[p + 1];
+            out.y[p] = py.back()->as<float>();
+            out.ld[p] = pr;
+          }
+          ragkv::int8_gemv_cuda(t, gw, cols, a, n, out, stream);
+          REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+          for (int p = 0; p < 3; ++p) {
+            const int64_t pr = split_at[p + 1] - split_at[p];
+            const auto got = download(py[size_t(p)]->as<float>(), size_t(n * pr));
+            std::vector<float> part_want;
+            for (int64_t r = 0; r < n; ++r)
+              for (int64_t o = split_at[p]; o < split_at[p + 1]; ++o) part_want.push_back(expect[size_t(r * rows + o)]);
+            CHECK(count_different(got, part_want) == 0);
+          }
+        }
       }
     }
   }
   cudaStreamDestroy(stream);
 }
 
-TEST_CASE("cuda: a decode step's products (block8) on a Q4_K/Q6_K/Q8_0 stack equal the CPU's within f32 rounding") {
+TEST_CASE("cuda: a decode step's products (block8) on a Q4_K/Q4_K/Q6_K/Q8_0 stack equal the CPU's within f32 rounding") {
   if (gpu_missing()) return;
   auto cpu = ragkv::make_cpu_backend(1);
   auto gpu = ragkv::make_cuda_backend(0);
   const int64_t in = 1024;
-  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0};
-  const int64_t part_rows[] = {96, 33, 40};
+  // Q and K of one type (one launch), V of another, then a legacy type (the other block size).
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0};
+  const int64_t part_rows[] = {96, 32, 33, 40};
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<ragkv::GgufTensor> tensors;
-  for (size_t p = 0; p < 3; ++p) bytes.push_back(rt::random_quant_matrix(types[p], part_rows[p], in, 6100 + uint32_t(p)));
-  for (size_t p = 0; p < 3; ++p)
+  for (size_t p = 0; p < 4; ++p) bytes.push_back(rt::random_quant_matrix(types[p], part_rows[p], in, 6100 + uint32_t(p)));
+  for (size_t p = 0; p < 4; ++p)
     tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p), types[p], part_rows[p], in, bytes[p]));
-  const ragkv::GgufTensor* ptrs[] = {&tensors[0], &tensors[1], &tensors[2]};
+  const ragkv::GgufTensor* ptrs[] = {&tensors[0], &tensors[1], &tensors[2], &tensors[3]};
   auto w_cpu = cpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
   auto w_gpu = gpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
   for (int64_t n : {int64_t(1), int64_t(4)}) {
     CAPTURE(n);
     const auto x = random_x(size_t(n * in), 6200 + uint32_t(n));
-    std::vector<std::vector<float>> got(3), want(3);
+    std::vector<std::vector<float>> got(4), want(4);
     for (ragkv::Backend* be : {cpu.get(), gpu.get()}) {
       const ragkv::Tensor tx = be->alloc(ragkv::DType::f32, n, in);
       be->upload(tx, x.data());
       std::vector<ragkv::Tensor> outs;
-      for (size_t p = 0; p < 3; ++p) outs.push_back(be->alloc(ragkv::DType::f32, n, part_rows[p]));
+      for (size_t p = 0; p < 4; ++p) outs.push_back(be->alloc(ragkv::DType::f32, n, part_rows[p]));
       be->matmul_parts(tx, be == cpu.get() ? *w_cpu : *w_gpu, outs, {}, ragkv::Activations::block8);
-      for (size_t p = 0; p < 3; ++p) {
+      for (size_t p = 0; p < 4; ++p) {
         auto& dst = be == cpu.get() ? want[p] : got[p];
         dst.resize(size_t(n * part_rows[p]));
         be->download(outs[p], dst.data());
       }
     }
-    for (size_t p = 0; p < 3; ++p) {
+    for (size_t p = 0; p < 4; ++p) {
       CAPTURE(p);
       const auto scale = rt::abs_products(types[p], bytes[p].data(), part_rows[p], in, x.data(), n);
       int beyond = 0;

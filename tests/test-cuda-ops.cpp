@@ -754,9 +754,10 @@ TEST_CASE("cuda: add_rms_norm equals add then rms_norm on the GPU bit for bit, a
   }
 }
 
-// The prefill FFN in one pass over its intermediate (cuda/cuda-ffn.cpp): bit for bit the three
-// ops it replaces, f16 and Q4_K weights, SwiGLU and GeGLU, both widths of the fused kernel, rows
-// scaled past f16's range; decode rows take the unfused ops.
+// The prefill FFN in one pass over its intermediate, and a decode step's GLU quantised on the way
+// into the down projection's 8-bit blocks (cuda/cuda-ffn.cpp): bit for bit the three ops they
+// replace, f16, Q4_K and Q8_0 weights (both activation block sizes), SwiGLU and GeGLU, f32 and
+// block8 activations, both widths of the fused prefill kernel, rows scaled past f16's range.
 TEST_CASE("cuda: glu_ffn equals matmul_parts, swiglu or geglu, then matmul, bit for bit") {
   if (gpu_missing()) return;
   Backends be;
@@ -765,8 +766,9 @@ TEST_CASE("cuda: glu_ffn equals matmul_parts, swiglu or geglu, then matmul, bit 
     GgmlType type;
     int64_t in, ff, n;
   };
-  const Case cases[] = {{GgmlType::F16, 256, 768, 40},  {GgmlType::F16, 256, 4608, 9}, {GgmlType::Q4_K, 256, 768, 17},
-                        {GgmlType::Q4_K, 512, 4608, 12}, {GgmlType::F16, 256, 768, 3}};
+  const Case cases[] = {{GgmlType::F16, 256, 768, 40},  {GgmlType::F16, 256, 4608, 9},  {GgmlType::Q4_K, 256, 768, 17},
+                        {GgmlType::Q4_K, 512, 4608, 12}, {GgmlType::F16, 256, 768, 3},  {GgmlType::Q4_K, 256, 768, 1},
+                        {GgmlType::Q4_K, 512, 1536, 4},  {GgmlType::Q8_0, 256, 768, 2}, {GgmlType::Q8_0, 256, 768, 8}};
   for (const Case& c : cases) {
     const std::string type_name = ragkv::ggml_type_name(c.type);
     CAPTURE(type_name);
@@ -782,18 +784,21 @@ TEST_CASE("cuda: glu_ffn equals matmul_parts, swiglu or geglu, then matmul, bit 
     auto x = random_values(size_t(c.n * c.in), ++seed);
     for (int64_t j = 0; j < c.in; ++j) x[size_t(j)] *= 3e4f;  // row 0: GLU values beyond 65504
     const Tensor gx = make_tensor(*be.gpu, DType::f32, c.n, c.in, x);
-    for (bool gelu : {false, true}) {
+    for (const auto& [gelu, act] : {std::pair(false, ragkv::Activations::f32), std::pair(true, ragkv::Activations::f32),
+                                   std::pair(false, ragkv::Activations::block8),
+                                   std::pair(true, ragkv::Activations::block8)}) {
       CAPTURE(gelu);
+      CAPTURE(int(act));
       const Tensor g1 = be.gpu->alloc(DType::f32, c.n, c.ff), u1 = be.gpu->alloc(DType::f32, c.n, c.ff);
       const Tensor p1 = be.gpu->alloc(DType::f32, c.n, c.in);
-      be.gpu->glu_ffn(gx, *gate_up, *down, g1, u1, p1, gelu);
+      be.gpu->glu_ffn(gx, *gate_up, *down, g1, u1, p1, gelu, act);
       const Tensor g2 = be.gpu->alloc(DType::f32, c.n, c.ff), u2 = be.gpu->alloc(DType::f32, c.n, c.ff);
       const Tensor p2 = be.gpu->alloc(DType::f32, c.n, c.in);
       const Tensor gu[2] = {g2, u2};
-      be.gpu->matmul_parts(gx, *gate_up, gu);
+      be.gpu->matmul_parts(gx, *gate_up, gu, {}, act);
       if (gelu) be.gpu->geglu(g2, u2, g2);
       else be.gpu->swiglu(g2, u2, g2);
-      be.gpu->matmul(g2, *down, p2);
+      be.gpu->matmul(g2, *down, p2, nullptr, act);
       const std::vector<float> fused = download_values(*be.gpu, p1), ops = download_values(*be.gpu, p2);
       CHECK(std::memcmp(fused.data(), ops.data(), fused.size() * sizeof(float)) == 0);
       bool finite = true;
