@@ -12,7 +12,8 @@
 //    RAGKV_CUDA_DECODE_ACTS=f32, multiply f32 activations by the decoded weights (quant_gemv);
 //  * quantised matrix, more rows (prefill): each part dequantised a tile of rows at a time into
 //    f16 in the work buffer (the values an f16 matrix would hold, bit for bit) and the same GEMM
-//    per tile, so a prefill costs the f16 path's GEMMs plus one pass over the weight per call;
+//    per tile, so a prefill costs the f16 path's GEMMs plus one pass over the weight per call
+//    (under RAGKV_CUDA_WEIGHTS=quant+f16, the GEMM on the weight's f16 copy instead);
 //  * f32 vector weight (out_features == 1): an f32 GEMM.
 // A stack's parts go to their own outputs (outs[p] ↔ part p), or all into one output. (Splitting
 // a whole product afterwards copied it once more: for an 8B model's gate/up stack, 0.9 GB per

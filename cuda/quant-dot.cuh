@@ -213,11 +213,19 @@ RAGKV_HD float legacy_term(const LegacyLane& w, const ActQ8& a, int64_t row, int
   return fma_f32(w.coef, a.dsum[blk], (w.dw * a.d[blk]) * float(s));
 }
 
-template <>
-struct Lane<GgmlType::Q4_0> {
-  static constexpr GgmlType kType = GgmlType::Q4_0;
-  static constexpr int kElems = 32, kBytes = 18, kLanes = 1;
+// What the legacy lanes share: one lane per 32-value block, the term of legacy_term.
+struct LegacyBlockLane {
+  static constexpr int kElems = 32, kLanes = 1;
   using Words = LegacyLane;
+  static RAGKV_HD float dot(const Words& w, int /*part*/, const ActQ8& a, int64_t row, int64_t blk) {
+    return legacy_term(w, a, row, blk);
+  }
+};
+
+template <>
+struct Lane<GgmlType::Q4_0> : LegacyBlockLane {
+  static constexpr GgmlType kType = GgmlType::Q4_0;
+  static constexpr int kBytes = 18;
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
     w.dw = f16_a2(b);
@@ -225,16 +233,12 @@ struct Lane<GgmlType::Q4_0> {
     nibbles_a2(b + 2, w);
     return w;
   }
-  static RAGKV_HD float dot(const Words& w, int /*part*/, const ActQ8& a, int64_t row, int64_t blk) {
-    return legacy_term(w, a, row, blk);
-  }
 };
 
 template <>
-struct Lane<GgmlType::Q4_1> {
+struct Lane<GgmlType::Q4_1> : LegacyBlockLane {
   static constexpr GgmlType kType = GgmlType::Q4_1;
-  static constexpr int kElems = 32, kBytes = 20, kLanes = 1;
-  using Words = LegacyLane;
+  static constexpr int kBytes = 20;
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
     w.dw = f16_a2(b);
@@ -242,16 +246,12 @@ struct Lane<GgmlType::Q4_1> {
     nibbles_a4(b + 4, w);
     return w;
   }
-  static RAGKV_HD float dot(const Words& w, int /*part*/, const ActQ8& a, int64_t row, int64_t blk) {
-    return legacy_term(w, a, row, blk);
-  }
 };
 
 template <>
-struct Lane<GgmlType::Q5_0> {
+struct Lane<GgmlType::Q5_0> : LegacyBlockLane {
   static constexpr GgmlType kType = GgmlType::Q5_0;
-  static constexpr int kElems = 32, kBytes = 22, kLanes = 1;
-  using Words = LegacyLane;
+  static constexpr int kBytes = 22;
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
     w.dw = f16_a2(b);
@@ -260,16 +260,12 @@ struct Lane<GgmlType::Q5_0> {
     add_fifth_bits(u32_a2(b + 2), w);
     return w;
   }
-  static RAGKV_HD float dot(const Words& w, int /*part*/, const ActQ8& a, int64_t row, int64_t blk) {
-    return legacy_term(w, a, row, blk);
-  }
 };
 
 template <>
-struct Lane<GgmlType::Q5_1> {
+struct Lane<GgmlType::Q5_1> : LegacyBlockLane {
   static constexpr GgmlType kType = GgmlType::Q5_1;
-  static constexpr int kElems = 32, kBytes = 24, kLanes = 1;
-  using Words = LegacyLane;
+  static constexpr int kBytes = 24;
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
     w.dw = f16_a2(b);
@@ -278,16 +274,12 @@ struct Lane<GgmlType::Q5_1> {
     add_fifth_bits(u32_a4(b + 4), w);
     return w;
   }
-  static RAGKV_HD float dot(const Words& w, int /*part*/, const ActQ8& a, int64_t row, int64_t blk) {
-    return legacy_term(w, a, row, blk);
-  }
 };
 
 template <>
-struct Lane<GgmlType::Q8_0> {
+struct Lane<GgmlType::Q8_0> : LegacyBlockLane {
   static constexpr GgmlType kType = GgmlType::Q8_0;
-  static constexpr int kElems = 32, kBytes = 34, kLanes = 1;
-  using Words = LegacyLane;  // lo: elements 0..15, hi: 16..31 (signed bytes as they lie)
+  static constexpr int kBytes = 34;  // lo: elements 0..15, hi: 16..31 (signed bytes as they lie)
   static RAGKV_HD Words load(const uint8_t* b, int /*part*/) {
     Words w;
     w.dw = f16_a2(b);
@@ -297,9 +289,6 @@ struct Lane<GgmlType::Q8_0> {
       w.hi[i] = u32_a2(b + 18 + 4 * i);
     }
     return w;
-  }
-  static RAGKV_HD float dot(const Words& w, int /*part*/, const ActQ8& a, int64_t row, int64_t blk) {
-    return legacy_term(w, a, row, blk);
   }
 };
 

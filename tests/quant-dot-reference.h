@@ -44,6 +44,15 @@ inline std::vector<uint8_t> random_quant_matrix(GgmlType t, int64_t rows, int64_
   return bytes;
 }
 
+// n activations, uniform in [-2, 2].
+inline std::vector<float> random_activations(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
 // The activation blocks of n rows in the device layout (quant-dot.cuh), on the host.
 struct HostActQ8 {
   std::vector<int8_t> q;

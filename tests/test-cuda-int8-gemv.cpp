@@ -42,14 +42,6 @@ bool gpu_missing() {
   return true;
 }
 
-std::vector<float> random_x(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-2.f, 2.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 // Device memory holding a copy of host data, freed at scope exit.
 struct DeviceBuffer {
   void* p = nullptr;
@@ -111,11 +103,11 @@ TEST_CASE("cuda: int8 GEMV and its activation blocks equal the host mirrors bit 
       CAPTURE(cols);
       const auto w = rt::random_quant_matrix(t, rows, cols, ++seed);
       DeviceBuffer dw(w);
-      std::vector<float> bias = random_x(size_t(rows), ++seed);
+      std::vector<float> bias = rt::random_activations(size_t(rows), ++seed);
       DeviceBuffer dbias(bias);
       for (int64_t n : {int64_t(1), int64_t(2), int64_t(3), int64_t(8)}) {
         CAPTURE(n);
-        auto x = random_x(size_t(n * cols), ++seed);
+        auto x = rt::random_activations(size_t(n * cols), ++seed);
         if (nb > 1)
           for (int i = 0; i < block; ++i) x[size_t(block + i)] = 0.f;  // an all-zero block
         DeviceBuffer dx(x);
@@ -199,7 +191,7 @@ TEST_CASE("cuda: a decode step's products (block8) on a Q4_K/Q4_K/Q6_K/Q8_0 stac
   auto w_gpu = gpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
   for (int64_t n : {int64_t(1), int64_t(4)}) {
     CAPTURE(n);
-    const auto x = random_x(size_t(n * in), 6200 + uint32_t(n));
+    const auto x = rt::random_activations(size_t(n * in), 6200 + uint32_t(n));
     std::vector<std::vector<float>> got(4), want(4);
     for (ragkv::Backend* be : {cpu.get(), gpu.get()}) {
       const ragkv::Tensor tx = be->alloc(ragkv::DType::f32, n, in);

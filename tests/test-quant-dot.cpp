@@ -33,14 +33,6 @@ namespace {
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
-std::vector<float> random_x(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-2.f, 2.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // Outputs beyond the bound 1e-6 · Σ|w·x| + 1e-6 · |cpu|.
@@ -55,7 +47,7 @@ int count_beyond(const std::vector<float>& got, const std::vector<float>& cpu, c
 
 TEST_CASE("quant-dot: activation blocks equal the CPU's quantize_act32 and quantize_act256, bit for bit") {
   const int64_t n = 3, cols = 768;
-  auto x = random_x(size_t(n * cols), 77);
+  auto x = rt::random_activations(size_t(n * cols), 77);
   for (int i = 256; i < 512; ++i) x[size_t(i)] = 0.f;        // an all-zero block of either size
   x[700] = std::numeric_limits<float>::quiet_NaN();         // a NaN becomes -128, its block keeps its scale
   for (int i = 0; i < 32; ++i) x[size_t(cols + i)] *= 1e-30f;  // tiny values
@@ -108,7 +100,7 @@ TEST_CASE("quant-dot: the integer GEMV equals the CPU backend's block8 product w
       const auto w = rt::random_quant_matrix(t, rows, cols, ++seed);
       for (int64_t n = 1; n <= 3; ++n) {
         CAPTURE(n);
-        const auto x = random_x(size_t(n * cols), ++seed);
+        const auto x = rt::random_activations(size_t(n * cols), ++seed);
         const rt::HostActQ8 a = rt::quantize_act_q8_host(x.data(), n, cols, block);
         const auto got = rt::int8_gemv_host(t, w.data(), rows, cols, a, n);
         const auto cpu = rt::cpu_block8_gemm(t, w.data(), rows, cols, x.data(), n);
@@ -125,7 +117,7 @@ TEST_CASE("quant-dot: a weight one quant step off fails the bound") {
     CAPTURE(type_name);
     const int64_t cols = 4 * ragkv::ggml_block_elems(t), rows = 3;
     auto w = rt::random_quant_matrix(t, rows, cols, 31);
-    const auto x = random_x(size_t(cols), 32);
+    const auto x = rt::random_activations(size_t(cols), 32);
     const rt::HostActQ8 a = rt::quantize_act_q8_host(x.data(), 1, cols, qt::act_block(t));
     const auto cpu = rt::cpu_block8_gemm(t, w.data(), rows, cols, x.data(), 1);
     const auto scale = rt::abs_products(t, w.data(), rows, cols, x.data(), 1);
