@@ -70,6 +70,7 @@
 #include "core/format/quant.h"
 #include "cuda/convert.cuh"
 #include "cuda/cuda-backend.h"
+#include "cuda/cuda-weight.h"
 #include "cuda/quant-decode.cuh"
 #include "cuda/quant-matmul.cuh"
 #include "tests/test-util.h"
@@ -1842,7 +1843,8 @@ TEST_CASE("cuda: quant+f16 weights multiply prefill rows as f16 weights and deco
     const ragkv::test::ScopedEnv env("RAGKV_CUDA_WEIGHTS", policy);
     auto gpu = ragkv::make_cuda_backend(0);
     CHECK(gpu->kernels().find(std::string("+") + policy + "-weights") != std::string::npos);
-    auto w = gpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
+    auto w = gpu->load_weight_stack(ptrs, "blk.0.attn_qkv", ragkv::WeightMemory::kernel_layout);  // as a model's
+    CHECK(ragkv::cuda_weight(*w).has_f16() == (std::string(policy) != "quant"));  // the copy, or f16 weights
     const Tensor x = make_tensor(*gpu, DType::f32, n, in, random_values(size_t(n * in), 7400 + uint32_t(n)));
     const Tensor outs[2] = {gpu->alloc(DType::f32, n, part_rows[0]), gpu->alloc(DType::f32, n, part_rows[1])};
     gpu->matmul_parts(x, *w, outs, {}, act);

@@ -140,7 +140,7 @@ VariantComputeStats precompute_variants(const Model& model, const PromptFormat& 
   const ModelConfig& c = model.config();
   const CacheKeys keys(model, format);
   const int64_t n_prefix = int64_t(format.prefix_ids().size());
-  const int64_t ubatch = 512;
+  const int64_t ubatch = model.backend().prefill_rows();  // Model::forward's micro-batch
 
   // The keys each sequence wants; sequences with nothing missing are skipped.
   VariantComputeStats st;
