@@ -73,7 +73,8 @@ std::vector<Flag> bench_flags() {
              ->check(CLI::Range(1, 256))->capture_default_str();
        }},
       {kBenchPrefill | kBenchReuse | kBenchDevice, 0, 0, G::bench, [](CLI::App* a, CliOptions& o) {
-         return a->add_option("--repetitions", o.repetitions, "Timed runs per measurement, after a warm-up (medians reported)")
+         return a->add_option("--repetitions", o.repetitions,
+                              "Timed runs per measurement, after a warm-up (medians reported; bench device: the best)")
              ->check(CLI::Range(1, 1000))->capture_default_str();
        }},
       {kBenchReuse, 0, 0, G::bench, [](CLI::App* a, CliOptions& o) {
