@@ -137,16 +137,7 @@ void gemv_launch(const GemvWeights& w, int64_t rows, int64_t cols, const qt::Act
 template <GgmlType T>
 void gemv_rows(const GemvWeights& w, int64_t rows, int64_t cols, const qt::ActQ8& a, int64_t n,
                const GemvOutputs& out, cudaStream_t stream) {
-  switch (n) {
-    case 1: gemv_launch<T, 1>(w, rows, cols, a, out, stream); break;
-    case 2: gemv_launch<T, 2>(w, rows, cols, a, out, stream); break;
-    case 3: gemv_launch<T, 3>(w, rows, cols, a, out, stream); break;
-    case 4: gemv_launch<T, 4>(w, rows, cols, a, out, stream); break;
-    case 5: gemv_launch<T, 5>(w, rows, cols, a, out, stream); break;
-    case 6: gemv_launch<T, 6>(w, rows, cols, a, out, stream); break;
-    case 7: gemv_launch<T, 7>(w, rows, cols, a, out, stream); break;
-    default: gemv_launch<T, 8>(w, rows, cols, a, out, stream); break;
-  }
+  with_row_count(n, [&](auto count) { gemv_launch<T, decltype(count)::value>(w, rows, cols, a, out, stream); });
 }
 
 // The three arrays' byte offsets in the work memory.

@@ -161,16 +161,7 @@ void gemv_launch(const uint8_t* w, int64_t rows, int64_t cols, const float* x, c
 template <typename B>
 void gemv_rows(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t n, const GemvOutputs& out,
                cudaStream_t stream) {
-  switch (n) {
-    case 1: gemv_launch<B, 1>(w, rows, cols, x, out, stream); break;
-    case 2: gemv_launch<B, 2>(w, rows, cols, x, out, stream); break;
-    case 3: gemv_launch<B, 3>(w, rows, cols, x, out, stream); break;
-    case 4: gemv_launch<B, 4>(w, rows, cols, x, out, stream); break;
-    case 5: gemv_launch<B, 5>(w, rows, cols, x, out, stream); break;
-    case 6: gemv_launch<B, 6>(w, rows, cols, x, out, stream); break;
-    case 7: gemv_launch<B, 7>(w, rows, cols, x, out, stream); break;
-    default: gemv_launch<B, 8>(w, rows, cols, x, out, stream); break;
-  }
+  with_row_count(n, [&](auto count) { gemv_launch<B, decltype(count)::value>(w, rows, cols, x, out, stream); });
 }
 
 GemvOutputs one_output(int64_t rows, float* y, int64_t y_ld, const float* bias) {
