@@ -54,8 +54,11 @@
 #include "cuda/key-tile-bounds.h"
 #include "cuda/cuda-backend.h"
 #include "tests/attention-f16-bound.h"
+#include "tests/cuda-device-buffer.h"
 
 namespace {
+
+using ragkv::test::DeviceBuffer;
 
 using ragkv::DType;
 using ragkv::Tensor;
@@ -70,34 +73,6 @@ bool gpu_missing() {
   MESSAGE("skipped: no CUDA GPU is present on this machine");
   return true;
 }
-
-// A cudaMalloc'd buffer, freed on scope exit.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) {
-    REQUIRE(cudaMalloc(&ptr_, std::max<size_t>(bytes, 16)) == cudaSuccess);
-  }
-  template <typename T>
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
-    if (!host.empty())
-      REQUIRE(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  template <typename T>
-  std::vector<T> download(size_t n) const {
-    std::vector<T> host(n);
-    if (n > 0) REQUIRE(cudaMemcpy(host.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-    return host;
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
 
 std::vector<float> random_values(size_t n, std::mt19937& rng, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -384,7 +359,6 @@ void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through
   // The key tiles' position bounds the kernel skips tiles by, as the backend stages them.
   std::vector<int32_t> bounds;
   ragkv::append_key_tile_bounds(std::span(p.k_pos).first(size_t(p.n_kv)), bounds);
-  bounds.push_back(0);  // never empty (DeviceBuffer)
   DeviceBuffer dq(p.q), dq_pos(p.q_pos), dk_pos(p.k_pos), dk(to_f16(k)), dv(to_f16(v)), dbounds(bounds);
   DeviceBuffer dout(std::vector<float>(n_out + 2 * out_guard, kGuard));
   ragkv::AttentionArgs a;

@@ -27,6 +27,7 @@
 #include "core/format/quant.h"
 #include "cuda/cuda-backend.h"
 #include "cuda/int8-gemv.cuh"
+#include "tests/cuda-device-buffer.h"
 #include "tests/quant-dot-reference.h"
 
 namespace {
@@ -34,28 +35,13 @@ namespace {
 using ragkv::GgmlType;
 namespace qt = ragkv::quant_dot;
 namespace rt = ragkv::test;
+using ragkv::test::DeviceBuffer;
 
 bool gpu_missing() {
   if (ragkv::cuda_device_present()) return false;
   MESSAGE("skipped: no CUDA GPU is present on this machine");
   return true;
 }
-
-// Device memory holding a copy of host data, freed at scope exit.
-struct DeviceBuffer {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t n) : bytes(n) { REQUIRE(cudaMalloc(&p, n == 0 ? 1 : n) == cudaSuccess); }
-  template <typename T>
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
-    REQUIRE(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess);
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <typename T>
-  T* as() const { return static_cast<T*>(p); }
-};
 
 template <typename T>
 std::vector<T> download(const T* device, size_t n) {
@@ -111,7 +97,7 @@ TEST_CASE("cuda: int8 GEMV and its activation blocks equal the host mirrors bit 
           for (int i = 0; i < block; ++i) x[size_t(block + i)] = 0.f;  // an all-zero block
         DeviceBuffer dx(x);
         DeviceBuffer work(ragkv::act_q8_bytes(block, n, cols));
-        const qt::ActQ8 a = ragkv::quantize_act_q8_cuda(dx.as<float>(), n, cols, block, work.p, stream);
+        const qt::ActQ8 a = ragkv::quantize_act_q8_cuda(dx.as<float>(), n, cols, block, work.as<void>(), stream);
         const rt::HostActQ8 ha = rt::quantize_act_q8_host(x.data(), n, cols, block);
         REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
         CHECK(count_different(download(a.q, ha.q.size()), ha.q) == 0);
