@@ -757,31 +757,11 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   else if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
   if (n_q == 0) return;
 
-  // Positions and segment boundaries in one upload: the int64 boundaries first (aligned), then
-  // the query and key positions.
-  const size_t seg_bytes = static_cast<size_t>(seg_mass && !key_totals ? n_seg + 1 : 0) * sizeof(int64_t);
-  const size_t qpos_bytes = p.causal ? q_pos.size_bytes() : 0;
-  const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv) * sizeof(int32_t) : 0;
-  tile_bounds_.clear();
-  if (p.causal) append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
-  const size_t bounds_bytes = tile_bounds_.size() * sizeof(int32_t);
-  host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes);
-  if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);
-  if (qpos_bytes) std::memcpy(host_staging_.data() + seg_bytes, q_pos.data(), qpos_bytes);
-  if (kpos_bytes) std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes, k_pos.data(), kpos_bytes);
-  if (bounds_bytes)
-    std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes + kpos_bytes, tile_bounds_.data(), bounds_bytes);
-  const auto* staged = static_cast<const uint8_t*>(upload_if_changed(attention_params_));
-
   AttentionArgs a;
   a.q = q.as<float>();
-  a.q_pos = qpos_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes) : nullptr;
   a.k = k.data();
   a.v = v.data();
   a.kv_f16 = k.dtype == DType::f16;
-  a.k_pos = kpos_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes) : nullptr;
-  a.k_tile_bounds = bounds_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes + kpos_bytes)
-                                 : nullptr;
   a.n_q = n_q;
   a.n_kv = n_kv;
   a.n_head = p.n_head;
@@ -793,7 +773,6 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   a.causal = p.causal;
   a.out = out.as<float>();
   if (seg_mass && n_seg > 0) {
-    a.seg_begin = reinterpret_cast<const int64_t*>(staged);
     a.n_seg = int(n_seg);
     a.seg_mass = static_cast<float*>(work_reserve(seg_mass->out->size() * sizeof(float)));
   }
@@ -801,7 +780,28 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   if (key_totals && n_kv > 0)
     a.key_mass = deferred ? pending_mass_buffer(seg_mass->out, size_t(n_kv))
                           : static_cast<float*>(work_reserve(size_t(n_kv) * sizeof(float)));
-  const AttentionRoute route = attention_route(a);
+  const AttentionRoute route = attention_route(a);  // from the shapes and the mass wanted, not the positions
+
+  // Positions and segment boundaries in one upload: the int64 boundaries first (aligned), then
+  // the query and key positions, then (for the tensor-core kernel) the key tiles' bounds.
+  const size_t seg_bytes = static_cast<size_t>(a.seg_mass ? n_seg + 1 : 0) * sizeof(int64_t);
+  const size_t qpos_bytes = p.causal ? q_pos.size_bytes() : 0;
+  const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv) * sizeof(int32_t) : 0;
+  tile_bounds_.clear();
+  if (p.causal && route == AttentionRoute::mma) append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
+  const size_t bounds_bytes = tile_bounds_.size() * sizeof(int32_t);
+  host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes);
+  if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);
+  if (qpos_bytes) std::memcpy(host_staging_.data() + seg_bytes, q_pos.data(), qpos_bytes);
+  if (kpos_bytes) std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes, k_pos.data(), kpos_bytes);
+  if (bounds_bytes)
+    std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes + kpos_bytes, tile_bounds_.data(), bounds_bytes);
+  const auto* staged = static_cast<const uint8_t*>(upload_if_changed(attention_params_));
+  if (a.seg_mass) a.seg_begin = reinterpret_cast<const int64_t*>(staged);
+  a.q_pos = qpos_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes) : nullptr;
+  a.k_pos = kpos_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes) : nullptr;
+  a.k_tile_bounds = bounds_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes + kpos_bytes)
+                                 : nullptr;
   if (route == AttentionRoute::split_k) {  // partial sums in the work buffer (no allocation per call)
     a.decode_work_bytes = attention_decode_work_bytes(a);
     a.decode_work = work_reserve(a.decode_work_bytes);
