@@ -3,8 +3,9 @@
 // registers, divided by l once at the end) on mma.sync.m16n8k16 tiles — f16 operands, f32
 // accumulators — with attention.cu's semantics: queries at arbitrary absolute positions, key
 // rows in any position order, masks decided per (query, key) pair by position and window,
-// softcap, tile skipping by the block's position ranges. Segment mass and key totals stay on
-// attention.cu's f32 kernel (they need a second pass over normalised probabilities).
+// softcap, tile skipping by the block's position ranges. Segment mass stays on attention.cu's
+// f32 kernel; for key totals this kernel also leaves each vector's final (m, l), which the
+// key-total pass of attention-key-mass.cu reads.
 //
 // Work split. Vectors as in attention.cu (vector t = row · group + hg of KV head g). A block of 4
 // warps owns 64 consecutive vectors of one KV head, 16 per warp (the M of one mma); grid
@@ -39,9 +40,11 @@
 // (2·max logit error + u) · max |v| — the bound tests/test-cuda-attention.cpp derives per query
 // from the data and holds the kernel to, as llama.cpp's test-backend-ops normalises errors per op.
 #include "cuda/attention-mma.cuh"
+#include "cuda/attention-mma-common.cuh"
 #include "cuda/attention-tiles.cuh"
 #include "cuda/key-tile-bounds.h"
 #include "cuda/mma-fragments.h"
+#include "cuda/mma-ops.cuh"
 
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -57,75 +60,22 @@ namespace ragkv {
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kBlockVectors = 16 * kWarps;  // query vectors per block (16 per warp: one mma M)
+using namespace mma_ops;
+using mma_attention::kBlockVectors;
+using mma_attention::kThreads;
+using mma_attention::row_halves;
 
-struct MmaParams {
-  const float* q;        // f32 [n_q][q_cols]
-  const int32_t* q_pos;  // [n_q]
-  const __half* k;       // f16 [>= n_kv][kv_cols]
-  const __half* v;
-  const int32_t* k_pos;  // [n_kv]
+struct MmaParams : mma_attention::QueryKeyParams {
+  const __half* v;               // as k
   const int32_t* k_tile_bounds;  // [⌈n_kv / 32⌉][2]: min, max of k_pos per 32 keys (causal)
-  float* out;            // f32 [n_q][q_cols]
-  int64_t n_kv, n_vec, q_cols, kv_cols;
-  int group, window;
-  float scale, softcap;
-  bool causal;
+  float* out;                    // f32 [n_q][q_cols]
+  float2* row_stats;             // null, or each vector's final (m, l) (mma_attention::stats_index)
 };
-
-template <int D>
-constexpr int row_halves() { return D + 8; }
 
 template <int D, int BN>
 constexpr size_t smem_bytes() {
   return (size_t(kBlockVectors) + 2 * size_t(BN)) * row_halves<D>() * sizeof(__half) +
          (2 * size_t(BN) + kBlockVectors) * sizeof(int);
-}
-
-// D = C + A·B on one m16n8k16 tile: f16 A (4 registers of two halves), B (2), f32 C/D (4).
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four 8×8 b16 matrices from shared memory, lane L giving the address of row L % 8 of matrix L / 8
-// (16-byte aligned); .trans delivers each matrix transposed (mma-fragments.h).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* row) {
-  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half* row) {
-  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-// Two halves from separate addresses (lo in the low half).
-__device__ __forceinline__ uint32_t pack_halves(__half lo, __half hi) {
-  return uint32_t(__half_as_ushort(lo)) | (uint32_t(__half_as_ushort(hi)) << 16);
-}
-
-__device__ __forceinline__ uint32_t pack_floats(float lo, float hi) {
-  return pack_halves(__float2half_rn(lo), __float2half_rn(hi));
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 __device__ __forceinline__ bool key_visible(const MmaParams& p, int qp, int kp) {
@@ -151,16 +101,6 @@ __device__ __forceinline__ bool tile_hidden(const MmaParams& p, int64_t j0, int 
   }
   return kmin > qmax || (p.window > 0 && int64_t(kmax) <= int64_t(qmin) - p.window);
 }
-
-// cp.async (sm_80+): 16 bytes global → shared without passing through registers, or 16 zero
-// bytes when !valid (src-size 0: nothing is read). Groups of copies are committed and waited for
-// in order: wait_group N returns once at most the N most recent groups are still in flight.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 // Starts copying rows [j0, j0 + BN) of KV head g to shared memory as they are (f16), 16 bytes per
 // copy; rows past n_kv become zeros.
@@ -210,15 +150,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
   const int n_valid = int(min(int64_t(kBlockVectors), p.n_vec - t0));
 
   // The block's query vectors as f16 (zeros past n_vec), and their positions.
-  for (int idx = tid; idx < kBlockVectors * (D / 4); idx += kThreads) {
-    const int vl = idx / (D / 4), c = (idx % (D / 4)) * 4;
-    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (vl < n_valid)
-      val = *reinterpret_cast<const float4*>(p.q + attention_tiles::vector_offset(t0 + vl, p.group, g, p.q_cols, D) + c);
-    __half2* dst = reinterpret_cast<__half2*>(Qs + vl * RS + c);
-    dst[0] = __floats2half2_rn(val.x, val.y);
-    dst[1] = __floats2half2_rn(val.z, val.w);
-  }
+  mma_attention::stage_query_vectors<D>(p.q, t0, n_valid, p.group, g, p.q_cols, Qs);
   if (tid < kBlockVectors) qpos_s[tid] = tid < n_valid && p.causal ? p.q_pos[(t0 + tid) / p.group] : 0;
   __syncthreads();
 
@@ -259,22 +191,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
     cp_async_wait_all_but_newest();  // this thread's copies of tile j0's K
     __syncthreads();                 // everyone's, and the positions
 
-    // S = Q·Kᵀ.
     float s[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D; kk += 16) {
-      uint32_t a[4];
-      ldmatrix_x4(a, q_ld + kk);
-#pragma unroll
-      for (int nt = 0; nt < NT; nt += 2) {  // two n-tiles (16 keys) per ldmatrix
-        uint32_t b[4];
-        ldmatrix_x4(b, k_ld + nt * 8 * RS + kk);
-        mma_16816(s[nt], a, b[0], b[1]);
-        mma_16816(s[nt + 1], a, b[2], b[3]);
-      }
-    }
+    mma_attention::warp_scores<D, NT>(s, q_ld, k_ld);
 
     __syncthreads();  // every warp has read Ks: the next tile's K may land there
     {
@@ -344,6 +262,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
 
   // O / l (0 for a row that saw no key).
   l0 = quad_sum(l0), l1 = quad_sum(l1);
+  if (p.row_stats != nullptr && tig == 0) {  // for the key-total pass (attention-key-mass.cu)
+    if (r0 < n_valid) p.row_stats[mma_attention::stats_index(t0 + r0, g, p.n_vec)] = make_float2(m0, l0);
+    if (r1 < n_valid) p.row_stats[mma_attention::stats_index(t0 + r1, g, p.n_vec)] = make_float2(m1, l1);
+  }
   const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
 #pragma unroll
   for (int side = 0; side < 2; ++side) {
@@ -384,26 +306,14 @@ bool attention_mma_applies(const AttentionArgs& a, bool with_mass) {
   return a.tensor_cores && attention_mma_enabled() && a.kv_f16 && !with_mass && a.n_kv > 0;
 }
 
-void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream) {
+void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row_stats) {
   if (a.causal && !a.k_tile_bounds) cuda_internal_fail("attention_mma_cuda: causal attention without k_tile_bounds");
-  const int group = a.n_head / a.n_kv_head;
   MmaParams p{};
-  p.q = a.q;
-  p.q_pos = a.q_pos;
-  p.k = static_cast<const __half*>(a.k);
+  static_cast<mma_attention::QueryKeyParams&>(p) = mma_attention::query_key_params(a);
   p.v = static_cast<const __half*>(a.v);
-  p.k_pos = a.k_pos;
   p.k_tile_bounds = a.k_tile_bounds;
   p.out = a.out;
-  p.n_kv = a.n_kv;
-  p.n_vec = a.n_q * group;
-  p.q_cols = int64_t(a.n_head) * a.head_dim;
-  p.kv_cols = int64_t(a.n_kv_head) * a.head_dim;
-  p.group = group;
-  p.window = a.causal ? a.sliding_window : 0;
-  p.scale = a.scale;
-  p.softcap = a.softcap;
-  p.causal = a.causal;
+  p.row_stats = row_stats;
   switch (a.head_dim) {
     case 32: launch<32, 64>(p, a.n_kv_head, stream); break;
     case 64: launch<64, 64>(p, a.n_kv_head, stream); break;

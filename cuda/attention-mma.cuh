@@ -20,8 +20,10 @@ bool attention_mma_enabled();
 // kernel's FMAs (calls of a few vectors over many keys went to split-K before).
 bool attention_mma_applies(const AttentionArgs& a, bool with_mass);
 
-// Queues the kernel on `stream` (head_dim 32, 64, 128 or 256). Throws ragkv::Error when the
-// launch fails.
-void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream);
+// Queues the kernel on `stream` (head_dim 32, 64, 128 or 256). With row_stats (device,
+// [n_kv_head][n_q · n_head / n_kv_head], 8-byte aligned) it also writes each query vector's final
+// softmax statistics (m, l) there, for the key-total pass of attention-key-mass.cu. Throws
+// ragkv::Error when the launch fails.
+void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row_stats = nullptr);
 
 }  // namespace ragkv

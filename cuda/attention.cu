@@ -2,8 +2,8 @@
 // absolute positions against key rows in any position order, FlashAttention-style (Dao et al.
 // 2022, Alg. 1: one pass over K/V tiles with an online softmax), f32 arithmetic throughout.
 // Calls with f16 K/V and no segment mass or key totals go to the tensor-core kernel of
-// attention-mma.cu instead (RAGKV_CUDA_ATTENTION=f32 keeps them here); this kernel serves the
-// segment-mass and key-total passes and f32 K/V.
+// attention-mma.cu instead, and so do key totals on f16 K/V (followed by attention-key-mass.cu);
+// RAGKV_CUDA_ATTENTION=f32 keeps them here. This kernel serves segment mass and f32 K/V.
 //
 // Work split. A query *vector* is one (query row, query head) pair; the GQA heads of a KV head g
 // are heads g·group … g·group + group − 1, so vector t = row · group + hg of KV head g reads the
@@ -57,7 +57,10 @@
 // key_totals, the question's attention per key) use the same second pass but sum each key's
 // probabilities over the block's vectors in shared memory, one global atomicAdd per key and block:
 // a per-key SegmentMass looped over 32 segments per tile and sent [n_q][n_head][n_kv] to the host,
-// which made prophet selection 4.9x slower than full prefill on an H100 (bench/results).
+// which made prophet selection 4.9x slower than full prefill on an H100 (bench/results). Only
+// vectors of rows from key_mass_first_row on count. With f16 K/V key totals go to the tensor-core
+// kernel and its key-total pass instead (attention-key-mass.cu); this pass serves f32 K/V and
+// RAGKV_CUDA_ATTENTION=f32.
 //
 // Numerics against the CPU reference (core/backend/cpu-backend.cpp: SGEMM scores, a two-pass softmax in
 // f32, SGEMM P·V): the same f32 operations in another order — dot products summed sequentially
@@ -67,6 +70,7 @@
 // accumulated term; tests/test-cuda-attention.cpp states the tolerance.
 #include "cuda/attention.cuh"
 #include "cuda/attention-decode.cuh"
+#include "cuda/attention-key-mass.cuh"
 #include "cuda/attention-mma.cuh"
 #include "cuda/attention-tiles.cuh"
 
@@ -105,6 +109,7 @@ struct Params {
   const int64_t* seg_begin;  // [n_seg + 1]
   float* seg_mass;        // f32 [n_q][n_head][n_seg], or null
   float* key_mass;        // f32 [n_kv], or null (then seg_mass is null)
+  int64_t mass_vec_begin;  // key totals from vectors [mass_vec_begin, n_vec) only
   int64_t n_kv, n_vec;    // n_vec = n_q · group query vectors per KV head
   int64_t q_cols, kv_cols;
   int n_head, group, n_seg, window;
@@ -368,6 +373,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
   }
 
   if (p.seg_mass == nullptr && p.key_mass == nullptr) return;  // block-uniform
+  if (p.key_mass != nullptr && t0 + n_valid <= p.mass_vec_begin) return;  // no vector of the block counts
 
   // Second pass: normalised probabilities summed per key segment.
   float m_ref[RQ], inv_l[RQ];
@@ -402,7 +408,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
         float v = 0.f;
 #pragma unroll
         for (int a = 0; a < RQ; ++a)
-          if (tq + 16 * a < n_valid) v += pr[a][b];
+          if (tq + 16 * a < n_valid && t0 + tq + 16 * a >= p.mass_vec_begin) v += pr[a][b];
         v += __shfl_xor_sync(0xffffffffu, v, 16);
         if (lane < 16 && v != 0.f) atomicAdd(Ps + tk + 16 * b, v);
       }
@@ -481,6 +487,10 @@ AttentionRoute attention_route(const AttentionArgs& a) {
     return AttentionRoute::split_k;
   // f16 K/V and no mass (prefill, recompute rows, questions): the tensor-core kernel.
   if (attention_mma_applies(a, mass)) return AttentionRoute::mma;
+  // Key totals (prophet's question attention) on f16 K/V: the same kernel, then a pass over the
+  // tensor-core logits.
+  if (a.key_mass != nullptr && a.seg_mass == nullptr && attention_mma_applies(a, false))
+    return AttentionRoute::mma_key_mass;
   return mass ? AttentionRoute::f32_mass : AttentionRoute::f32;
 }
 
@@ -506,6 +516,9 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
 
   if (a.key_mass != nullptr && a.seg_mass != nullptr)
     attention_fail("attention_cuda: key totals and segment mass are exclusive");
+  if (a.key_mass_first_row < 0 || a.key_mass_first_row > a.n_q || (a.key_mass_first_row > 0 && a.key_mass == nullptr))
+    attention_fail("attention_cuda: key totals from query row %lld of %lld%s", (long long)a.key_mass_first_row,
+                   (long long)a.n_q, a.key_mass == nullptr ? " without key_mass" : "");
   const bool with_mass = a.seg_mass != nullptr && a.n_seg > 0 && a.n_q > 0;
   if (with_mass)
     CUDA_CHECK(cudaMemsetAsync(a.seg_mass, 0, size_t(a.n_q) * size_t(a.n_head) * size_t(a.n_seg) * sizeof(float),
@@ -525,6 +538,7 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
   p.seg_begin = with_mass ? a.seg_begin : nullptr;
   p.seg_mass = with_mass ? a.seg_mass : nullptr;
   p.key_mass = with_key_mass ? a.key_mass : nullptr;
+  p.mass_vec_begin = a.key_mass_first_row * group;
   p.n_kv = a.n_kv;
   p.n_vec = a.n_q * group;
   p.q_cols = int64_t(a.n_head) * hd;
@@ -540,6 +554,7 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
   switch (attention_route(a)) {
     case AttentionRoute::split_k: attention_decode_cuda(a, stream); return;
     case AttentionRoute::mma: attention_mma_cuda(a, stream); return;
+    case AttentionRoute::mma_key_mass: attention_mma_key_mass_cuda(a, stream); return;
     case AttentionRoute::f32: case AttentionRoute::f32_mass: break;
   }
   int device = 0, sms = 0;

@@ -28,6 +28,7 @@
 #include "core/format/quant.h"
 #include "cuda/attention.cuh"
 #include "cuda/attention-decode.cuh"
+#include "cuda/attention-key-mass.cuh"
 #include "cuda/attention-mma.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/cublas-loader.h"
@@ -100,6 +101,7 @@ const char* attention_profile_name(AttentionRoute r) {
   switch (r) {
     case AttentionRoute::split_k: return "attention/split-k";
     case AttentionRoute::mma: return "attention/mma";
+    case AttentionRoute::mma_key_mass: return "attention/mma+key-mass";
     case AttentionRoute::f32: return "attention/f32";
     case AttentionRoute::f32_mass: return "attention/f32+mass";
   }
@@ -777,10 +779,20 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
     a.seg_mass = static_cast<float*>(work_reserve(seg_mass->out->size() * sizeof(float)));
   }
   const bool deferred = key_totals && seg_mass->deferred;
+  if (key_totals) a.key_mass_first_row = seg_mass->first_query;
+  // Non-deferred totals at the start of the work buffer; the tensor-core key-total pass's work
+  // after them (work_reserve hands out one buffer, which a larger reservation may move).
+  const size_t totals_bytes = key_totals && !deferred ? (size_t(n_kv) * sizeof(float) + 255) / 256 * 256 : 0;
   if (key_totals && n_kv > 0)
     a.key_mass = deferred ? pending_mass_buffer(seg_mass->out, size_t(n_kv))
-                          : static_cast<float*>(work_reserve(size_t(n_kv) * sizeof(float)));
+                          : static_cast<float*>(work_reserve(totals_bytes));
   const AttentionRoute route = attention_route(a);  // from the shapes and the mass wanted, not the positions
+  if (route == AttentionRoute::mma_key_mass) {
+    a.mass_work_bytes = attention_key_mass_work_bytes(a);
+    auto* work = static_cast<uint8_t*>(work_reserve(totals_bytes + a.mass_work_bytes));
+    if (!deferred) a.key_mass = reinterpret_cast<float*>(work);
+    a.mass_work = work + totals_bytes;
+  }
 
   // Positions and segment boundaries in one upload: the int64 boundaries first (aligned), then
   // the query and key positions, then (for the tensor-core kernel) the key tiles' bounds.
@@ -788,7 +800,7 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   const size_t qpos_bytes = p.causal ? q_pos.size_bytes() : 0;
   const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv) * sizeof(int32_t) : 0;
   tile_bounds_.clear();
-  if (p.causal && route == AttentionRoute::mma) append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
+  if (p.causal && (route == AttentionRoute::mma || route == AttentionRoute::mma_key_mass)) append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
   const size_t bounds_bytes = tile_bounds_.size() * sizeof(int32_t);
   host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes);
   if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);

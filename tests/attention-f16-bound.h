@@ -43,6 +43,17 @@ struct AttentionProblem {
   int window = 0;
   bool causal = true;
 
+  AttentionParams params() const {
+    AttentionParams ap;
+    ap.n_head = n_head;
+    ap.n_kv_head = n_kv_head;
+    ap.head_dim = head_dim;
+    ap.scale = scale;
+    ap.sliding_window = window;
+    ap.softcap = softcap;
+    ap.causal = causal;
+    return ap;
+  }
   bool visible(int64_t i, int64_t j) const {
     if (!causal) return true;
     const int64_t qp = q_pos[size_t(i)], kp = k_pos[size_t(j)];
@@ -168,8 +179,9 @@ inline std::vector<float> attention_f16_mirror(const AttentionProblem& p, int ti
   return out;
 }
 
-// The CPU backend's attention (the f32 reference) on the problem, K and V as f16 tensors.
-inline std::vector<float> cpu_attention(const AttentionProblem& p) {
+// The CPU backend's attention (the f32 reference) on the problem, K and V as f16 tensors, with
+// the segment mass or key totals `mass` asks for.
+inline std::vector<float> cpu_attention(const AttentionProblem& p, SegmentMass* mass = nullptr) {
   auto cpu = make_cpu_backend(1);
   const int64_t q_cols = int64_t(p.n_head) * p.head_dim, kv_cols = int64_t(p.n_kv_head) * p.head_dim;
   const int64_t kv_rows = std::max<int64_t>(p.n_kv, 1);
@@ -180,15 +192,7 @@ inline std::vector<float> cpu_attention(const AttentionProblem& p) {
   cpu->upload(qt, p.q.data());
   cpu->upload(kt, k16.data());
   cpu->upload(vt, v16.data());
-  AttentionParams ap;
-  ap.n_head = p.n_head;
-  ap.n_kv_head = p.n_kv_head;
-  ap.head_dim = p.head_dim;
-  ap.scale = p.scale;
-  ap.sliding_window = p.window;
-  ap.softcap = p.softcap;
-  ap.causal = p.causal;
-  cpu->attention(qt, p.q_pos, kt, vt, p.k_pos, p.n_kv, ap, ot, nullptr);
+  cpu->attention(qt, p.q_pos, kt, vt, p.k_pos, p.n_kv, p.params(), ot, mass);
   std::vector<float> out(size_t(p.n_q * q_cols));
   cpu->download(ot, out.data());
   return out;

@@ -2,13 +2,15 @@
 // no GPU is: a host mirror of cuda/attention-mma.cu's rounding (q and P to f16, f32 sums, online
 // softmax per key tile) stays within the derived per-element bound of the f32 CPU backend and
 // under the NMSE limit on every case, while a mirror with a mask off by one key or two key rows
-// swapped does not — so the bound is tight enough to catch the errors a kernel makes.
+// swapped does not — so the bound is tight enough to catch the errors a kernel makes. The same
+// for key totals on tensor cores (tests/key-totals-f16-bound.h).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <string>
 
 #include "tests/attention-f16-bound.h"
+#include "tests/key-totals-f16-bound.h"
 
 namespace {
 
@@ -64,4 +66,44 @@ TEST_CASE("attention f16 bound: a mask off by one key or two swapped key rows br
   const BoundCheck b = check_against_bound(attention_f16_mirror(swapped, 64), ref, bound);
   CHECK(b.over > 0);
   CHECK(b.nmse > 20 * kMmaNmse);
+}
+
+// Key totals: all of the question's rows (first_row 0) or only the last rows of a prefill or of
+// recompute rows (first_row > 0), as prophet's first pass asks them of a layer's attention.
+TEST_CASE("key totals f16 bound: the kernels' host mirror stays within the derived bound of the CPU's totals") {
+  uint32_t seed = 200;
+  for (const ProblemSpec& s : kCases) {
+    for (const int64_t first_row : {int64_t(0), s.n_q - 12}) {
+      CAPTURE(s.what);
+      CAPTURE(first_row);
+      const AttentionProblem p = make_problem(s, seed++);
+      const std::vector<float> ref = cpu_key_totals(p, first_row);
+      const std::vector<float> mirror = key_totals_f16_mirror(p, first_row, 64);
+      const BoundCheck c = check_against_bound(mirror, ref, key_totals_f16_bound(p, first_row));
+      MESSAGE(std::string(s.what) << ", from row " << first_row << ": worst error / bound " << c.worst_ratio);
+      CHECK(c.nonfinite == 0);
+      CHECK(c.over == 0);
+      CHECK(c.nmse > 0);  // the rounding is there: the mirror is not the reference
+    }
+  }
+}
+
+TEST_CASE("key totals f16 bound: a mask off by one key or two swapped key rows break it") {
+  const ProblemSpec s = {"prefill, GQA 4", 128, 8, 2, 160, 160};
+  const AttentionProblem p = make_problem(s, 8);
+  const int64_t first_row = 120;
+  const std::vector<float> ref = cpu_key_totals(p, first_row);
+  const std::vector<double> bound = key_totals_f16_bound(p, first_row);
+
+  AttentionProblem off_by_one = p;  // every query also sees the key after it
+  for (auto& qp : off_by_one.q_pos) ++qp;
+  CHECK(check_against_bound(key_totals_f16_mirror(off_by_one, first_row, 64), ref, bound).over > 0);
+
+  AttentionProblem swapped = p;  // K rows 10 and 11 exchanged (an indexing slip)
+  const int64_t cols = int64_t(p.n_kv_head) * p.head_dim;
+  std::swap_ranges(swapped.k.begin() + 10 * cols, swapped.k.begin() + 11 * cols, swapped.k.begin() + 11 * cols);
+  CHECK(check_against_bound(key_totals_f16_mirror(swapped, first_row, 64), ref, bound).over > 0);
+
+  // Totals of every row where only the question's were asked for.
+  CHECK(check_against_bound(key_totals_f16_mirror(p, 0, 64), ref, bound).over > 0);
 }

@@ -334,6 +334,65 @@ TEST_CASE("cpu backend: attention equals naive masked softmax (GQA, positions, w
   }
 }
 
+// SegmentMass::first_query: one call gives every row's attention (the same bits as a call without
+// mass) and the key totals of rows [first_query, n_q) (the same bits as a call of those rows
+// alone) — prophet's first pass asks a layer's attention for its question's totals this way.
+TEST_CASE("cpu backend: key totals from a first query row come with every row's attention") {
+  auto b = make_cpu_backend(2);
+  const int n_q = 40, n_kv = 300, n_head = 4, n_kv_head = 2, hd = 64, qc = n_head * hd, kc = n_kv_head * hd;
+  auto q = random_vec(size_t(n_q * qc), 31), k = random_vec(size_t(n_kv * kc), 32), v = random_vec(size_t(n_kv * kc), 33);
+  std::vector<int32_t> kpos(n_kv), qpos(n_q);
+  for (int j = 0; j < n_kv; ++j) kpos[j] = j;
+  for (int i = 0; i < n_q; ++i) qpos[i] = n_kv - n_q + i;
+  std::vector<f16_t> kh(k.size()), vh(v.size());
+  fp32_to_fp16_row(k.data(), kh.data(), int64_t(k.size()));
+  fp32_to_fp16_row(v.data(), vh.data(), int64_t(v.size()));
+  Tensor K = b->alloc(DType::f16, n_kv, kc), V = b->alloc(DType::f16, n_kv, kc);
+  b->upload(K, kh.data());
+  b->upload(V, vh.data());
+  Tensor Q = upload(*b, q, n_q, qc);
+  AttentionParams p{n_head, n_kv_head, hd, 1.f / std::sqrt(float(hd)), 0, 0.f};
+  Tensor plain = b->alloc(DType::f32, n_q, qc);
+  b->attention(Q, qpos, K, V, kpos, n_kv, p, plain, nullptr);
+  for (int first : {1, 28, n_q - 1, n_q}) {
+    CAPTURE(first);
+    std::vector<float> fused_totals, alone_totals;
+    SegmentMass fused;
+    fused.key_totals = true;
+    fused.first_query = first;
+    fused.out = &fused_totals;
+    Tensor out = b->alloc(DType::f32, n_q, qc);
+    b->attention(Q, qpos, K, V, kpos, n_kv, p, out, &fused);
+    CHECK(download(*b, out) == download(*b, plain));
+    REQUIRE(fused_totals.size() == size_t(n_kv));
+    if (first == n_q) {
+      CHECK(std::all_of(fused_totals.begin(), fused_totals.end(), [](float t) { return t == 0.f; }));
+      continue;
+    }
+    SegmentMass alone;
+    alone.key_totals = true;
+    alone.out = &alone_totals;
+    Tensor out_alone = b->alloc(DType::f32, n_q - first, qc);
+    b->attention(Q.slice_rows(first, n_q - first), std::span(qpos).subspan(size_t(first)), K, V, kpos, n_kv, p,
+                 out_alone, &alone);
+    CHECK(fused_totals == alone_totals);
+    double sum = 0;
+    for (float t : fused_totals) sum += t;
+    CHECK(sum == doctest::Approx(double((n_q - first) * n_head)).epsilon(1e-5));
+  }
+  // Out of range, or without key totals: an internal error, not a silent misuse.
+  std::vector<float> t;
+  SegmentMass bad;
+  bad.key_totals = true;
+  bad.first_query = n_q + 1;
+  bad.out = &t;
+  Tensor out = b->alloc(DType::f32, n_q, qc);
+  CHECK_THROWS_AS(b->attention(Q, qpos, K, V, kpos, n_kv, p, out, &bad), ragkv::Error);
+  SegmentMass segs{{0, n_kv}, &t};
+  segs.first_query = 3;
+  CHECK_THROWS_AS(b->attention(Q, qpos, K, V, kpos, n_kv, p, out, &segs), ragkv::Error);
+}
+
 TEST_CASE("cpu backend: scatter and gather rows, f32 to f16") {
   auto b = make_cpu_backend(1);
   auto x = random_vec(3 * 8, 12);

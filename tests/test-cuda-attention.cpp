@@ -49,11 +49,13 @@
 #include "core/backend/cpu-backend.h"
 #include "core/util/error.h"
 #include "core/format/fp16.h"
+#include "cuda/attention-key-mass.cuh"
 #include "cuda/attention-mma.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/key-tile-bounds.h"
 #include "cuda/cuda-backend.h"
 #include "tests/attention-f16-bound.h"
+#include "tests/key-totals-f16-bound.h"
 #include "tests/cuda-device-buffer.h"
 
 namespace {
@@ -340,6 +342,45 @@ void run_cases(std::span<const Case> cases, uint32_t seed) {
   for (const Case& c : cases) run_case(c, seed++);
 }
 
+// A problem's inputs on the device as the kernels take them (K/V rows past n_kv hold NaN, the
+// key tiles' position bounds as the backend stages them), and the arguments that point at them;
+// the caller sets out (and any mass).
+struct DeviceProblem {
+  DeviceBuffer q, q_pos, k_pos, k, v, bounds;
+  ragkv::AttentionArgs args;
+
+  explicit DeviceProblem(const ragkv::test::AttentionProblem& p)
+      : q(p.q), q_pos(p.q_pos), k_pos(p.k_pos), k(to_f16(nan_padded(p, p.k))), v(to_f16(nan_padded(p, p.v))),
+        bounds(tile_bounds(p)) {
+    args.q = q.as<float>();
+    args.q_pos = p.causal ? q_pos.as<int32_t>() : nullptr;
+    args.k = k.as<void>();
+    args.v = v.as<void>();
+    args.k_pos = p.causal ? k_pos.as<int32_t>() : nullptr;
+    args.k_tile_bounds = p.causal ? bounds.as<int32_t>() : nullptr;
+    args.n_q = p.n_q;
+    args.n_kv = p.n_kv;
+    args.n_head = p.n_head;
+    args.n_kv_head = p.n_kv_head;
+    args.head_dim = p.head_dim;
+    args.scale = p.scale;
+    args.softcap = p.softcap;
+    args.sliding_window = p.window;
+    args.causal = p.causal;
+  }
+
+ private:
+  static std::vector<float> nan_padded(const ragkv::test::AttentionProblem& p, std::vector<float> x) {
+    x.resize(size_t((p.n_kv + kNanRows) * p.n_kv_head * p.head_dim), std::numeric_limits<float>::quiet_NaN());
+    return x;
+  }
+  static std::vector<int32_t> tile_bounds(const ragkv::test::AttentionProblem& p) {
+    std::vector<int32_t> b;
+    ragkv::append_key_tile_bounds(std::span(p.k_pos).first(size_t(p.n_kv)), b);
+    return b;
+  }
+};
+
 // The tensor-core kernel (attention-mma.cu), called directly or through attention_cuda's routing,
 // against the CPU within the derived f16 bound and NMSE limit (tests/attention-f16-bound.h). The
 // first three queries are moved before every key (they must give exactly 0); K/V rows past n_kv
@@ -351,32 +392,11 @@ void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through
   if (p.causal)
     for (int64_t i = 0; i < std::min<int64_t>(3, p.n_q); ++i) p.q_pos[size_t(i)] = -1;
   const std::vector<float> ref = cpu_attention(p);
-  const int64_t q_cols = int64_t(p.n_head) * p.head_dim, kv_cols = int64_t(p.n_kv_head) * p.head_dim;
-  std::vector<float> k = p.k, v = p.v;
-  k.resize(size_t((p.n_kv + kNanRows) * kv_cols), std::numeric_limits<float>::quiet_NaN());
-  v.resize(k.size(), std::numeric_limits<float>::quiet_NaN());
+  const int64_t q_cols = int64_t(p.n_head) * p.head_dim;
   const size_t n_out = size_t(p.n_q * q_cols), out_guard = size_t(kGuardRows * q_cols);
-  // The key tiles' position bounds the kernel skips tiles by, as the backend stages them.
-  std::vector<int32_t> bounds;
-  ragkv::append_key_tile_bounds(std::span(p.k_pos).first(size_t(p.n_kv)), bounds);
-  DeviceBuffer dq(p.q), dq_pos(p.q_pos), dk_pos(p.k_pos), dk(to_f16(k)), dv(to_f16(v)), dbounds(bounds);
+  DeviceProblem dp(p);
   DeviceBuffer dout(std::vector<float>(n_out + 2 * out_guard, kGuard));
-  ragkv::AttentionArgs a;
-  a.q = dq.as<float>();
-  a.q_pos = p.causal ? dq_pos.as<int32_t>() : nullptr;
-  a.k = dk.as<void>();
-  a.v = dv.as<void>();
-  a.k_pos = p.causal ? dk_pos.as<int32_t>() : nullptr;
-  a.k_tile_bounds = p.causal ? dbounds.as<int32_t>() : nullptr;
-  a.n_q = p.n_q;
-  a.n_kv = p.n_kv;
-  a.n_head = p.n_head;
-  a.n_kv_head = p.n_kv_head;
-  a.head_dim = p.head_dim;
-  a.scale = p.scale;
-  a.softcap = p.softcap;
-  a.sliding_window = p.window;
-  a.causal = p.causal;
+  ragkv::AttentionArgs a = dp.args;
   a.out = dout.as<float>() + out_guard;
   if (through_router) ragkv::attention_cuda(a, nullptr);
   else ragkv::attention_mma_cuda(a, nullptr);
@@ -393,6 +413,49 @@ void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through
   CHECK(nonzero == 0);
 }
 
+
+// Key totals (a.key_mass) from query row first_row on, called through attention_cuda: f16 K/V on
+// tensor cores (AttentionRoute::mma_key_mass; with the caller's workspace or its own) within the
+// derived bounds of tests/key-totals-f16-bound.h, or the f32 kernel (tensor_cores off) within
+// 1e-4 · (1 + total) of the CPU. key_mass sits between guards; K/V rows past n_kv hold NaN.
+void run_key_mass_case(const ragkv::test::ProblemSpec& s, int64_t first_row, uint32_t seed, bool tensor_cores,
+                       bool with_work) {
+  using namespace ragkv::test;
+  INFO("case: " << s.what << ", from row " << first_row << (tensor_cores ? "" : ", f32 kernel")
+                << (with_work ? ", caller's workspace" : ""));
+  const AttentionProblem p = make_problem(s, seed);
+  const int64_t q_cols = int64_t(p.n_head) * p.head_dim;
+  const size_t guard = 8;
+  DeviceProblem dp(p);
+  DeviceBuffer dout(std::vector<float>(size_t(p.n_q * q_cols), 0.f));
+  DeviceBuffer dmass(std::vector<float>(size_t(p.n_kv) + 2 * guard, kGuard));
+  ragkv::AttentionArgs a = dp.args;
+  a.out = dout.as<float>();
+  a.key_mass = dmass.as<float>() + guard;
+  a.key_mass_first_row = first_row;
+  a.tensor_cores = tensor_cores;
+  CHECK(ragkv::attention_route(a) == (tensor_cores ? ragkv::AttentionRoute::mma_key_mass : ragkv::AttentionRoute::f32_mass));
+  DeviceBuffer dwork(std::vector<uint8_t>(with_work ? ragkv::attention_key_mass_work_bytes(a) : 1, 0xff));
+  if (with_work) {
+    a.mass_work = dwork.as<void>();
+    a.mass_work_bytes = ragkv::attention_key_mass_work_bytes(a);
+  }
+  ragkv::attention_cuda(a, nullptr);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const std::vector<float> got = unguard(dmass.download<float>(size_t(p.n_kv) + 2 * guard), guard, "key totals");
+  const std::vector<float> ref = cpu_key_totals(p, first_row);
+  if (tensor_cores) {
+    const BoundCheck c = check_against_bound(got, ref, key_totals_f16_bound(p, first_row));
+    MESSAGE(s.what << ", from row " << first_row << ": totals worst error / bound " << c.worst_ratio);
+    CHECK(c.nonfinite == 0);
+    CHECK(c.over == 0);
+    const BoundCheck o = check_against_bound(dout.download<float>(size_t(p.n_q * q_cols)), cpu_attention(p),
+                                             attention_f16_bound(p));
+    CHECK(o.over == 0);
+  } else {
+    expect_close(got, ref, "key totals");
+  }
+}
 }  // namespace
 
 // Fields: what, head_dim, n_head, n_kv_head, n_q, n_kv, kv_f16, layout, window, softcap, seg, base.
@@ -507,6 +570,29 @@ TEST_CASE("cuda attention: tensor-core kernel within the derived f16 bound") {
   run_mma_case({"routed prefill, GQA 4, head_dim 128", 128, 16, 4, 1024, 1024}, seed++, true);
   run_mma_case({"routed recompute rows, GQA 4", 128, 32, 8, 600, 1000, true}, seed++, true);
   run_mma_case({"routed question rows, GQA 4", 128, 8, 2, 12, 700, true}, seed++, true);
+}
+
+// Key totals (prophet's question attention per key): on tensor cores for f16 K/V, by the f32
+// kernel otherwise; from the first query row or only the question's last rows.
+TEST_CASE("cuda attention: key totals on tensor cores within the derived f16 bound, and on the f32 kernel") {
+  if (gpu_missing()) return;
+  using ragkv::test::ProblemSpec;
+  const ProblemSpec cases[] = {
+      {"question rows, GQA 4, head_dim 128", 128, 32, 8, 40, 2100},
+      {"recompute rows, shuffled keys, head_dim 64", 64, 8, 2, 150, 900, true},
+      {"Gemma 3 shape, window 37, softcap", 256, 4, 1, 70, 400, true, 37, 2.f},
+      {"encoder, non-causal, head_dim 32", 32, 4, 4, 20, 300, false, 0, 0.f, false},
+      {"one question row, MHA", 64, 2, 2, 1, 100},
+  };
+  uint32_t seed = 9500;
+  for (const ProblemSpec& s : cases) {
+    const int64_t last = std::max<int64_t>(0, s.n_q - 12);
+    run_key_mass_case(s, 0, seed++, true, true);
+    run_key_mass_case(s, last, seed++, true, false);
+    run_key_mass_case(s, last, seed++, false, false);
+  }
+  // Every row before first_row: the totals are all zero.
+  run_key_mass_case({"no counted row", 64, 4, 2, 30, 200}, 30, seed++, true, true);
 }
 
 TEST_CASE("cuda attention: bad arguments throw ragkv::Error before touching the device") {

@@ -73,6 +73,7 @@
 #include "cuda/cuda-weight.h"
 #include "cuda/quant-decode.cuh"
 #include "cuda/quant-matmul.cuh"
+#include "tests/key-totals-f16-bound.h"
 #include "tests/test-util.h"
 
 namespace {
@@ -1745,81 +1746,68 @@ TEST_CASE("cuda: attention through the backend matches the CPU (scattered rows, 
   }
 }
 
-// Key totals (SegmentMass::key_totals, prophet's question attention): each key row's probability
-// summed over every query row and head, by the kernel's shared-memory reduction and one atomicAdd
-// per key and block, against the CPU's per-key mass summed in double. Both layouts prophet meets:
-// the question's rows at the end of an ascending prompt, and scattered recomputed rows; M = 16
-// and M = 64 blocks (few and many query vectors), GQA, a sliding window.
-TEST_CASE("cuda: attention key totals match the CPU (question rows over the whole prompt)") {
+// Key totals (SegmentMass::key_totals, prophet's question attention) through the backend: f16 K/V
+// go to the tensor-core attention and its key-total pass (cuda/attention-key-mass.cu), held to the
+// bounds derived from f16 rounding for the output (tests/attention-f16-bound.h) and each key's
+// total (tests/key-totals-f16-bound.h) against the CPU: the question's rows alone (first_query 0)
+// and a layer's rows with the question's last (first_query > 0: prophet's first pass). Both
+// layouts prophet meets (the question at the end of an ascending prompt, scattered recomputed
+// rows), GQA, a sliding window, softcap. Deferred: two calls pending at once, copied back by
+// synchronize(), give the same totals bit for bit (the pass has no atomics).
+TEST_CASE("cuda: attention key totals within the derived f16 bound (question rows over the whole prompt)") {
   if (gpu_missing()) return;
-  Backends be;
-  struct KtCase { int n_head, n_kv_head, head_dim, window; int64_t n_q, n_kv; bool scattered; };
-  const KtCase cases[] = {{8, 2, 64, 0, 12, 1500, false}, {32, 8, 128, 0, 40, 2100, false},
-                          {4, 4, 32, 96, 9, 700, true}, {8, 1, 256, 0, 3, 333, true}};
+  using namespace ragkv::test;
+  auto gpu = ragkv::make_cuda_backend(0);
+  struct KtCase {
+    ProblemSpec spec;
+    int64_t first_row;
+  };
+  const KtCase cases[] = {
+      {{"question over a prompt, GQA 4", 64, 8, 2, 12, 1500}, 0},
+      {{"8B shape, a layer's rows with the question last", 128, 32, 8, 60, 2100}, 20},
+      {{"recompute rows, window 96", 32, 4, 4, 9, 700, true, 96}, 0},
+      {{"Gemma 3 shape, shuffled keys, softcap", 256, 8, 1, 30, 333, true, 0, 2.f}, 27},
+  };
+  uint32_t seed = 4100;
   for (const KtCase& kc : cases) {
-    CAPTURE(kc.n_head);
-    CAPTURE(kc.n_q);
-    CAPTURE(kc.n_kv);
-    ragkv::AttentionParams ap;
-    ap.n_head = kc.n_head;
-    ap.n_kv_head = kc.n_kv_head;
-    ap.head_dim = kc.head_dim;
-    ap.scale = 1.f / std::sqrt(float(kc.head_dim));
-    ap.sliding_window = kc.window;
-    const int64_t n_kv = kc.n_kv, n_q = kc.n_q, qc = int64_t(ap.n_head) * ap.head_dim,
-                  kvc = int64_t(ap.n_kv_head) * ap.head_dim;
-    std::vector<int32_t> k_pos(static_cast<size_t>(n_kv)), q_pos(static_cast<size_t>(n_q));
-    for (int64_t i = 0; i < n_kv; ++i) k_pos[size_t(i)] = kc.scattered ? int32_t((i * 7919) % n_kv) : int32_t(i);
-    for (int64_t i = 0; i < n_q; ++i)
-      q_pos[size_t(i)] = kc.scattered ? int32_t((i * 37 + 11) % n_kv) : int32_t(n_kv - n_q + i);
-    const auto qv = random_values(size_t(n_q * qc), 41), kv = random_values(size_t(n_kv * kvc), 42),
-               vv = random_values(size_t(n_kv * kvc), 43);
-    std::vector<float> tot_cpu, tot_gpu;
-    ragkv::SegmentMass sm_cpu, sm_gpu;
-    sm_cpu.key_totals = sm_gpu.key_totals = true;
-    sm_cpu.out = &tot_cpu;
-    sm_gpu.out = &tot_gpu;
-    const Results r = run_both(be,
-                               {input(DType::f32, n_q, qc, qv), input(DType::f16, n_kv, kvc, kv), input(DType::f16, n_kv, kvc, vv),
-                                output(DType::f32, n_q, qc, zeros(size_t(n_q * qc)))},
-                               [&](Backend& b, const std::vector<Tensor>& t) {
-                                 ragkv::SegmentMass* sm = &b == be.gpu.get() ? &sm_gpu : &sm_cpu;
-                                 b.attention(t[0], q_pos, t[1], t[2], k_pos, n_kv, ap, t[3], sm);
-                               });
-    expect_close(r.gpu[3], r.cpu[3], 2e-4f);
-    REQUIRE(tot_cpu.size() == size_t(n_kv));
-    REQUIRE(tot_gpu.size() == size_t(n_kv));
-    // Each total sums n_q · n_head probabilities in f32 atomics (any order): relative 1e-4.
-    double sum_cpu = 0, sum_gpu = 0;
-    size_t bad = 0;
-    for (int64_t j = 0; j < n_kv; ++j) {
-      sum_cpu += tot_cpu[size_t(j)];
-      sum_gpu += tot_gpu[size_t(j)];
-      bad += std::fabs(tot_gpu[size_t(j)] - tot_cpu[size_t(j)]) > 1e-4 * (1.0 + std::fabs(tot_cpu[size_t(j)]));
-    }
-    CHECK(bad == 0);
-    // Every query sees a key here, so the totals add up to one per query row and head.
-    CHECK(sum_cpu == doctest::Approx(double(n_q * ap.n_head)).epsilon(1e-5));
-    CHECK(sum_gpu == doctest::Approx(double(n_q * ap.n_head)).epsilon(1e-4));
+    CAPTURE(kc.spec.what);
+    const AttentionProblem p = make_problem(kc.spec, seed++);
+    const int64_t qc = int64_t(p.n_head) * p.head_dim, kvc = int64_t(p.n_kv_head) * p.head_dim;
+    const Tensor q = make_tensor(*gpu, DType::f32, p.n_q, qc, p.q);
+    const Tensor k = make_tensor(*gpu, DType::f16, p.n_kv, kvc, p.k), v = make_tensor(*gpu, DType::f16, p.n_kv, kvc, p.v);
+    const Tensor o = gpu->alloc(DType::f32, p.n_q, qc);
+    const ragkv::AttentionParams ap = p.params();
+    std::vector<float> totals;
+    ragkv::SegmentMass sm;
+    sm.key_totals = true;
+    sm.first_query = kc.first_row;
+    sm.out = &totals;
+    gpu->attention(q, p.q_pos, k, v, p.k_pos, p.n_kv, ap, o, &sm);
 
-    // Deferred (SegmentMass::deferred): two calls pending at once, copied back by synchronize().
-    Tensor q = make_tensor(*be.gpu, DType::f32, n_q, qc, qv), k = make_tensor(*be.gpu, DType::f16, n_kv, kvc, kv);
-    Tensor v = make_tensor(*be.gpu, DType::f16, n_kv, kvc, vv), o = be.gpu->alloc(DType::f32, n_q, qc);
+    const BoundCheck out = check_against_bound(download_values(*gpu, o), cpu_attention(p), attention_f16_bound(p));
+    CHECK(out.nonfinite == 0);
+    CHECK(out.over == 0);
+    CHECK(out.nmse <= kMmaNmse);
+    REQUIRE(totals.size() == size_t(p.n_kv));
+    const BoundCheck tot = check_against_bound(totals, cpu_key_totals(p, kc.first_row), key_totals_f16_bound(p, kc.first_row));
+    MESSAGE(kc.spec.what << ": output worst / bound " << out.worst_ratio << ", totals worst / bound " << tot.worst_ratio);
+    CHECK(tot.nonfinite == 0);
+    CHECK(tot.over == 0);
+    // Every query sees a key here, so the totals add up to one per counted query row and head.
+    double sum = 0;
+    for (float t : totals) sum += t;
+    CHECK(sum == doctest::Approx(double((p.n_q - kc.first_row) * p.n_head)).epsilon(1e-4));
+
     std::vector<float> later[2];
     for (std::vector<float>& t : later) {
-      ragkv::SegmentMass d;
-      d.key_totals = d.deferred = true;
+      ragkv::SegmentMass d = sm;
+      d.deferred = true;
       d.out = &t;
-      be.gpu->attention(q, q_pos, k, v, k_pos, n_kv, ap, o, &d);
-      REQUIRE(t.size() == size_t(n_kv));
+      gpu->attention(q, p.q_pos, k, v, p.k_pos, p.n_kv, ap, o, &d);
+      REQUIRE(t.size() == size_t(p.n_kv));
     }
-    be.gpu->synchronize();
-    for (const std::vector<float>& t : later) {
-      size_t off = 0;
-      for (int64_t j = 0; j < n_kv; ++j)
-        off += std::fabs(t[size_t(j)] - tot_cpu[size_t(j)]) > 1e-4 * (1.0 + std::fabs(tot_cpu[size_t(j)]));
-      CHECK(off == 0);
-    }
+    gpu->synchronize();
+    for (const std::vector<float>& t : later) CHECK(t == totals);
   }
 }
 

@@ -434,6 +434,9 @@ void Backend::attention(const Tensor& q, std::span<const int32_t> q_pos, const T
     const auto& b = seg_mass->seg_begin;
     if (seg_mass->out == nullptr || (!seg_mass->key_totals && (b.empty() || !std::is_sorted(b.begin(), b.end()))))
       fail("internal: attention: segment mass needs ascending boundaries ({} given) and an output", b.size());
+    if (seg_mass->first_query != 0 && (!seg_mass->key_totals || seg_mass->first_query < 0 || seg_mass->first_query > n_q))
+      fail("internal: attention: key totals from query row {} of {} ({})", seg_mass->first_query, n_q,
+           seg_mass->key_totals ? "out of range" : "without key_totals");
   }
   check_disjoint(q, out, "attention", "q", "out");
   check_disjoint(k, out, "attention", "k", "out");

@@ -136,11 +136,16 @@ struct AttentionParams {
 // synchronize() — the CUDA backend then copies every pending total back together instead of
 // waiting for each call (prophet's question pass reads one per layer); out must stay alive and
 // untouched until then. The CPU backend fills it at once.
+// With key_totals and first_query > 0: the totals sum the probabilities of query rows
+// [first_query, n_q) only, while out is the attention of every row — one call for a layer's
+// attention and the question's totals (prophet's first pass: the question's rows are the last
+// rows of the layer's), where two calls computed the question rows' attention twice.
 struct SegmentMass {
   std::vector<int64_t> seg_begin;  // n_seg + 1 boundaries over the KV rows, ascending
   std::vector<float>* out = nullptr;  // resized to [n_q][n_head][n_seg], summed probabilities
   bool key_totals = false;
   bool deferred = false;
+  int64_t first_query = 0;  // key_totals only: in [0, n_q]
 };
 
 // The ops of Backend, for Backend::supports().

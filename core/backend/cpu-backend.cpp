@@ -329,6 +329,22 @@ class CpuBackend : public Backend {
 void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
                                 const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
                                 const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
+  if (seg_mass && seg_mass->key_totals && seg_mass->first_query > 0) {
+    // Every row's attention as without mass, then the totals of rows [first_query, n_q) from a
+    // call of their own (its output, the same rows' attention again, is dropped).
+    attention_impl(q, q_pos, k, v, k_pos, n_kv, p, out, nullptr);
+    const int64_t first = seg_mass->first_query, n_mass = q.rows - first;
+    if (n_mass == 0) {
+      seg_mass->out->assign(static_cast<size_t>(n_kv), 0.f);
+      return;
+    }
+    SegmentMass rows = *seg_mass;
+    rows.first_query = 0;
+    const Tensor scratch = alloc(DType::f32, n_mass, out.cols);
+    attention_impl(q.slice_rows(first, n_mass), p.causal ? q_pos.subspan(size_t(first)) : q_pos, k, v, k_pos, n_kv,
+                   p, scratch, &rows);
+    return;
+  }
   if (seg_mass && seg_mass->key_totals) {
     // The reference for key totals: one segment per key row, then the sum over query rows and
     // heads in double.

@@ -252,7 +252,6 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
       std::vector<float> deviation;
       if (check) deviation = deviation_scores(sel, st, plan.candidate);
       b.scatter_kv_rows(ws.k.slice_rows(0, na), ws.v.slice_rows(0, na), kv.k[l], kv.v[l], active);
-      if (relevance && relevance_layer(c, l)) question_attention_into(st, layer_mass[size_t(l)], /*deferred=*/true);
       if (focus && !focus->decided() && relevance_layer(c, l)) {
         const std::vector<float> mass = question_attention(st);
         std::vector<double> inter(chunk_segments.size(), 0.0);  // inter_l(C_i, U)
@@ -302,7 +301,16 @@ PrefillResult prefill_sparse(const Model& model, const RagPrompt& prompt, const 
         r.stats.kept_after_check.push_back(active);
       }
       const bool stats = collect && final_pass;
-      model.layer_attend_ffn(l, int64_t(active.size()), active, kv, n, ws, stats ? &seg_mass : nullptr);
+      SegmentMass* attend_mass = stats ? &seg_mass : nullptr;
+      SegmentMass question_mass;
+      if (relevance && relevance_layer(c, l)) {
+        // The question's attention comes with the layer's own (the first pass neither checks nor
+        // narrows its rows, so they are those the totals are asked of).
+        if (stats || check || focus) fail("internal: the question's attention asked of a pass that changes its rows");
+        question_mass = question_attention_request(st, layer_mass[size_t(l)]);
+        attend_mass = &question_mass;
+      }
+      model.layer_attend_ffn(l, int64_t(active.size()), active, kv, n, ws, attend_mass);
       if (stats) {
         collect->add_rows(active, seg_mass_out);
         collect->end_layer();

@@ -94,27 +94,40 @@ std::vector<float> deviation_scores(Selection s, const CheckLayerState& st, cons
   return dv;
 }
 
-void question_attention_into(const CheckLayerState& st, std::vector<float>& total, bool deferred) {
-  const ModelConfig& c = st.model.config();
-  Backend& b = st.model.backend();
+namespace {
+
+// Where the question's rows start among the active rows (they are the last ones).
+int64_t first_question_row(const CheckLayerState& st) {
   const int64_t na = int64_t(st.active.size());
-  int64_t first_q = na;  // the question's rows are the last active rows
+  int64_t first_q = na;
   while (first_q > 0 && st.active[size_t(first_q - 1)] >= st.question_begin) --first_q;
-  const int64_t nq = na - first_q;
-  if (nq == 0) fail("internal: no question rows among the active rows of layer {}", st.layer);
+  if (first_q == na) fail("internal: no question rows among the active rows of layer {}", st.layer);
+  return first_q;
+}
+
+}  // namespace
+
+SegmentMass question_attention_request(const CheckLayerState& st, std::vector<float>& total) {
   SegmentMass mass;  // each key row's probability, Σ over the question's rows and heads
   mass.key_totals = true;
-  mass.deferred = deferred;
+  mass.deferred = true;
+  mass.out = &total;
+  mass.first_query = first_question_row(st);
+  return mass;
+}
+
+std::vector<float> question_attention(const CheckLayerState& st) {
+  const ModelConfig& c = st.model.config();
+  Backend& b = st.model.backend();
+  const int64_t first_q = first_question_row(st), nq = int64_t(st.active.size()) - first_q;
+  std::vector<float> total;
+  SegmentMass mass;  // each key row's probability, Σ over the question's rows and heads
+  mass.key_totals = true;
   mass.out = &total;
   const Tensor out = st.ws.attn.slice_rows(first_q, nq);  // rewritten by the layer's attention after the checks
   b.attention(st.ws.q.slice_rows(first_q, nq), st.active.subspan(size_t(first_q)), st.kv.k[st.layer],
               st.kv.v[st.layer], std::span(st.kv.pos).first(size_t(st.n_kv)), st.n_kv, c.attention(st.layer), out,
               &mass);
-}
-
-std::vector<float> question_attention(const CheckLayerState& st) {
-  std::vector<float> total;
-  question_attention_into(st, total, /*deferred=*/false);
   return total;
 }
 

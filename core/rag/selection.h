@@ -49,9 +49,13 @@ std::vector<float> question_scores(Selection s, const CheckLayerState& st);
 // The attention mass the question's queries put on every key row [0, n_kv) at this layer, summed
 // over query rows and heads (question_scores is this, read at the active rows).
 std::vector<float> question_attention(const CheckLayerState& st);
-// The same into `total`; deferred (SegmentMass::deferred): filled by the backend's next
-// synchronize(), so that a pass over every layer waits for the device once, not per layer.
-void question_attention_into(const CheckLayerState& st, std::vector<float>& total, bool deferred);
+// What makes the layer's own attention over st.active (Model::layer_attend_ffn after the
+// scatter, the active rows unchanged) yield question_attention into `total` as well, deferred
+// (SegmentMass::deferred: filled by the backend's next synchronize(), so that a pass over every
+// layer waits for the device once, not per layer): key totals from the question's rows, the
+// last active rows (SegmentMass::first_query). One attention per layer instead of the layer's
+// and a second of the question's rows.
+SegmentMass question_attention_request(const CheckLayerState& st, std::vector<float>& total);
 // The score the selection ranks by, from the parts above (random: a uniform draw per row,
 // reproducible from seed, prompt hash and layer).
 std::vector<float> selection_scores(Selection s, const CheckLayerState& st, const std::vector<uint8_t>& candidate,
