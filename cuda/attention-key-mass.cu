@@ -5,12 +5,17 @@
 // A probability needs the row's final max m and sum l, so the totals are a second pass (as in
 // attention.cu's f32 kernel): the tensor-core attention (attention-mma.cu) computes every row's
 // output and leaves each vector's (m, l); then this kernel recomputes S = Q·Kᵀ with the same code
-// (mma_attention::warp_scores: the same f16 Q rows, K rows and k-step order, so the same f32
-// logits) and sums p = exp(S − m) / l over the vectors. A layer's own attention can thus yield the
+// (mma_attention::warp_scores: the same f16 Q rows, K rows and k-step order; the scale applied
+// by __fmul_rn on both sides, never contracted into the exponent's subtraction — the same logits,
+// unless the tensor cores' f32 sums depend on an element's row slot, which the bound covers
+// anyway) and sums p = exp(S − m) / l over the vectors. A layer's own attention can thus yield the
 // question's totals (first_row > 0: only the question's rows count) without a second attention of
 // the question's rows, and the pass itself runs on tensor cores. Before, prophet's first pass ran
 // the question's rows a second time per layer on the f32 kernel, two FMA passes over every key
-// (my estimate, not measured: 2–8 ms of an 8B blend).
+// (my estimate, not measured: 2–8 ms of an 8B blend). A layer call of at most 8 query vectors per
+// KV head (a one- or two-token question alone) that went to split-K without mass now runs on the
+// tensor-core kernel, one block per KV head: its output moves within the f16 bound, and for so
+// few rows the split-K kernel would be faster (it leaves no final (m, l) to read).
 //
 // Work split: a block of 4 warps owns one tile of BN keys of one KV head (grid ⌈n_kv / BN⌉ ×
 // n_kv_head) and stages it once; it then walks the vectors in chunks of 64 (16 per warp, one mma
@@ -23,7 +28,7 @@
 // Numerics: the probabilities are the tensor-core attention's own (same logits, same m and l),
 // which differ from the f32 CPU reference's by Q's rounding to f16 — each probability within a
 // factor e^{±2Δ} of it (Δ the logit error bound of tests/attention-f16-bound.h) — plus f32
-// rounding of the sums; tests/key-totals-f16-bound.h derives the per-key bound the GPU tests hold.
+// rounding of the sums; tests/attention-mass-f16-bound.h derives the per-key bound the GPU tests hold.
 #include "cuda/attention-key-mass.cuh"
 #include "cuda/attention-mma-common.cuh"
 #include "cuda/attention-mma.cuh"
@@ -78,16 +83,7 @@ __global__ void __launch_bounds__(kThreads) key_mass_kernel(const KeyMassParams 
   const int g = blockIdx.y;
   const int64_t j0 = int64_t(blockIdx.x) * BN;
 
-  // The tile's K rows as they are (zeros past n_kv) and their positions.
-  constexpr int kPerRow = D / 8;
-  for (int idx = tid; idx < BN * kPerRow; idx += kThreads) {
-    const int r = idx / kPerRow, c = (idx % kPerRow) * 8;
-    const int64_t j = j0 + r;
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (j < p.n_kv) val = *reinterpret_cast<const uint4*>(p.k + j * p.kv_cols + int64_t(g) * D + c);
-    *reinterpret_cast<uint4*>(Ks + r * RS + c) = val;
-  }
-  if (tid < BN) kpos_s[tid] = p.causal && j0 + tid < p.n_kv ? __ldg(p.k_pos + j0 + tid) : 0;
+  mma_attention::stage_key_rows<D, BN>(p, g, j0, Ks, kpos_s);
   __syncthreads();
   // The tile's position range (every warp computes the same).
   int kmin = INT_MAX, kmax = INT_MIN;
@@ -108,8 +104,7 @@ __global__ void __launch_bounds__(kThreads) key_mass_kernel(const KeyMassParams 
   for (int64_t t0 = p.vec_begin; t0 < p.n_vec; t0 += kBlockVectors) {
     const int n_valid = int(min(int64_t(kBlockVectors), p.n_vec - t0));
     __syncthreads();  // the previous chunk's readers of Qs and qpos_s are done
-    mma_attention::stage_query_vectors<D>(p.q, t0, n_valid, p.group, g, p.q_cols, Qs);
-    if (tid < kBlockVectors) qpos_s[tid] = tid < n_valid && p.causal ? p.q_pos[(t0 + tid) / p.group] : 0;
+    mma_attention::stage_query_vectors<D>(p, t0, n_valid, g, Qs, qpos_s);
     __syncthreads();
     int qmin, qmax;
     attention_tiles::query_position_range(qpos_s, n_valid, p.causal, lane, qmin, qmax);
@@ -138,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) key_mass_kernel(const KeyMassParams 
         const int side = e >> 1, col = nt * 8 + 2 * tig + (e & 1);
         bool vis = j0 + col < p.n_kv && l[side] > 0.f;
         if (p.causal) vis = vis && attention_tiles::key_visible(qp[side], kpos_s[col], p.window);
-        float x = p.scale * s[nt][e];
+        float x = __fmul_rn(p.scale, s[nt][e]);  // as attention-mma.cu rounds it
         if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
         if (vis) acc[nt][e & 1] += expf(x - m[side]) / l[side];
       }
@@ -175,38 +170,24 @@ __global__ void sum_heads_kernel(const float* __restrict__ partial, float* __res
   key_mass[j] = total;
 }
 
-constexpr size_t kAlign = 256;
-size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-size_t stats_bytes(const AttentionArgs& a) {
-  return aligned(size_t(a.n_kv_head) * size_t(a.n_q) * size_t(a.n_head / a.n_kv_head) * sizeof(float2));
-}
-
 template <int D, int BN>
 void launch(const KeyMassParams& p, int n_kv_head, cudaStream_t stream) {
   constexpr size_t smem = smem_bytes<D, BN>();
   static_assert(smem <= 227 * 1024, "shared memory per block on sm_90");
-  const auto kernel = key_mass_kernel<D, BN>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const int64_t tiles = (p.n_kv + BN - 1) / BN;
-  if (tiles > INT_MAX) cuda_internal_fail("attention_mma_key_mass_cuda: too many keys for one grid");
-  kernel<<<dim3(unsigned(tiles), unsigned(n_kv_head)), kThreads, smem, stream>>>(p);
-  CUDA_CHECK(cudaGetLastError());
+  mma_attention::launch_blocks(key_mass_kernel<D, BN>, smem, (p.n_kv + BN - 1) / BN, n_kv_head, p, stream,
+                               "attention_mma_key_mass_cuda: too many keys for one grid");
 }
 
 }  // namespace
 
 size_t attention_key_mass_work_bytes(const AttentionArgs& a) {
-  return stats_bytes(a) + aligned(size_t(a.n_kv_head) * size_t(a.n_kv) * sizeof(float));
+  return mma_attention::stats_bytes(a) + size_t(a.n_kv_head) * size_t(a.n_kv) * sizeof(float);
 }
 
 void attention_mma_key_mass_cuda(const AttentionArgs& a, cudaStream_t stream) {
-  const size_t bytes = attention_key_mass_work_bytes(a);
-  const bool own = a.mass_work == nullptr || a.mass_work_bytes < bytes;
-  void* work = own ? nullptr : a.mass_work;
-  if (own) CUDA_CHECK(cudaMallocAsync(&work, bytes, stream));
-  auto* stats = static_cast<float2*>(work);
-  auto* partial = reinterpret_cast<float*>(static_cast<char*>(work) + stats_bytes(a));
+  const mma_attention::MassWorkspace work(a, attention_key_mass_work_bytes(a), stream);
+  auto* stats = reinterpret_cast<float2*>(work.bytes());
+  auto* partial = reinterpret_cast<float*>(work.bytes() + mma_attention::stats_bytes(a));
 
   attention_mma_cuda(a, stream, stats);  // every row's output, every vector's (m, l)
 
@@ -225,7 +206,6 @@ void attention_mma_key_mass_cuda(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t blocks = (a.n_kv + kSumThreads - 1) / kSumThreads;
   sum_heads_kernel<<<unsigned(blocks), kSumThreads, 0, stream>>>(partial, a.key_mass, a.n_kv, a.n_kv_head);
   CUDA_CHECK(cudaGetLastError());
-  if (own) CUDA_CHECK(cudaFreeAsync(work, stream));
 }
 
 }  // namespace ragkv

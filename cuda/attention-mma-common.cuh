@@ -6,10 +6,14 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include <climits>
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/attention-tiles.cuh"
 #include "cuda/attention.cuh"
+#include "cuda/cuda-check.h"
+#include "cuda/key-tile-bounds.h"
 #include "cuda/mma-ops.cuh"
 
 namespace ragkv::mma_attention {
@@ -23,28 +27,13 @@ constexpr int kBlockVectors = 16 * kWarps;  // query vectors per block (16 per w
 template <int D>
 constexpr int row_halves() { return D + 8; }
 
-// Vectors [t0, t0 + n_valid) of KV head g as f16 rows of Qs ([kBlockVectors][row_halves<D>]),
-// zeros past n_valid; every thread of the block takes part.
-template <int D>
-__device__ __forceinline__ void stage_query_vectors(const float* __restrict__ q, int64_t t0, int n_valid, int group,
-                                                    int g, int64_t q_cols, __half* Qs) {
-  for (int idx = threadIdx.x; idx < kBlockVectors * (D / 4); idx += kThreads) {
-    const int vl = idx / (D / 4), c = (idx % (D / 4)) * 4;
-    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (vl < n_valid)
-      val = *reinterpret_cast<const float4*>(q + attention_tiles::vector_offset(t0 + vl, group, g, q_cols, D) + c);
-    __half2* dst = reinterpret_cast<__half2*>(Qs + vl * row_halves<D>() + c);
-    dst[0] = __floats2half2_rn(val.x, val.y);
-    dst[1] = __floats2half2_rn(val.z, val.w);
-  }
-}
-
 // The arguments both kernels read, from a checked call (attention.cuh).
 struct QueryKeyParams {
   const float* q;        // f32 [n_q][q_cols]
   const int32_t* q_pos;  // [n_q] (causal)
   const __half* k;       // f16 [>= n_kv][kv_cols]
   const int32_t* k_pos;  // [n_kv] (causal)
+  const int32_t* k_tile_bounds;  // [⌈n_kv / 32⌉][2]: min, max of k_pos per 32 keys (causal)
   int64_t n_kv, n_vec, q_cols, kv_cols;  // n_vec = n_q · group query vectors per KV head
   int group, window;
   float scale, softcap;
@@ -58,6 +47,7 @@ inline QueryKeyParams query_key_params(const AttentionArgs& a) {
   p.q_pos = a.q_pos;
   p.k = static_cast<const __half*>(a.k);
   p.k_pos = a.k_pos;
+  p.k_tile_bounds = a.k_tile_bounds;
   p.n_kv = a.n_kv;
   p.n_vec = a.n_q * p.group;
   p.q_cols = int64_t(a.n_head) * a.head_dim;
@@ -67,6 +57,76 @@ inline QueryKeyParams query_key_params(const AttentionArgs& a) {
   p.softcap = a.softcap;
   p.causal = a.causal;
   return p;
+}
+
+// Vectors [t0, t0 + n_valid) of KV head g as f16 rows of Qs ([kBlockVectors][row_halves<D>]),
+// zeros past n_valid, and their positions in qpos_s ([kBlockVectors], 0 past n_valid or when not
+// causal); every thread of the block takes part.
+template <int D>
+__device__ __forceinline__ void stage_query_vectors(const QueryKeyParams& p, int64_t t0, int n_valid, int g, __half* Qs,
+                                                    int* qpos_s) {
+  for (int idx = threadIdx.x; idx < kBlockVectors * (D / 4); idx += kThreads) {
+    const int vl = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (vl < n_valid)
+      val = *reinterpret_cast<const float4*>(p.q + attention_tiles::vector_offset(t0 + vl, p.group, g, p.q_cols, D) + c);
+    __half2* dst = reinterpret_cast<__half2*>(Qs + vl * row_halves<D>() + c);
+    dst[0] = __floats2half2_rn(val.x, val.y);
+    dst[1] = __floats2half2_rn(val.z, val.w);
+  }
+  const int tid = threadIdx.x;
+  if (tid < kBlockVectors) qpos_s[tid] = tid < n_valid && p.causal ? p.q_pos[(t0 + tid) / p.group] : 0;
+}
+
+// Rows [j0, j0 + BN) of KV head g's keys as they are (f16) in Ks ([BN][row_halves<D>]), zeros past
+// n_kv, and their positions in kpos_s ([BN]); every thread of the block takes part (plain loads:
+// the mass passes stage one tile at a time).
+template <int D, int BN>
+__device__ __forceinline__ void stage_key_rows(const QueryKeyParams& p, int g, int64_t j0, __half* Ks, int* kpos_s) {
+  constexpr int kPerRow = D / 8;
+  for (int idx = threadIdx.x; idx < BN * kPerRow; idx += kThreads) {
+    const int r = idx / kPerRow, c = (idx % kPerRow) * 8;
+    const int64_t j = j0 + r;
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (j < p.n_kv) val = *reinterpret_cast<const uint4*>(p.k + j * p.kv_cols + int64_t(g) * D + c);
+    *reinterpret_cast<uint4*>(Ks + r * row_halves<D>() + c) = val;
+  }
+  const int tid = threadIdx.x;
+  if (tid < BN) kpos_s[tid] = p.causal && j0 + tid < p.n_kv ? __ldg(p.k_pos + j0 + tid) : 0;
+}
+
+// Whether no query of the block (positions in [qmin, qmax]) sees any key of the tile at j0 < n_kv,
+// from the tile's position bounds (key-tile-bounds.h: one pair per 32 keys, BN / 32 pairs per
+// tile): the same decision in every lane.
+template <int BN>
+__device__ __forceinline__ bool tile_hidden(const QueryKeyParams& p, int64_t j0, int qmin, int qmax) {
+  if (!p.causal) return false;
+  static_assert(BN % kKeyTileKeys == 0, "key tiles of whole bound tiles");
+  int kmin = INT_MAX, kmax = INT_MIN;
+#pragma unroll
+  for (int s = 0; s < BN / kKeyTileKeys; ++s) {
+    const int64_t j = j0 + int64_t(s) * kKeyTileKeys;
+    if (j < p.n_kv) {
+      const int64_t t = j / kKeyTileKeys;
+      kmin = min(kmin, __ldg(p.k_tile_bounds + 2 * t));
+      kmax = max(kmax, __ldg(p.k_tile_bounds + 2 * t + 1));
+    }
+  }
+  return kmin > qmax || (p.window > 0 && int64_t(kmax) <= int64_t(qmin) - p.window);
+}
+
+// The first tile at or after j0 that some query of the block sees (n_kv when none): block-uniform.
+// The next tile is tested alone (the usual answer); past a hidden one, the warp's lanes test 32
+// tiles at once (a causal block near the start of a long prompt skips every tile after its own).
+template <int BN>
+__device__ __forceinline__ int64_t next_visible_tile(const QueryKeyParams& p, int64_t j0, int lane, int qmin, int qmax) {
+  if (j0 >= p.n_kv || !tile_hidden<BN>(p, j0, qmin, qmax)) return min(j0, p.n_kv);
+  for (j0 += BN; j0 < p.n_kv; j0 += 32 * BN) {
+    const int64_t j = j0 + int64_t(lane) * BN;
+    const unsigned visible = __ballot_sync(0xffffffffu, j < p.n_kv && !tile_hidden<BN>(p, j, qmin, qmax));
+    if (visible) return j0 + int64_t(__ffs(visible) - 1) * BN;
+  }
+  return p.n_kv;
 }
 
 // S = Q·Kᵀ for a warp's 16 query vectors × NT·8 keys: D/16 k-steps × NT mma each, A from the
@@ -98,5 +158,49 @@ __device__ __forceinline__ void warp_scores(float (&s)[NT][4], const __half* q_l
 // Vector t of KV head g's final softmax statistics (m: the largest logit it sees, −∞ when none;
 // l: Σ exp(logit − m)) in a [n_kv_head][n_vec] array of float2.
 __device__ __forceinline__ int64_t stats_index(int64_t t, int g, int64_t n_vec) { return int64_t(g) * n_vec + t; }
+
+// Bytes of the [n_kv_head][n_vec] float2 statistics of a call, rounded up to 256 (a workspace
+// part that follows them stays aligned).
+inline size_t stats_bytes(const AttentionArgs& a) {
+  const size_t bytes = size_t(a.n_kv_head) * size_t(a.n_q) * size_t(a.n_head / a.n_kv_head) * sizeof(float2);
+  return (bytes + 255) / 256 * 256;
+}
+
+// The workspace of a mass pass: the caller's (a.mass_work) when it is large enough, else memory
+// of its own allocated on the stream and freed there (stream-ordered) when this goes.
+class MassWorkspace {
+ public:
+  MassWorkspace(const AttentionArgs& a, size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (a.mass_work != nullptr && a.mass_work_bytes >= bytes) {
+      ptr_ = a.mass_work;
+      return;
+    }
+    CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
+    own_ = true;
+  }
+  ~MassWorkspace() {
+    if (own_) cudaFreeAsync(ptr_, stream_);  // (a failure here would have failed the launches first)
+  }
+  MassWorkspace(const MassWorkspace&) = delete;
+  MassWorkspace& operator=(const MassWorkspace&) = delete;
+  char* bytes() const { return static_cast<char*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+  bool own_ = false;
+};
+
+// Launches kernel(p) on a grid of blocks × n_kv_head blocks of kThreads threads with smem bytes of
+// dynamic shared memory (opted in above 48 KiB); `too_many` names the failure when blocks
+// exceeds the grid.
+template <typename Params>
+void launch_blocks(void (*kernel)(Params), size_t smem, int64_t blocks, int n_kv_head, const Params& p,
+                   cudaStream_t stream, const char* too_many) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (blocks > INT_MAX) cuda_internal_fail(too_many);
+  kernel<<<dim3(unsigned(blocks), unsigned(n_kv_head)), kThreads, smem, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
 
 }  // namespace ragkv::mma_attention

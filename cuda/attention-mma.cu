@@ -3,9 +3,9 @@
 // registers, divided by l once at the end) on mma.sync.m16n8k16 tiles — f16 operands, f32
 // accumulators — with attention.cu's semantics: queries at arbitrary absolute positions, key
 // rows in any position order, masks decided per (query, key) pair by position and window,
-// softcap, tile skipping by the block's position ranges. Segment mass stays on attention.cu's
-// f32 kernel; for key totals this kernel also leaves each vector's final (m, l), which the
-// key-total pass of attention-key-mass.cu reads.
+// softcap, tile skipping by the block's position ranges. For key totals and segment mass it also
+// leaves each vector's final (m, l), which the passes of attention-key-mass.cu and
+// attention-segment-mass.cu read.
 //
 // Work split. Vectors as in attention.cu (vector t = row · group + hg of KV head g). A block of 4
 // warps owns 64 consecutive vectors of one KV head, 16 per warp (the M of one mma); grid
@@ -67,7 +67,6 @@ using mma_attention::row_halves;
 
 struct MmaParams : mma_attention::QueryKeyParams {
   const __half* v;               // as k
-  const int32_t* k_tile_bounds;  // [⌈n_kv / 32⌉][2]: min, max of k_pos per 32 keys (causal)
   float* out;                    // f32 [n_q][q_cols]
   float2* row_stats;             // null, or each vector's final (m, l) (mma_attention::stats_index)
 };
@@ -82,26 +81,6 @@ __device__ __forceinline__ bool key_visible(const MmaParams& p, int qp, int kp) 
   return attention_tiles::key_visible(qp, kp, p.window);
 }
 
-// Whether no query of the block (positions in [qmin, qmax]) sees any key of the tile at j0 < n_kv,
-// from the tile's position bounds (key-tile-bounds.h: one pair per 32 keys, BN / 32 pairs per
-// tile): the same decision in every lane.
-template <int BN>
-__device__ __forceinline__ bool tile_hidden(const MmaParams& p, int64_t j0, int qmin, int qmax) {
-  if (!p.causal) return false;
-  static_assert(BN % kKeyTileKeys == 0, "key tiles of whole bound tiles");
-  int kmin = INT_MAX, kmax = INT_MIN;
-#pragma unroll
-  for (int s = 0; s < BN / kKeyTileKeys; ++s) {
-    const int64_t j = j0 + int64_t(s) * kKeyTileKeys;
-    if (j < p.n_kv) {
-      const int64_t t = j / kKeyTileKeys;
-      kmin = min(kmin, __ldg(p.k_tile_bounds + 2 * t));
-      kmax = max(kmax, __ldg(p.k_tile_bounds + 2 * t + 1));
-    }
-  }
-  return kmin > qmax || (p.window > 0 && int64_t(kmax) <= int64_t(qmin) - p.window);
-}
-
 // Starts copying rows [j0, j0 + BN) of KV head g to shared memory as they are (f16), 16 bytes per
 // copy; rows past n_kv become zeros.
 template <int D, int BN>
@@ -114,20 +93,6 @@ __device__ __forceinline__ void stage_rows_async(const __half* __restrict__ src,
     const bool valid = j < p.n_kv;
     cp_async_16(dst + r * row_halves<D>() + c, valid ? src + j * p.kv_cols + int64_t(g) * D + c : src, valid);
   }
-}
-
-// The first tile at or after j0 that some query of the block sees (n_kv when none): block-uniform.
-// The next tile is tested alone (the usual answer); past a hidden one, the warp's lanes test 32
-// tiles at once (a causal block near the start of a long prompt skips every tile after its own).
-template <int BN>
-__device__ __forceinline__ int64_t next_visible_tile(const MmaParams& p, int64_t j0, int lane, int qmin, int qmax) {
-  if (j0 >= p.n_kv || !tile_hidden<BN>(p, j0, qmin, qmax)) return min(j0, p.n_kv);
-  for (j0 += BN; j0 < p.n_kv; j0 += 32 * BN) {
-    const int64_t j = j0 + int64_t(lane) * BN;
-    const unsigned visible = __ballot_sync(0xffffffffu, j < p.n_kv && !tile_hidden<BN>(p, j, qmin, qmax));
-    if (visible) return j0 + int64_t(__ffs(visible) - 1) * BN;
-  }
-  return p.n_kv;
 }
 
 template <int D, int BN>
@@ -150,8 +115,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
   const int n_valid = int(min(int64_t(kBlockVectors), p.n_vec - t0));
 
   // The block's query vectors as f16 (zeros past n_vec), and their positions.
-  mma_attention::stage_query_vectors<D>(p.q, t0, n_valid, p.group, g, p.q_cols, Qs);
-  if (tid < kBlockVectors) qpos_s[tid] = tid < n_valid && p.causal ? p.q_pos[(t0 + tid) / p.group] : 0;
+  mma_attention::stage_query_vectors<D>(p, t0, n_valid, g, Qs, qpos_s);
   __syncthreads();
 
   int qmin, qmax;
@@ -180,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
     if (tid < BN) kpos[tid] = p.causal && j + tid < p.n_kv ? __ldg(p.k_pos + j + tid) : 0;
     stage_rows_async<D, BN>(p.k, p, g, j, Ks);
   };
-  int64_t j0 = next_visible_tile<BN>(p, 0, lane, qmin, qmax);
+  int64_t j0 = mma_attention::next_visible_tile<BN>(p, 0, lane, qmin, qmax);
   int buf = 0;
   if (j0 < p.n_kv) stage_k(j0, kpos_buf);
   cp_async_commit();
@@ -197,7 +161,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
     __syncthreads();  // every warp has read Ks: the next tile's K may land there
     {
       // (Found again after P·V rather than kept: a register less across the loop body.)
-      const int64_t next = next_visible_tile<BN>(p, j0 + BN, lane, qmin, qmax);
+      const int64_t next = mma_attention::next_visible_tile<BN>(p, j0 + BN, lane, qmin, qmax);
       if (next < p.n_kv) stage_k(next, kpos_buf + (buf ^ 1) * BN);
     }
     cp_async_commit();
@@ -211,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
         const int col = nt * 8 + 2 * tig + (e & 1);
         bool vis = j0 + col < p.n_kv;
         if (p.causal) vis = vis && key_visible(p, e < 2 ? qp0 : qp1, kpos_s[col]);
-        float x = p.scale * s[nt][e];
+        float x = __fmul_rn(p.scale, s[nt][e]);  // never contracted: the mass passes round as here
         if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
         s[nt][e] = vis ? x : -CUDART_INF_F;
       }
@@ -254,7 +218,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
       }
     }
     __syncthreads();  // every warp has read Vs
-    j0 = next_visible_tile<BN>(p, j0 + BN, lane, qmin, qmax);
+    j0 = mma_attention::next_visible_tile<BN>(p, j0 + BN, lane, qmin, qmax);
     if (j0 < p.n_kv) stage_rows_async<D, BN>(p.v, p, g, j0, Vs);
     cp_async_commit();
     buf ^= 1;
@@ -283,13 +247,8 @@ template <int D, int BN>
 void launch(const MmaParams& p, int n_kv_head, cudaStream_t stream) {
   constexpr size_t smem = smem_bytes<D, BN>();
   static_assert(smem <= 227 * 1024, "shared memory per block on sm_90");
-  const auto kernel = attention_mma_kernel<D, BN>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const int64_t blocks = (p.n_vec + kBlockVectors - 1) / kBlockVectors;
-  if (blocks > INT_MAX) cuda_internal_fail("attention_mma_cuda: too many query vectors for one grid");
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(n_kv_head));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  CUDA_CHECK(cudaGetLastError());
+  mma_attention::launch_blocks(attention_mma_kernel<D, BN>, smem, (p.n_vec + kBlockVectors - 1) / kBlockVectors,
+                               n_kv_head, p, stream, "attention_mma_cuda: too many query vectors for one grid");
 }
 
 }  // namespace
@@ -311,7 +270,6 @@ void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row
   MmaParams p{};
   static_cast<mma_attention::QueryKeyParams&>(p) = mma_attention::query_key_params(a);
   p.v = static_cast<const __half*>(a.v);
-  p.k_tile_bounds = a.k_tile_bounds;
   p.out = a.out;
   p.row_stats = row_stats;
   switch (a.head_dim) {

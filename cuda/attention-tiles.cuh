@@ -34,4 +34,16 @@ __device__ __forceinline__ void query_position_range(const int* qpos_s, int n_va
   qmax = __reduce_max_sync(0xffffffffu, qmax);
 }
 
+// The segment holding key row j of the boundaries seg_begin [n_seg + 1] (ascending): the last s
+// with seg_begin[s] ≤ j, −1 before the first boundary, n_seg at or past the last.
+__device__ __forceinline__ int segment_of(const int64_t* __restrict__ seg_begin, int n_seg, int64_t j) {
+  int lo = 0, hi = n_seg + 1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (__ldg(seg_begin + mid) <= j) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo - 1;
+}
+
 }  // namespace ragkv::attention_tiles

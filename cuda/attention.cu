@@ -2,8 +2,9 @@
 // absolute positions against key rows in any position order, FlashAttention-style (Dao et al.
 // 2022, Alg. 1: one pass over K/V tiles with an online softmax), f32 arithmetic throughout.
 // Calls with f16 K/V and no segment mass or key totals go to the tensor-core kernel of
-// attention-mma.cu instead, and so do key totals on f16 K/V (followed by attention-key-mass.cu);
-// RAGKV_CUDA_ATTENTION=f32 keeps them here. This kernel serves segment mass and f32 K/V.
+// attention-mma.cu instead, and so do key totals and segment mass on f16 K/V (followed by
+// attention-key-mass.cu or attention-segment-mass.cu); RAGKV_CUDA_ATTENTION=f32 keeps them here.
+// This kernel serves f32 K/V.
 //
 // Work split. A query *vector* is one (query row, query head) pair; the GQA heads of a KV head g
 // are heads g·group … g·group + group − 1, so vector t = row · group + hg of KV head g reads the
@@ -58,9 +59,9 @@
 // probabilities over the block's vectors in shared memory, one global atomicAdd per key and block:
 // a per-key SegmentMass looped over 32 segments per tile and sent [n_q][n_head][n_kv] to the host,
 // which made prophet selection 4.9x slower than full prefill on an H100 (bench/results). Only
-// vectors of rows from key_mass_first_row on count. With f16 K/V key totals go to the tensor-core
-// kernel and its key-total pass instead (attention-key-mass.cu); this pass serves f32 K/V and
-// RAGKV_CUDA_ATTENTION=f32.
+// vectors of rows from key_mass_first_row on count. With f16 K/V both go to the tensor-core kernel
+// and its key-total or segment-mass pass instead (attention-key-mass.cu, attention-segment-mass.cu);
+// these passes serve f32 K/V and RAGKV_CUDA_ATTENTION=f32.
 //
 // Numerics against the CPU reference (core/backend/cpu-backend.cpp: SGEMM scores, a two-pass softmax in
 // f32, SGEMM P·V): the same f32 operations in another order — dot products summed sequentially
@@ -72,6 +73,7 @@
 #include "cuda/attention-decode.cuh"
 #include "cuda/attention-key-mass.cuh"
 #include "cuda/attention-mma.cuh"
+#include "cuda/attention-segment-mass.cuh"
 #include "cuda/attention-tiles.cuh"
 
 #include <cuda_fp16.h>
@@ -248,18 +250,6 @@ __device__ __forceinline__ void tile_scores(const Params& p, const float* Qs, co
   }
 }
 
-// upper_bound(seg_begin[0 … n_seg], j) − 1: the last segment starting at or before row j
-// (−1 when j precedes every segment, n_seg when it is past the last one).
-__device__ __forceinline__ int seg_index(const Params& p, int64_t j) {
-  int lo = 0, hi = p.n_seg + 1;
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (__ldg(p.seg_begin + mid) <= j) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo - 1;
-}
-
 template <int D, int M, typename T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
   static_assert(D % 32 == 0 && M % 16 == 0, "head_dim a multiple of 32, M of 16");
@@ -418,7 +408,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Params p) {
     }
 
     const int64_t j_last = min(j0 + kTileK, p.n_kv) - 1;
-    const int sg_lo = max(0, seg_index(p, j0)), sg_hi = min(p.n_seg - 1, seg_index(p, j_last));
+    const int sg_lo = max(0, attention_tiles::segment_of(p.seg_begin, p.n_seg, j0));
+    const int sg_hi = min(p.n_seg - 1, attention_tiles::segment_of(p.seg_begin, p.n_seg, j_last));
     for (int sg = sg_lo; sg <= sg_hi; ++sg) {  // block-uniform bounds: the shuffles see full warps
       const int64_t b0 = __ldg(p.seg_begin + sg), b1 = __ldg(p.seg_begin + sg + 1);
 #pragma unroll
@@ -487,10 +478,10 @@ AttentionRoute attention_route(const AttentionArgs& a) {
     return AttentionRoute::split_k;
   // f16 K/V and no mass (prefill, recompute rows, questions): the tensor-core kernel.
   if (attention_mma_applies(a, mass)) return AttentionRoute::mma;
-  // Key totals (prophet's question attention) on f16 K/V: the same kernel, then a pass over the
-  // tensor-core logits.
-  if (a.key_mass != nullptr && a.seg_mass == nullptr && attention_mma_applies(a, false))
-    return AttentionRoute::mma_key_mass;
+  // Key totals (prophet's question attention) or segment mass (Cache-Craft's) on f16 K/V: the
+  // same kernel, then a pass over its logits.
+  if (mass && attention_mma_applies(a, false))
+    return a.key_mass != nullptr ? AttentionRoute::mma_key_mass : AttentionRoute::mma_segment_mass;
   return mass ? AttentionRoute::f32_mass : AttentionRoute::f32;
 }
 
@@ -555,6 +546,7 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
     case AttentionRoute::split_k: attention_decode_cuda(a, stream); return;
     case AttentionRoute::mma: attention_mma_cuda(a, stream); return;
     case AttentionRoute::mma_key_mass: attention_mma_key_mass_cuda(a, stream); return;
+    case AttentionRoute::mma_segment_mass: attention_mma_segment_mass_cuda(a, stream); return;
     case AttentionRoute::f32: case AttentionRoute::f32_mass: break;
   }
   int device = 0, sms = 0;

@@ -47,17 +47,19 @@ struct AttentionArgs {
   // Key totals from the query rows [key_mass_first_row, n_q) only (SegmentMass::first_query); out
   // is still every row's attention.
   int64_t key_mass_first_row = 0;
-  // Optional device workspace for key totals on tensor cores (attention_key_mass_work_bytes),
-  // as decode_work: without one (or too small) that path allocates its own on the stream.
+  // Optional device workspace for key totals or segment mass on tensor cores
+  // (attention_key_mass_work_bytes, attention_segment_mass_work_bytes), as decode_work: without
+  // one (or too small) those paths allocate their own on the stream.
   void* mass_work = nullptr;
   size_t mass_work_bytes = 0;
 };
 
 // The kernel attention_cuda runs a checked call on: split-K (attention-decode.cu) for a few query
 // vectors per KV head over many keys without mass; the tensor-core kernel (attention-mma.cu) for
-// f16 K/V without mass, followed by the key-total pass (attention-key-mass.cu) when key totals are
-// wanted; else the f32 kernel of attention.cu, with or without segment mass / key totals.
-enum class AttentionRoute { split_k, mma, mma_key_mass, f32, f32_mass };
+// f16 K/V, followed by the key-total pass (attention-key-mass.cu) or the segment-mass pass
+// (attention-segment-mass.cu) when either is wanted; else the f32 kernel of attention.cu, with or
+// without segment mass / key totals.
+enum class AttentionRoute { split_k, mma, mma_key_mass, mma_segment_mass, f32, f32_mass };
 AttentionRoute attention_route(const AttentionArgs& a);
 
 // Queues the attention on `stream`. q, k, v and out must be 16-byte aligned (row slices of

@@ -30,6 +30,7 @@
 #include "cuda/attention-decode.cuh"
 #include "cuda/attention-key-mass.cuh"
 #include "cuda/attention-mma.cuh"
+#include "cuda/attention-segment-mass.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/cublas-loader.h"
 #include "cuda/cuda-check.h"
@@ -102,6 +103,7 @@ const char* attention_profile_name(AttentionRoute r) {
     case AttentionRoute::split_k: return "attention/split-k";
     case AttentionRoute::mma: return "attention/mma";
     case AttentionRoute::mma_key_mass: return "attention/mma+key-mass";
+    case AttentionRoute::mma_segment_mass: return "attention/mma+segment-mass";
     case AttentionRoute::f32: return "attention/f32";
     case AttentionRoute::f32_mass: return "attention/f32+mass";
   }
@@ -774,24 +776,31 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   a.sliding_window = p.sliding_window;
   a.causal = p.causal;
   a.out = out.as<float>();
+  const bool deferred = key_totals && seg_mass->deferred;
+  // The mass copied back at once (segment mass, or key totals not deferred) at the start of the
+  // work buffer, a tensor-core mass pass's workspace after it: one reservation (work_reserve hands
+  // out one buffer, which a larger reservation may move). Deferred totals have their own buffer.
+  const size_t out_floats = seg_mass && n_seg > 0             ? seg_mass->out->size()
+                            : key_totals && !deferred && n_kv > 0 ? size_t(n_kv)
+                                                                  : 0;
+  const size_t out_bytes = (out_floats * sizeof(float) + 255) / 256 * 256;
   if (seg_mass && n_seg > 0) {
     a.n_seg = int(n_seg);
-    a.seg_mass = static_cast<float*>(work_reserve(seg_mass->out->size() * sizeof(float)));
+    a.seg_mass = static_cast<float*>(work_reserve(out_bytes));
   }
-  const bool deferred = key_totals && seg_mass->deferred;
-  if (key_totals) a.key_mass_first_row = seg_mass->first_query;
-  // Non-deferred totals at the start of the work buffer; the tensor-core key-total pass's work
-  // after them (work_reserve hands out one buffer, which a larger reservation may move).
-  const size_t totals_bytes = key_totals && !deferred ? (size_t(n_kv) * sizeof(float) + 255) / 256 * 256 : 0;
-  if (key_totals && n_kv > 0)
+  if (key_totals && n_kv > 0) {  // (no keys: no totals to sum, an empty vector)
     a.key_mass = deferred ? pending_mass_buffer(seg_mass->out, size_t(n_kv))
-                          : static_cast<float*>(work_reserve(totals_bytes));
+                          : static_cast<float*>(work_reserve(out_bytes));
+    a.key_mass_first_row = seg_mass->first_query;
+  }
   const AttentionRoute route = attention_route(a);  // from the shapes and the mass wanted, not the positions
-  if (route == AttentionRoute::mma_key_mass) {
-    a.mass_work_bytes = attention_key_mass_work_bytes(a);
-    auto* work = static_cast<uint8_t*>(work_reserve(totals_bytes + a.mass_work_bytes));
-    if (!deferred) a.key_mass = reinterpret_cast<float*>(work);
-    a.mass_work = work + totals_bytes;
+  if (route == AttentionRoute::mma_key_mass || route == AttentionRoute::mma_segment_mass) {
+    a.mass_work_bytes = route == AttentionRoute::mma_key_mass ? attention_key_mass_work_bytes(a)
+                                                              : attention_segment_mass_work_bytes(a);
+    auto* work = static_cast<uint8_t*>(work_reserve(out_bytes + a.mass_work_bytes));
+    if (a.seg_mass) a.seg_mass = reinterpret_cast<float*>(work);
+    else if (!deferred) a.key_mass = reinterpret_cast<float*>(work);
+    a.mass_work = work + out_bytes;
   }
 
   // Positions and segment boundaries in one upload: the int64 boundaries first (aligned), then
@@ -800,7 +809,9 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   const size_t qpos_bytes = p.causal ? q_pos.size_bytes() : 0;
   const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv) * sizeof(int32_t) : 0;
   tile_bounds_.clear();
-  if (p.causal && (route == AttentionRoute::mma || route == AttentionRoute::mma_key_mass)) append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
+  if (p.causal && (route == AttentionRoute::mma || route == AttentionRoute::mma_key_mass ||
+                   route == AttentionRoute::mma_segment_mass))
+    append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
   const size_t bounds_bytes = tile_bounds_.size() * sizeof(int32_t);
   host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes);
   if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);

@@ -6,7 +6,8 @@
 // The kernel rounds q to f16 (K and V are f16 on both sides), sums products in f32, and rounds
 // P = exp(S − m) to f16 before P·V while l sums the unrounded values. With u = 2⁻¹¹ (f16 unit
 // roundoff) and ε = 2⁻²⁴ (f32):
-//   logit error  δ_j ≤ scale · (u + D·ε) · Σ_d |q_d k_jd|        (softcap only shrinks it: tanh' ≤ 1)
+//   logit error  δ_j ≤ scale · (u + 2·D·ε) · Σ_d |q_d k_jd|      (softcap only shrinks it: tanh' ≤ 1;
+//                                                                  2·D·ε: f32 sums on both sides)
 //   Δ = max δ_j over the query's visible keys; each probability then moves by a factor within
 //   e^{±2Δ}, so Σ_j |p'_j − p_j| ≤ e^{2Δ} − 1, and
 //   |o'_d − o_d| ≤ (e^{2Δ} − 1 + u + (n_visible + 16)·ε) · max_j |v_jd| + 1e-6
@@ -129,7 +130,7 @@ inline std::vector<double> attention_f16_bound(const AttentionProblem& p) {
           abs_dot += std::fabs(double(qh[d]) * double(kh[d]));
           vmax[size_t(d)] = std::max(vmax[size_t(d)], std::fabs(double(vh[d])));
         }
-        delta = std::max(delta, double(p.scale) * (kF16Unit + D * kF32Unit) * abs_dot);
+        delta = std::max(delta, double(p.scale) * (kF16Unit + 2 * D * kF32Unit) * abs_dot);
       }
       if (n_vis == 0) continue;  // the output is exactly 0 on both sides
       const double factor = std::expm1(2 * delta) + kF16Unit + double(n_vis + 16) * kF32Unit;

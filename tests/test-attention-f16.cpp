@@ -3,14 +3,14 @@
 // softmax per key tile) stays within the derived per-element bound of the f32 CPU backend and
 // under the NMSE limit on every case, while a mirror with a mask off by one key or two key rows
 // swapped does not — so the bound is tight enough to catch the errors a kernel makes. The same
-// for key totals on tensor cores (tests/key-totals-f16-bound.h).
+// for key totals and segment mass on tensor cores (tests/attention-mass-f16-bound.h).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <string>
 
 #include "tests/attention-f16-bound.h"
-#include "tests/key-totals-f16-bound.h"
+#include "tests/attention-mass-f16-bound.h"
 
 namespace {
 
@@ -78,7 +78,7 @@ TEST_CASE("key totals f16 bound: the kernels' host mirror stays within the deriv
       CAPTURE(first_row);
       const AttentionProblem p = make_problem(s, seed++);
       const std::vector<float> ref = cpu_key_totals(p, first_row);
-      const std::vector<float> mirror = key_totals_f16_mirror(p, first_row, 64);
+      const std::vector<float> mirror = key_totals_f16_mirror(p, first_row, tile_keys(s.head_dim));
       const BoundCheck c = check_against_bound(mirror, ref, key_totals_f16_bound(p, first_row));
       MESSAGE(std::string(s.what) << ", from row " << first_row << ": worst error / bound " << c.worst_ratio);
       CHECK(c.nonfinite == 0);
@@ -106,4 +106,37 @@ TEST_CASE("key totals f16 bound: a mask off by one key or two swapped key rows b
 
   // Totals of every row where only the question's were asked for.
   CHECK(check_against_bound(key_totals_f16_mirror(p, 0, 64), ref, bound).over > 0);
+}
+
+// Segment mass (Cache-Craft's attention per chunk), every row and head.
+TEST_CASE("segment mass f16 bound: the kernel's host mirror stays within the derived bound of the CPU's mass") {
+  uint32_t seed = 300;
+  for (const ProblemSpec& s : kCases) {
+    CAPTURE(s.what);
+    const AttentionProblem p = make_problem(s, seed++);
+    const std::vector<int64_t> segs = test_segments(p.n_kv);
+    const std::vector<float> ref = cpu_segment_mass(p, segs);
+    const std::vector<float> mirror = segment_mass_f16_mirror(p, segs, tile_keys(s.head_dim));
+    const BoundCheck c = check_against_bound(mirror, ref, segment_mass_f16_bound(p, segs));
+    MESSAGE(std::string(s.what) << ": worst error / bound " << c.worst_ratio);
+    CHECK(c.nonfinite == 0);
+    CHECK(c.over == 0);
+    CHECK(c.nmse > 0);  // the rounding is there: the mirror is not the reference
+  }
+}
+
+TEST_CASE("segment mass f16 bound: a mask off by one key or a boundary off by one break it") {
+  const ProblemSpec s = {"prefill, GQA 4", 128, 8, 2, 160, 160};
+  const AttentionProblem p = make_problem(s, 9);
+  const std::vector<int64_t> segs = test_segments(p.n_kv);
+  const std::vector<float> ref = cpu_segment_mass(p, segs);
+  const std::vector<double> bound = segment_mass_f16_bound(p, segs);
+
+  AttentionProblem off_by_one = p;  // every query also sees the key after it
+  for (auto& qp : off_by_one.q_pos) ++qp;
+  CHECK(check_against_bound(segment_mass_f16_mirror(off_by_one, segs, 64), ref, bound).over > 0);
+
+  std::vector<int64_t> shifted = segs;  // one key counted in the next segment
+  shifted[3] += 1;
+  CHECK(check_against_bound(segment_mass_f16_mirror(p, shifted, 64), ref, bound).over > 0);
 }

@@ -327,16 +327,20 @@ TEST_CASE("cpu backend: attention equals naive masked softmax (GQA, positions, w
     REQUIRE(mass.size() == ref_mass.size());
     CHECK(max_rel_err(mass, ref_mass) < 1e-4);
     for (size_t i = 0; i < mass.size(); i += 2) CHECK(mass[i] + mass[i + 1] == doctest::Approx(1.0).epsilon(1e-4));
-    // Key totals: each key's probability summed over every query row and head.
-    CHECK(download(*b, O2) == download(*b, O));
+    // Key totals: each key's probability summed over every query row and head; the output is the
+    // attention without mass, bit for bit.
+    Tensor O3 = b->alloc(DType::f32, c.n_q, qc);
+    b->attention(Q, qpos, K, V, kpos, c.n_kv, p, O3, nullptr);
+    CHECK(download(*b, O2) == download(*b, O3));
     REQUIRE(totals.size() == size_t(c.n_kv));
     for (int j = 0; j < c.n_kv; ++j) CHECK(std::fabs(totals[size_t(j)] - ref_totals[size_t(j)]) <= 1e-4 * (1 + ref_totals[size_t(j)]));
   }
 }
 
-// SegmentMass::first_query: one call gives every row's attention (the same bits as a call without
-// mass) and the key totals of rows [first_query, n_q) (the same bits as a call of those rows
-// alone) — prophet's first pass asks a layer's attention for its question's totals this way.
+// Key totals: one call gives every row's attention (the same bits as a call without mass, so
+// that prophet's first pass can ask a layer's own attention for its question's totals) and the
+// key totals of rows [first_query, n_q) (SegmentMass::first_query; the same bits as a call of
+// those rows alone).
 TEST_CASE("cpu backend: key totals from a first query row come with every row's attention") {
   auto b = make_cpu_backend(2);
   const int n_q = 40, n_kv = 300, n_head = 4, n_kv_head = 2, hd = 64, qc = n_head * hd, kc = n_kv_head * hd;
@@ -354,7 +358,7 @@ TEST_CASE("cpu backend: key totals from a first query row come with every row's 
   AttentionParams p{n_head, n_kv_head, hd, 1.f / std::sqrt(float(hd)), 0, 0.f};
   Tensor plain = b->alloc(DType::f32, n_q, qc);
   b->attention(Q, qpos, K, V, kpos, n_kv, p, plain, nullptr);
-  for (int first : {1, 28, n_q - 1, n_q}) {
+  for (int first : {0, 1, 28, n_q - 1, n_q}) {
     CAPTURE(first);
     std::vector<float> fused_totals, alone_totals;
     SegmentMass fused;
@@ -368,6 +372,17 @@ TEST_CASE("cpu backend: key totals from a first query row come with every row's 
     if (first == n_q) {
       CHECK(std::all_of(fused_totals.begin(), fused_totals.end(), [](float t) { return t == 0.f; }));
       continue;
+    }
+    if (first == 0) {  // against the naive softmax in double (the path below is the same code)
+      std::vector<double> ref(static_cast<size_t>(n_kv), 0.0);
+      std::vector<float> o(static_cast<size_t>(hd));
+      for (int i = 0; i < n_q; ++i)
+        for (int h = 0; h < n_head; ++h) {
+          const std::vector<double> pr = naive_head(&q[size_t(i * qc + h * hd)], kh, vh, kc, (h / 2) * hd, hd, kpos,
+                                                    qpos[size_t(i)], 0, p.scale, o.data());
+          for (int j = 0; j < n_kv; ++j) ref[size_t(j)] += pr[size_t(j)];
+        }
+      for (int j = 0; j < n_kv; ++j) CHECK(std::fabs(fused_totals[size_t(j)] - ref[size_t(j)]) <= 1e-4 * (1 + ref[size_t(j)]));
     }
     SegmentMass alone;
     alone.key_totals = true;

@@ -51,11 +51,12 @@
 #include "core/format/fp16.h"
 #include "cuda/attention-key-mass.cuh"
 #include "cuda/attention-mma.cuh"
+#include "cuda/attention-segment-mass.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/key-tile-bounds.h"
 #include "cuda/cuda-backend.h"
 #include "tests/attention-f16-bound.h"
-#include "tests/key-totals-f16-bound.h"
+#include "tests/attention-mass-f16-bound.h"
 #include "tests/cuda-device-buffer.h"
 
 namespace {
@@ -416,7 +417,7 @@ void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through
 
 // Key totals (a.key_mass) from query row first_row on, called through attention_cuda: f16 K/V on
 // tensor cores (AttentionRoute::mma_key_mass; with the caller's workspace or its own) within the
-// derived bounds of tests/key-totals-f16-bound.h, or the f32 kernel (tensor_cores off) within
+// derived bounds of tests/attention-mass-f16-bound.h, or the f32 kernel (tensor_cores off) within
 // 1e-4 · (1 + total) of the CPU. key_mass sits between guards; K/V rows past n_kv hold NaN.
 void run_key_mass_case(const ragkv::test::ProblemSpec& s, int64_t first_row, uint32_t seed, bool tensor_cores,
                        bool with_work) {
@@ -455,6 +456,48 @@ void run_key_mass_case(const ragkv::test::ProblemSpec& s, int64_t first_row, uin
   } else {
     expect_close(got, ref, "key totals");
   }
+}
+
+// Segment mass on tensor cores (AttentionRoute::mma_segment_mass), called through attention_cuda
+// with or without the caller's workspace, within the derived bounds of
+// tests/attention-mass-f16-bound.h for the mass and tests/attention-f16-bound.h for the output.
+// The first three queries precede every key (their mass must be exactly 0); seg_mass sits between
+// guards.
+void run_segment_mass_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool with_work) {
+  using namespace ragkv::test;
+  INFO("case: " << s.what << (with_work ? ", caller's workspace" : ""));
+  AttentionProblem p = make_problem(s, seed);
+  if (p.causal)
+    for (int64_t i = 0; i < std::min<int64_t>(3, p.n_q); ++i) p.q_pos[size_t(i)] = -1;
+  const std::vector<int64_t> segs = test_segments(p.n_kv);
+  const int n_seg = int(segs.size()) - 1;
+  const int64_t q_cols = int64_t(p.n_head) * p.head_dim;
+  const size_t n_mass = size_t(p.n_q * p.n_head * n_seg), guard = 8;
+  DeviceProblem dp(p);
+  DeviceBuffer dout(std::vector<float>(size_t(p.n_q * q_cols), 0.f)), dseg(segs);
+  DeviceBuffer dmass(std::vector<float>(n_mass + 2 * guard, kGuard));
+  ragkv::AttentionArgs a = dp.args;
+  a.out = dout.as<float>();
+  a.seg_begin = dseg.as<int64_t>();
+  a.n_seg = n_seg;
+  a.seg_mass = dmass.as<float>() + guard;
+  CHECK(ragkv::attention_route(a) == ragkv::AttentionRoute::mma_segment_mass);
+  const size_t work_bytes = ragkv::attention_segment_mass_work_bytes(a);
+  DeviceBuffer dwork(std::vector<uint8_t>(with_work ? work_bytes : 1, 0xff));
+  if (with_work) {
+    a.mass_work = dwork.as<void>();
+    a.mass_work_bytes = work_bytes;
+  }
+  ragkv::attention_cuda(a, nullptr);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const std::vector<float> got = unguard(dmass.download<float>(n_mass + 2 * guard), guard, "segment mass");
+  const BoundCheck c = check_against_bound(got, cpu_segment_mass(p, segs), segment_mass_f16_bound(p, segs));
+  MESSAGE(s.what << ": segment mass worst error / bound " << c.worst_ratio);
+  CHECK(c.nonfinite == 0);
+  CHECK(c.over == 0);
+  const BoundCheck o =
+      check_against_bound(dout.download<float>(size_t(p.n_q * q_cols)), cpu_attention(p), attention_f16_bound(p));
+  CHECK(o.over == 0);
 }
 }  // namespace
 
@@ -593,6 +636,25 @@ TEST_CASE("cuda attention: key totals on tensor cores within the derived f16 bou
   }
   // Every row before first_row: the totals are all zero.
   run_key_mass_case({"no counted row", 64, 4, 2, 30, 200}, 30, seed++, true, true);
+}
+
+// Segment mass (Cache-Craft's attention per chunk) on tensor cores: every head_dim, GQA, vectors
+// not a multiple of the block's 64, shuffled keys, windows, softcap, non-causal.
+TEST_CASE("cuda attention: segment mass on tensor cores within the derived f16 bound") {
+  if (gpu_missing()) return;
+  using ragkv::test::ProblemSpec;
+  const ProblemSpec cases[] = {
+      {"precompute rows, GQA 4, head_dim 128", 128, 32, 8, 300, 300},
+      {"recompute rows, shuffled keys, head_dim 64", 64, 8, 2, 150, 900, true},
+      {"Gemma 3 shape, window 37, softcap", 256, 4, 1, 70, 400, true, 37, 2.f},
+      {"sliding window 100, head_dim 32", 32, 6, 3, 120, 601, false, 100},
+      {"encoder, non-causal", 64, 4, 4, 40, 300, false, 0, 0.f, false},
+  };
+  uint32_t seed = 9700;
+  for (const ProblemSpec& s : cases) {
+    run_segment_mass_case(s, seed++, true);
+    run_segment_mass_case(s, seed++, false);
+  }
 }
 
 TEST_CASE("cuda attention: bad arguments throw ragkv::Error before touching the device") {

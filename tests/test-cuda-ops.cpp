@@ -73,7 +73,7 @@
 #include "cuda/cuda-weight.h"
 #include "cuda/quant-decode.cuh"
 #include "cuda/quant-matmul.cuh"
-#include "tests/key-totals-f16-bound.h"
+#include "tests/attention-mass-f16-bound.h"
 #include "tests/test-util.h"
 
 namespace {
@@ -1708,48 +1708,46 @@ TEST_CASE("cuda: row_sq_dist matches the CPU backend (f32 and f16 rows)") {
   }
 }
 
-// CudaBackend::attention (positions and segment boundaries staged, the kernel of
-// cuda/attention.cu, segment mass read back) against the CPU on the selective-recompute layout:
-// a few query rows at scattered positions over KV rows whose positions are not sorted. The
-// kernel itself is covered case by case in tests/test-cuda-attention.cpp.
+// CudaBackend::attention (positions and segment boundaries staged, segment mass read back) against
+// the CPU on the selective-recompute layout: query rows at scattered positions over KV rows whose
+// positions are not sorted. f16 K/V go to the tensor-core attention and its segment-mass pass
+// (cuda/attention-segment-mass.cu), held to the bounds derived from f16 rounding for the output
+// (tests/attention-f16-bound.h) and each row, head and segment's mass
+// (tests/attention-mass-f16-bound.h). The kernels themselves are covered case by case in
+// tests/test-cuda-attention.cpp.
 TEST_CASE("cuda: attention through the backend matches the CPU (scattered rows, sliding window, segment mass)") {
   if (gpu_missing()) return;
-  Backends be;
+  using namespace ragkv::test;
+  auto gpu = ragkv::make_cuda_backend(0);
+  uint32_t seed = 4000;
   for (const int window : kAttentionWindows) {
     CAPTURE(window);
-    ragkv::AttentionParams ap;
-    ap.n_head = 6;
-    ap.n_kv_head = 2;
-    ap.head_dim = 64;
-    ap.scale = 0.125f;
-    ap.sliding_window = window;
-    const int64_t n_kv = 300, n_q = 37, qc = ap.n_head * ap.head_dim, kc = ap.n_kv_head * ap.head_dim;
-    std::vector<int32_t> k_pos(n_kv);
-    for (int64_t i = 0; i < n_kv; ++i) k_pos[size_t(i)] = int32_t((i * 7919) % n_kv);  // a permutation
-    std::vector<int32_t> q_pos(n_q);
-    for (int64_t i = 0; i < n_q; ++i) q_pos[size_t(i)] = int32_t((i * 8 + 5) % n_kv);
-    const auto qv = random_values(size_t(n_q * qc), 31), kv = random_values(size_t(n_kv * kc), 32),
-               vv = random_values(size_t(n_kv * kc), 33);
-    std::vector<float> mass_cpu, mass_gpu;
-    ragkv::SegmentMass sm_cpu{{0, 100, 250, n_kv}, &mass_cpu}, sm_gpu{{0, 100, 250, n_kv}, &mass_gpu};
-    const Results r = run_both(be,
-                               {input(DType::f32, n_q, qc, qv), input(DType::f16, n_kv, kc, kv), input(DType::f16, n_kv, kc, vv),
-                                output(DType::f32, n_q, qc, zeros(size_t(n_q * qc)))},
-                               [&](Backend& b, const std::vector<Tensor>& t) {
-                                 ragkv::SegmentMass* sm = &b == be.gpu.get() ? &sm_gpu : &sm_cpu;
-                                 b.attention(t[0], q_pos, t[1], t[2], k_pos, n_kv, ap, t[3], sm);
-                               });
-    // f32 accumulation on both sides over ≤ 300 keys (tests/test-cuda-attention.cpp's bound).
-    expect_close(r.gpu[3], r.cpu[3], 2e-4f);
-    REQUIRE(mass_gpu.size() == mass_cpu.size());
-    expect_close(mass_gpu, mass_cpu, 2e-4f);
+    const AttentionProblem p = make_problem({"scattered rows", 64, 6, 2, 37, 300, true, window}, seed++);
+    const int64_t qc = int64_t(p.n_head) * p.head_dim, kvc = int64_t(p.n_kv_head) * p.head_dim;
+    const Tensor q = make_tensor(*gpu, DType::f32, p.n_q, qc, p.q);
+    const Tensor k = make_tensor(*gpu, DType::f16, p.n_kv, kvc, p.k), v = make_tensor(*gpu, DType::f16, p.n_kv, kvc, p.v);
+    const Tensor o = gpu->alloc(DType::f32, p.n_q, qc);
+    const std::vector<int64_t> segs = {0, 100, 250, p.n_kv};
+    std::vector<float> mass;
+    ragkv::SegmentMass sm{segs, &mass};
+    gpu->attention(q, p.q_pos, k, v, p.k_pos, p.n_kv, p.params(), o, &sm);
+    const BoundCheck out = check_against_bound(download_values(*gpu, o), cpu_attention(p), attention_f16_bound(p));
+    CHECK(out.nonfinite == 0);
+    CHECK(out.over == 0);
+    CHECK(out.nmse <= kMmaNmse);
+    const std::vector<float> ref = cpu_segment_mass(p, segs);
+    REQUIRE(mass.size() == ref.size());
+    const BoundCheck m = check_against_bound(mass, ref, segment_mass_f16_bound(p, segs));
+    MESSAGE("window " << window << ": output worst / bound " << out.worst_ratio << ", mass worst / bound " << m.worst_ratio);
+    CHECK(m.nonfinite == 0);
+    CHECK(m.over == 0);
   }
 }
 
 // Key totals (SegmentMass::key_totals, prophet's question attention) through the backend: f16 K/V
 // go to the tensor-core attention and its key-total pass (cuda/attention-key-mass.cu), held to the
 // bounds derived from f16 rounding for the output (tests/attention-f16-bound.h) and each key's
-// total (tests/key-totals-f16-bound.h) against the CPU: the question's rows alone (first_query 0)
+// total (tests/attention-mass-f16-bound.h) against the CPU: the question's rows alone (first_query 0)
 // and a layer's rows with the question's last (first_query > 0: prophet's first pass). Both
 // layouts prophet meets (the question at the end of an ascending prompt, scattered recomputed
 // rows), GQA, a sliding window, softcap. Deferred: two calls pending at once, copied back by

@@ -329,34 +329,26 @@ class CpuBackend : public Backend {
 void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
                                 const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
                                 const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
-  if (seg_mass && seg_mass->key_totals && seg_mass->first_query > 0) {
-    // Every row's attention as without mass, then the totals of rows [first_query, n_q) from a
-    // call of their own (its output, the same rows' attention again, is dropped).
+  if (seg_mass && seg_mass->key_totals) {
+    // Every row's attention exactly as without mass (prophet's first pass asks a layer's own
+    // attention for the totals). The totals of rows [first_query, n_q) by the reference: one
+    // segment per key row over those rows (their output, computed again, dropped), then the sum
+    // over query rows and heads in double.
     attention_impl(q, q_pos, k, v, k_pos, n_kv, p, out, nullptr);
     const int64_t first = seg_mass->first_query, n_mass = q.rows - first;
-    if (n_mass == 0) {
-      seg_mass->out->assign(static_cast<size_t>(n_kv), 0.f);
-      return;
-    }
-    SegmentMass rows = *seg_mass;
-    rows.first_query = 0;
-    const Tensor scratch = alloc(DType::f32, n_mass, out.cols);
-    attention_impl(q.slice_rows(first, n_mass), p.causal ? q_pos.subspan(size_t(first)) : q_pos, k, v, k_pos, n_kv,
-                   p, scratch, &rows);
-    return;
-  }
-  if (seg_mass && seg_mass->key_totals) {
-    // The reference for key totals: one segment per key row, then the sum over query rows and
-    // heads in double.
-    SegmentMass unit;
-    std::vector<float> per_key;
-    unit.seg_begin.resize(size_t(n_kv) + 1);
-    std::iota(unit.seg_begin.begin(), unit.seg_begin.end(), int64_t(0));
-    unit.out = &per_key;
-    attention_impl(q, q_pos, k, v, k_pos, n_kv, p, out, &unit);
     std::vector<double> total(size_t(n_kv), 0.0);
-    for (int64_t qh = 0; qh < q.rows * p.n_head; ++qh)
-      for (int64_t j = 0; j < n_kv; ++j) total[size_t(j)] += per_key[size_t(qh * n_kv + j)];
+    if (n_mass > 0) {
+      SegmentMass unit;
+      std::vector<float> per_key;
+      unit.seg_begin.resize(size_t(n_kv) + 1);
+      std::iota(unit.seg_begin.begin(), unit.seg_begin.end(), int64_t(0));
+      unit.out = &per_key;
+      const Tensor scratch = alloc(DType::f32, n_mass, out.cols);
+      attention_impl(q.slice_rows(first, n_mass), p.causal ? q_pos.subspan(size_t(first)) : q_pos, k, v, k_pos, n_kv,
+                     p, scratch, &unit);
+      for (int64_t qh = 0; qh < n_mass * p.n_head; ++qh)
+        for (int64_t j = 0; j < n_kv; ++j) total[size_t(j)] += per_key[size_t(qh * n_kv + j)];
+    }
     seg_mass->out->assign(total.begin(), total.end());
     return;
   }
