@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) key_mass_kernel(const KeyMassParams 
         bool vis = j0 + col < p.n_kv && l[side] > 0.f;
         if (p.causal) vis = vis && attention_tiles::key_visible(qp[side], kpos_s[col], p.window);
         float x = __fmul_rn(p.scale, s[nt][e]);  // as attention-mma.cu rounds it
-        if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+        if (p.softcap > 0.f) x = __fmul_rn(p.softcap, tanhf(x / p.softcap));
         if (vis) acc[nt][e & 1] += expf(x - m[side]) / l[side];
       }
     }

@@ -115,18 +115,20 @@ __device__ __forceinline__ bool tile_hidden(const QueryKeyParams& p, int64_t j0,
   return kmin > qmax || (p.window > 0 && int64_t(kmax) <= int64_t(qmin) - p.window);
 }
 
-// The first tile at or after j0 that some query of the block sees (n_kv when none): block-uniform.
-// The next tile is tested alone (the usual answer); past a hidden one, the warp's lanes test 32
-// tiles at once (a causal block near the start of a long prompt skips every tile after its own).
+// The first tile in [j0, end) that some query of the block sees (end when none; end ≤ n_kv, a
+// tile boundary or n_kv): block-uniform. The next tile is tested alone (the usual answer); past a
+// hidden one, the warp's lanes test 32 tiles at once (a causal block near the start of a long
+// prompt skips every tile after its own).
 template <int BN>
-__device__ __forceinline__ int64_t next_visible_tile(const QueryKeyParams& p, int64_t j0, int lane, int qmin, int qmax) {
-  if (j0 >= p.n_kv || !tile_hidden<BN>(p, j0, qmin, qmax)) return min(j0, p.n_kv);
-  for (j0 += BN; j0 < p.n_kv; j0 += 32 * BN) {
+__device__ __forceinline__ int64_t next_visible_tile(const QueryKeyParams& p, int64_t j0, int64_t end, int lane, int qmin,
+                                                     int qmax) {
+  if (j0 >= end || !tile_hidden<BN>(p, j0, qmin, qmax)) return min(j0, end);
+  for (j0 += BN; j0 < end; j0 += 32 * BN) {
     const int64_t j = j0 + int64_t(lane) * BN;
-    const unsigned visible = __ballot_sync(0xffffffffu, j < p.n_kv && !tile_hidden<BN>(p, j, qmin, qmax));
+    const unsigned visible = __ballot_sync(0xffffffffu, j < end && !tile_hidden<BN>(p, j, qmin, qmax));
     if (visible) return j0 + int64_t(__ffs(visible) - 1) * BN;
   }
-  return p.n_kv;
+  return end;
 }
 
 // S = Q·Kᵀ for a warp's 16 query vectors × NT·8 keys: D/16 k-steps × NT mma each, A from the
@@ -179,7 +181,8 @@ class MassWorkspace {
     own_ = true;
   }
   ~MassWorkspace() {
-    if (own_) cudaFreeAsync(ptr_, stream_);  // (a failure here would have failed the launches first)
+    // (Not thrown from a destructor; cleared, so that no later check reports it as its own.)
+    if (own_ && cudaFreeAsync(ptr_, stream_) != cudaSuccess) (void)cudaGetLastError();
   }
   MassWorkspace(const MassWorkspace&) = delete;
   MassWorkspace& operator=(const MassWorkspace&) = delete;
@@ -191,15 +194,15 @@ class MassWorkspace {
   bool own_ = false;
 };
 
-// Launches kernel(p) on a grid of blocks × n_kv_head blocks of kThreads threads with smem bytes of
-// dynamic shared memory (opted in above 48 KiB); `too_many` names the failure when blocks
+// Launches kernel(p) on a grid of blocks × n_kv_head × splits blocks of kThreads threads with smem
+// bytes of dynamic shared memory (opted in above 48 KiB); `too_many` names the failure when blocks
 // exceeds the grid.
 template <typename Params>
 void launch_blocks(void (*kernel)(Params), size_t smem, int64_t blocks, int n_kv_head, const Params& p,
-                   cudaStream_t stream, const char* too_many) {
+                   cudaStream_t stream, const char* too_many, int splits = 1) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   if (blocks > INT_MAX) cuda_internal_fail(too_many);
-  kernel<<<dim3(unsigned(blocks), unsigned(n_kv_head)), kThreads, smem, stream>>>(p);
+  kernel<<<dim3(unsigned(blocks), unsigned(n_kv_head), unsigned(splits)), kThreads, smem, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -28,6 +28,14 @@
 // groupID = lane / 4, tig = lane % 4: A element pairs at (row groupID or +8, cols 2·tig (+8));
 // B pairs at (k = 2·tig (+8), n = groupID); C at (row groupID or +8, cols 2·tig, 2·tig + 1).
 //
+// Split keys (flash-decoding, Dao et al. 2023, for the tensor-core loop): a call whose blocks would
+// not fill the GPU — a short question or a few recompute rows over a long prompt: 40 rows of an 8B
+// layer are 24 blocks on 132 SMs, each walking every key — is split into up to kMaxKeySplits ranges
+// of whole tiles (grid z); each block walks its range as above and leaves its unnormalised O and
+// (m, l), and combine_kernel merges the ranges (M = max m, L = Σ l·e^{m − M}, O = Σ O·e^{m − M},
+// out = O / L) and writes the statistics the mass passes read. Compiled apart (kSplit), so that
+// the unsplit kernel keeps its registers.
+//
 // Shared memory (f16 rows padded by 8 halves: a row stride of D/2 + 4 words puts the 8 rows × 4
 // columns of a fragment load on 32 distinct banks): Q [64][D + 8], K and V [BN][D + 8], positions
 // (the tile's and the next one's).
@@ -49,6 +57,7 @@
 #include <cuda_fp16.h>
 #include <math_constants.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -69,7 +78,18 @@ struct MmaParams : mma_attention::QueryKeyParams {
   const __half* v;               // as k
   float* out;                    // f32 [n_q][q_cols]
   float2* row_stats;             // null, or each vector's final (m, l) (mma_attention::stats_index)
+  // Split keys (grid z > 1): block z walks keys [z · split_keys, (z + 1) · split_keys) and leaves
+  // its unnormalised O and its (m, l) in part_o / part_ml (split_index) for combine_kernel;
+  // unsplit: part_o null, split_keys ≥ n_kv.
+  int64_t split_keys;
+  float* part_o;     // [splits][n_kv_head][n_vec][D]
+  float2* part_ml;   // [splits][n_kv_head][n_vec]
 };
+
+// Where vector t of KV head g's partial sums over key range z go.
+__device__ __forceinline__ int64_t split_index(int z, int g, int n_kv_head, int64_t t, int64_t n_vec) {
+  return (int64_t(z) * n_kv_head + g) * n_vec + t;
+}
 
 template <int D, int BN>
 constexpr size_t smem_bytes() {
@@ -95,7 +115,9 @@ __device__ __forceinline__ void stage_rows_async(const __half* __restrict__ src,
   }
 }
 
-template <int D, int BN>
+// kSplit: the block walks its key range of a split (blockIdx.z) and leaves partial sums; compiled
+// apart so that the unsplit kernel keeps its registers (168 at head_dim 128: 3 blocks per SM).
+template <int D, int BN, bool kSplit>
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams p) {
   static_assert(D % 16 == 0 && BN % 16 == 0, "head_dim and the key tile in whole k-steps");
   constexpr int RS = row_halves<D>();
@@ -144,13 +166,16 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
     if (tid < BN) kpos[tid] = p.causal && j + tid < p.n_kv ? __ldg(p.k_pos + j + tid) : 0;
     stage_rows_async<D, BN>(p.k, p, g, j, Ks);
   };
-  int64_t j0 = mma_attention::next_visible_tile<BN>(p, 0, lane, qmin, qmax);
+  // This block's keys: all of them, or its range of a split (whole tiles: no tile crosses k_end).
+  const int64_t k_begin = kSplit ? int64_t(blockIdx.z) * p.split_keys : 0;
+  const int64_t k_end = kSplit ? min(p.n_kv, k_begin + p.split_keys) : p.n_kv;
+  int64_t j0 = mma_attention::next_visible_tile<BN>(p, k_begin, k_end, lane, qmin, qmax);
   int buf = 0;
-  if (j0 < p.n_kv) stage_k(j0, kpos_buf);
+  if (j0 < k_end) stage_k(j0, kpos_buf);
   cp_async_commit();
-  if (j0 < p.n_kv) stage_rows_async<D, BN>(p.v, p, g, j0, Vs);
+  if (j0 < k_end) stage_rows_async<D, BN>(p.v, p, g, j0, Vs);
   cp_async_commit();
-  while (j0 < p.n_kv) {
+  while (j0 < k_end) {
     const int* kpos_s = kpos_buf + buf * BN;
     cp_async_wait_all_but_newest();  // this thread's copies of tile j0's K
     __syncthreads();                 // everyone's, and the positions
@@ -161,8 +186,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
     __syncthreads();  // every warp has read Ks: the next tile's K may land there
     {
       // (Found again after P·V rather than kept: a register less across the loop body.)
-      const int64_t next = mma_attention::next_visible_tile<BN>(p, j0 + BN, lane, qmin, qmax);
-      if (next < p.n_kv) stage_k(next, kpos_buf + (buf ^ 1) * BN);
+      const int64_t next = mma_attention::next_visible_tile<BN>(p, j0 + BN, k_end, lane, qmin, qmax);
+      if (next < k_end) stage_k(next, kpos_buf + (buf ^ 1) * BN);
     }
     cp_async_commit();
 
@@ -176,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
         bool vis = j0 + col < p.n_kv;
         if (p.causal) vis = vis && key_visible(p, e < 2 ? qp0 : qp1, kpos_s[col]);
         float x = __fmul_rn(p.scale, s[nt][e]);  // never contracted: the mass passes round as here
-        if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+        if (p.softcap > 0.f) x = __fmul_rn(p.softcap, tanhf(x / p.softcap));
         s[nt][e] = vis ? x : -CUDART_INF_F;
       }
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
@@ -218,14 +243,28 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
       }
     }
     __syncthreads();  // every warp has read Vs
-    j0 = mma_attention::next_visible_tile<BN>(p, j0 + BN, lane, qmin, qmax);
-    if (j0 < p.n_kv) stage_rows_async<D, BN>(p.v, p, g, j0, Vs);
+    j0 = mma_attention::next_visible_tile<BN>(p, j0 + BN, k_end, lane, qmin, qmax);
+    if (j0 < k_end) stage_rows_async<D, BN>(p.v, p, g, j0, Vs);
     cp_async_commit();
     buf ^= 1;
   }
 
-  // O / l (0 for a row that saw no key).
   l0 = quad_sum(l0), l1 = quad_sum(l1);
+  if constexpr (kSplit) {  // a range of a split: unnormalised O and (m, l) for combine_kernel
+#pragma unroll
+    for (int side = 0; side < 2; ++side) {
+      const int vl = side == 0 ? r0 : r1;
+      if (vl >= n_valid) continue;
+      const int64_t at = split_index(int(blockIdx.z), g, int(gridDim.y), t0 + vl, p.n_vec);
+      if (tig == 0) p.part_ml[at] = side == 0 ? make_float2(m0, l0) : make_float2(m1, l1);
+      float* dst = p.part_o + at * D + 2 * tig;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt)
+        *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(o[dt][2 * side], o[dt][2 * side + 1]);
+    }
+    return;
+  }
+  // O / l (0 for a row that saw no key).
   if (p.row_stats != nullptr && tig == 0) {  // for the key-total pass (attention-key-mass.cu)
     if (r0 < n_valid) p.row_stats[mma_attention::stats_index(t0 + r0, g, p.n_vec)] = make_float2(m0, l0);
     if (r1 < n_valid) p.row_stats[mma_attention::stats_index(t0 + r1, g, p.n_vec)] = make_float2(m1, l1);
@@ -243,12 +282,66 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
   }
 }
 
+// The ranges of a split into one output (flash-decoding's combine), one block of D threads per
+// (vector, KV head): M = max of the ranges' m, L = Σ l_z · exp(m_z − M), O = Σ O_z · exp(m_z − M),
+// out = O / L (0 when no key is visible: L = 0); (M, L) to row_stats when wanted.
+template <int D>
+__global__ void __launch_bounds__(D) combine_kernel(const MmaParams p, int splits) {
+  const int64_t t = blockIdx.x;
+  const int g = blockIdx.y, n_kv_head = gridDim.y, d = threadIdx.x;
+  float m = -CUDART_INF_F;
+  for (int z = 0; z < splits; ++z) m = fmaxf(m, p.part_ml[split_index(z, g, n_kv_head, t, p.n_vec)].x);
+  const float ref = m == -CUDART_INF_F ? 0.f : m;
+  float l = 0.f, o = 0.f;
+  for (int z = 0; z < splits; ++z) {
+    const int64_t at = split_index(z, g, n_kv_head, t, p.n_vec);
+    const float2 ml = p.part_ml[at];
+    const float w = expf(ml.x - ref);
+    l = fmaf(ml.y, w, l);
+    o = fmaf(p.part_o[at * D + d], w, o);
+  }
+  p.out[attention_tiles::vector_offset(t, p.group, g, p.q_cols, D) + d] = l > 0.f ? o / l : 0.f;
+  if (p.row_stats != nullptr && d == 0) p.row_stats[mma_attention::stats_index(t, g, p.n_vec)] = make_float2(m, l);
+}
+
 template <int D, int BN>
-void launch(const MmaParams& p, int n_kv_head, cudaStream_t stream) {
+void launch(const MmaParams& p, int n_kv_head, int splits, cudaStream_t stream) {
   constexpr size_t smem = smem_bytes<D, BN>();
   static_assert(smem <= 227 * 1024, "shared memory per block on sm_90");
-  mma_attention::launch_blocks(attention_mma_kernel<D, BN>, smem, (p.n_vec + kBlockVectors - 1) / kBlockVectors,
-                               n_kv_head, p, stream, "attention_mma_cuda: too many query vectors for one grid");
+  const int64_t blocks = (p.n_vec + kBlockVectors - 1) / kBlockVectors;
+  constexpr const char* too_many = "attention_mma_cuda: too many query vectors for one grid";
+  if (splits == 1) {
+    mma_attention::launch_blocks(attention_mma_kernel<D, BN, false>, smem, blocks, n_kv_head, p, stream, too_many);
+    return;
+  }
+  mma_attention::launch_blocks(attention_mma_kernel<D, BN, true>, smem, blocks, n_kv_head, p, stream, too_many, splits);
+  if (p.n_vec > INT_MAX) cuda_internal_fail("attention_mma_cuda: too many query vectors for one grid");
+  combine_kernel<D><<<dim3(unsigned(p.n_vec), unsigned(n_kv_head)), D, 0, stream>>>(p, splits);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Keys per tile: 64, or 32 at head_dim 256 (to bound registers).
+int tile_keys(int head_dim) { return head_dim == 256 ? 32 : 64; }
+
+// How many key ranges a call is split into: 1 when its blocks fill the GPU, else enough ranges
+// for about two blocks per SM, each of at least 4 tiles (splitting short ranges costs more in the
+// combine than it saves), at most kMaxKeySplits; a.key_splits when set (tests).
+int key_splits(const AttentionArgs& a) {
+  const int64_t tiles = (a.n_kv + tile_keys(a.head_dim) - 1) / tile_keys(a.head_dim);
+  if (a.key_splits > 0) return int(std::min<int64_t>(a.key_splits, std::max<int64_t>(tiles, 1)));
+  const int64_t blocks = (a.n_q * (a.n_head / a.n_kv_head) + kBlockVectors - 1) / kBlockVectors * a.n_kv_head;
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (blocks >= sms) return 1;
+  const int64_t want = (2 * int64_t(sms) + blocks - 1) / blocks;
+  return int(std::max<int64_t>(1, std::min({want, tiles / 4, int64_t(kMaxKeySplits)})));
+}
+
+// Keys per range for `splits` ranges: whole tiles.
+int64_t split_keys(const AttentionArgs& a, int splits) {
+  const int64_t bn = tile_keys(a.head_dim), tiles = (a.n_kv + bn - 1) / bn;
+  return (tiles + splits - 1) / splits * bn;
 }
 
 }  // namespace
@@ -265,6 +358,13 @@ bool attention_mma_applies(const AttentionArgs& a, bool with_mass) {
   return a.tensor_cores && attention_mma_enabled() && a.kv_f16 && !with_mass && a.n_kv > 0;
 }
 
+size_t attention_mma_work_bytes(const AttentionArgs& a) {
+  const int splits = key_splits(a);
+  if (splits == 1) return 0;
+  const size_t vectors = size_t(splits) * size_t(a.n_kv_head) * size_t(a.n_q) * size_t(a.n_head / a.n_kv_head);
+  return vectors * (size_t(a.head_dim) * sizeof(float) + sizeof(float2));
+}
+
 void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row_stats) {
   if (a.causal && !a.k_tile_bounds) cuda_internal_fail("attention_mma_cuda: causal attention without k_tile_bounds");
   MmaParams p{};
@@ -272,12 +372,25 @@ void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row
   p.v = static_cast<const __half*>(a.v);
   p.out = a.out;
   p.row_stats = row_stats;
-  switch (a.head_dim) {
-    case 32: launch<32, 64>(p, a.n_kv_head, stream); break;
-    case 64: launch<64, 64>(p, a.n_kv_head, stream); break;
-    case 128: launch<128, 64>(p, a.n_kv_head, stream); break;
-    default: launch<256, 32>(p, a.n_kv_head, stream); break;
+  const int splits = key_splits(a);
+  p.split_keys = splits == 1 ? a.n_kv : split_keys(a, splits);
+  const int ranges = int((a.n_kv + p.split_keys - 1) / p.split_keys);  // (the last ones may be empty otherwise)
+  const size_t bytes = attention_mma_work_bytes(a);
+  const bool own = ranges > 1 && (a.mma_work == nullptr || a.mma_work_bytes < bytes);
+  void* work = own ? nullptr : a.mma_work;
+  if (own) CUDA_CHECK(cudaMallocAsync(&work, bytes, stream));
+  if (ranges > 1) {
+    const size_t vectors = size_t(ranges) * size_t(a.n_kv_head) * size_t(p.n_vec);
+    p.part_o = static_cast<float*>(work);
+    p.part_ml = reinterpret_cast<float2*>(p.part_o + vectors * size_t(a.head_dim));
   }
+  switch (a.head_dim) {
+    case 32: launch<32, 64>(p, a.n_kv_head, ranges, stream); break;
+    case 64: launch<64, 64>(p, a.n_kv_head, ranges, stream); break;
+    case 128: launch<128, 64>(p, a.n_kv_head, ranges, stream); break;
+    default: launch<256, 32>(p, a.n_kv_head, ranges, stream); break;
+  }
+  if (own) CUDA_CHECK(cudaFreeAsync(work, stream));
 }
 
 }  // namespace ragkv

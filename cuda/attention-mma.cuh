@@ -20,6 +20,14 @@ bool attention_mma_enabled();
 // kernel's FMAs (calls of a few vectors over many keys went to split-K before).
 bool attention_mma_applies(const AttentionArgs& a, bool with_mass);
 
+// The most key ranges a call is split into (AttentionArgs::key_splits caps there too).
+constexpr int kMaxKeySplits = 16;
+
+// The workspace a call needs for its key ranges' partial sums: 0 when its blocks fill the GPU
+// unsplit; a few query vectors per KV head over many keys (short questions, recompute batches of
+// a few rows) are split over the keys, flash-decoding's way.
+size_t attention_mma_work_bytes(const AttentionArgs& a);
+
 // Queues the kernel on `stream` (head_dim 32, 64, 128 or 256). With row_stats (device,
 // [n_kv_head][n_q · n_head / n_kv_head], 8-byte aligned) it also writes each query vector's final
 // softmax statistics (m, l) there, for the key-total pass of attention-key-mass.cu. Throws

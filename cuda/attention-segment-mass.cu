@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kThreads) segment_mass_kernel(const SegmentMas
   };
 
   const int64_t first_key = max(int64_t(0), __ldg(p.seg_begin)), end_key = min(p.n_kv, __ldg(p.seg_begin + p.n_seg));
-  for (int64_t j0 = mma_attention::next_visible_tile<BN>(p, first_key / BN * BN, lane, qmin, qmax); j0 < end_key;
-       j0 = mma_attention::next_visible_tile<BN>(p, j0 + BN, lane, qmin, qmax)) {
+  for (int64_t j0 = mma_attention::next_visible_tile<BN>(p, first_key / BN * BN, p.n_kv, lane, qmin, qmax); j0 < end_key;
+       j0 = mma_attention::next_visible_tile<BN>(p, j0 + BN, p.n_kv, lane, qmin, qmax)) {
     __syncthreads();  // the previous tile's readers of Ks and kpos_s are done
     mma_attention::stage_key_rows<D, BN>(p, g, j0, Ks, kpos_s);
     __syncthreads();
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) segment_mass_kernel(const SegmentMas
         bool vis = j0 + col < p.n_kv && l[side] > 0.f;
         if (p.causal) vis = vis && attention_tiles::key_visible(qp[side], kpos_s[col], p.window);
         float x = __fmul_rn(p.scale, s[nt][e]);  // as attention-mma.cu rounds it
-        if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+        if (p.softcap > 0.f) x = __fmul_rn(p.softcap, tanhf(x / p.softcap));
         s[nt][e] = vis ? expf(x - m[side]) / l[side] : 0.f;
       }
 

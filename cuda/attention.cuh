@@ -44,6 +44,13 @@ struct AttentionArgs {
   // CUDA graph passes one, so that the graph holds no allocation nodes.
   void* decode_work = nullptr;
   size_t decode_work_bytes = 0;
+  // Optional device workspace for the tensor-core kernel's key ranges when it splits the keys
+  // (attention_mma_work_bytes; 0 when it does not), as decode_work.
+  void* mma_work = nullptr;
+  size_t mma_work_bytes = 0;
+  // > 0: the tensor-core kernel splits the keys into this many ranges (at most one per 64 keys and
+  // kMaxKeySplits), for tests; 0: it decides from the shapes and the GPU.
+  int key_splits = 0;
   // Key totals from the query rows [key_mass_first_row, n_q) only (SegmentMass::first_query); out
   // is still every row's attention.
   int64_t key_mass_first_row = 0;

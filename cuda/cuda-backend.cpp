@@ -794,13 +794,19 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
     a.key_mass_first_row = seg_mass->first_query;
   }
   const AttentionRoute route = attention_route(a);  // from the shapes and the mass wanted, not the positions
-  if (route == AttentionRoute::mma_key_mass || route == AttentionRoute::mma_segment_mass) {
-    a.mass_work_bytes = route == AttentionRoute::mma_key_mass ? attention_key_mass_work_bytes(a)
-                                                              : attention_segment_mass_work_bytes(a);
-    auto* work = static_cast<uint8_t*>(work_reserve(out_bytes + a.mass_work_bytes));
+  const bool tensor_cores =
+      route == AttentionRoute::mma || route == AttentionRoute::mma_key_mass || route == AttentionRoute::mma_segment_mass;
+  if (tensor_cores) {  // then the mass pass's workspace, then the key ranges' partial sums of a split
+    a.mass_work_bytes = route == AttentionRoute::mma_key_mass       ? attention_key_mass_work_bytes(a)
+                        : route == AttentionRoute::mma_segment_mass ? attention_segment_mass_work_bytes(a)
+                                                                    : 0;
+    a.mma_work_bytes = attention_mma_work_bytes(a);
+    const size_t mass_work_bytes = (a.mass_work_bytes + 255) / 256 * 256;
+    auto* work = static_cast<uint8_t*>(work_reserve(out_bytes + mass_work_bytes + a.mma_work_bytes));
     if (a.seg_mass) a.seg_mass = reinterpret_cast<float*>(work);
-    else if (!deferred) a.key_mass = reinterpret_cast<float*>(work);
-    a.mass_work = work + out_bytes;
+    else if (a.key_mass && !deferred) a.key_mass = reinterpret_cast<float*>(work);
+    if (a.mass_work_bytes) a.mass_work = work + out_bytes;
+    if (a.mma_work_bytes) a.mma_work = work + out_bytes + mass_work_bytes;
   }
 
   // Positions and segment boundaries in one upload: the int64 boundaries first (aligned), then
@@ -809,9 +815,7 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   const size_t qpos_bytes = p.causal ? q_pos.size_bytes() : 0;
   const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv) * sizeof(int32_t) : 0;
   tile_bounds_.clear();
-  if (p.causal && (route == AttentionRoute::mma || route == AttentionRoute::mma_key_mass ||
-                   route == AttentionRoute::mma_segment_mass))
-    append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
+  if (p.causal && tensor_cores) append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
   const size_t bounds_bytes = tile_bounds_.size() * sizeof(int32_t);
   host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes);
   if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);

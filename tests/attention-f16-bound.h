@@ -10,8 +10,9 @@
 //                                                                  2·D·ε: f32 sums on both sides)
 //   Δ = max δ_j over the query's visible keys; each probability then moves by a factor within
 //   e^{±2Δ}, so Σ_j |p'_j − p_j| ≤ e^{2Δ} − 1, and
-//   |o'_d − o_d| ≤ (e^{2Δ} − 1 + u + (n_visible + 16)·ε) · max_j |v_jd| + 1e-6
-// (the u for P's rounding; (n + 16)·ε for f32 sums over n keys and the running rescales). The
+//   |o'_d − o_d| ≤ (e^{2Δ} − 1 + u + (n_visible + 32)·ε) · max_j |v_jd| + 1e-6
+// (the u for P's rounding; (n + 32)·ε for f32 sums over n keys, the running rescales and the
+// combination of up to 16 key ranges when the kernel splits the keys). The
 // bound is per element and worst case; a mask or index error moves an output by a sizeable part
 // of max |v|, and the bound is loose (the mirror's worst error is 1–4 % of it), so the normalised
 // mean squared error Σ (got − ref)² / Σ ref² must also stay under kMmaNmse, about 60 times the
@@ -133,7 +134,7 @@ inline std::vector<double> attention_f16_bound(const AttentionProblem& p) {
         delta = std::max(delta, double(p.scale) * (kF16Unit + 2 * D * kF32Unit) * abs_dot);
       }
       if (n_vis == 0) continue;  // the output is exactly 0 on both sides
-      const double factor = std::expm1(2 * delta) + kF16Unit + double(n_vis + 16) * kF32Unit;
+      const double factor = std::expm1(2 * delta) + kF16Unit + double(n_vis + 32) * kF32Unit;
       for (int d = 0; d < D; ++d) bound[size_t(i * q_cols + int64_t(h) * D + d)] += factor * vmax[size_t(d)];
     }
   return bound;

@@ -10,9 +10,10 @@
 // visible keys (attention-f16-bound.h). Its m and l are those of its own logits, and the mass
 // passes recompute the same logits, so each probability they sum is within a factor e^{±2Δ} of the
 // exact one: |p'_j − p_j| ≤ p_j · (e^{2Δ} − 1). With f32 rounding on both sides (the sum l over
-// n_visible terms and its rescales, exp and the division: (n_visible + 16)·ε each side) and the
-// sum of n_terms probabilities into one value (n_terms · ε of it):
-//   |t'_j − t_j| ≤ Σ_vectors p_j · (e^{2Δ} − 1 + 2 (n_visible + 16) ε) + (n_terms + 8) ε t_j + 1e-7,
+// n_visible terms, its rescales and up to 16 key ranges combined, exp and the division:
+// (n_visible + 32)·ε each side) and the
+// sum of n_terms probabilities into one value (n_terms · ε of it, each side):
+//   |t'_j − t_j| ≤ Σ_vectors p_j · (e^{2Δ} − 1 + 2 (n_visible + 32) ε) + (2 n_terms + 8) ε t_j + 1e-7,
 // n_terms = (n_q − first_row) · n_head for a key total, the segment's key count for a segment mass.
 // A value no visible probability enters is exactly 0 on both sides, and its bound is 1e-7: a mask
 // that lets one key too many through, or mass landing on the wrong key or segment, breaks it.
@@ -29,7 +30,7 @@ namespace ragkv::test {
 
 // Calls f(i, h, j, p_ij, factor) for every visible key j of every query row i ≥ first_row and
 // head h: p_ij the exact probability (double, from the problem's f32 values), factor the bound's
-// per-probability term e^{2Δ} − 1 + 2 (n_visible + 16) ε.
+// per-probability term e^{2Δ} − 1 + 2 (n_visible + 32) ε.
 template <typename F>
 void for_each_probability(const AttentionProblem& p, int64_t first_row, F&& f) {
   const int D = p.head_dim, group = p.n_head / p.n_kv_head;
@@ -57,7 +58,7 @@ void for_each_probability(const AttentionProblem& p, int64_t first_row, F&& f) {
       double l = 0;
       for (int64_t j = 0; j < p.n_kv; ++j)
         if (p.visible(i, j)) l += std::exp(s[size_t(j)] - mx);
-      const double factor = std::expm1(2 * delta) + 2 * double(n_vis + 16) * kF32Unit;
+      const double factor = std::expm1(2 * delta) + 2 * double(n_vis + 32) * kF32Unit;
       for (int64_t j = 0; j < p.n_kv; ++j)
         if (p.visible(i, j)) f(i, h, j, std::exp(s[size_t(j)] - mx) / l, factor);
     }
@@ -118,7 +119,7 @@ inline std::vector<double> key_totals_f16_bound(const AttentionProblem& p, int64
     bound[size_t(j)] += pj * factor;
     total[size_t(j)] += pj;
   });
-  for (size_t j = 0; j < bound.size(); ++j) bound[j] += (n_terms + 8) * kF32Unit * total[j];
+  for (size_t j = 0; j < bound.size(); ++j) bound[j] += (2 * n_terms + 8) * kF32Unit * total[j];
   return bound;
 }
 
@@ -134,8 +135,11 @@ inline std::vector<float> key_totals_f16_mirror(const AttentionProblem& p, int64
 
 // Segment boundaries over n_kv key rows as the Cache-Craft callers meet them and more: rows before
 // the first segment, an empty segment, segments that end inside a kernel tile, and a last
-// boundary past n_kv (odd n_kv) or rows after the last segment (even).
-inline std::vector<int64_t> test_segments(int64_t n_kv) {
+// boundary past n_kv (odd n_kv) or rows after the last segment (even); or, with
+// tile_edges (n_kv > 256): segments from key 130 on, one starting on a tile edge (192, 256), as a
+// first tile past the start of the keys and boundaries on tiles' edges need.
+inline std::vector<int64_t> test_segments(int64_t n_kv, bool tile_edges = false) {
+  if (tile_edges && n_kv > 256) return {130, 192, 256, n_kv};
   std::vector<int64_t> b = {std::min<int64_t>(3, n_kv), std::min<int64_t>(3, n_kv), n_kv / 5, n_kv / 5 + 37, n_kv / 2,
                             n_kv % 2 == 0 ? n_kv - std::min<int64_t>(7, n_kv) : n_kv + 5};
   std::sort(b.begin(), b.end());
@@ -175,7 +179,7 @@ inline std::vector<double> segment_mass_f16_bound(const AttentionProblem& p, con
     const double n_terms = double(std::clamp<int64_t>(seg_begin[size_t(s + 1)], 0, p.n_kv) -
                                   std::clamp<int64_t>(seg_begin[size_t(s)], 0, p.n_kv));
     for (int64_t ih = 0; ih < p.n_q * p.n_head; ++ih)
-      bound[size_t(ih * n_seg + s)] += (n_terms + 8) * kF32Unit * total[size_t(ih * n_seg + s)];
+      bound[size_t(ih * n_seg + s)] += (2 * n_terms + 8) * kF32Unit * total[size_t(ih * n_seg + s)];
   }
   return bound;
 }

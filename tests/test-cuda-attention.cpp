@@ -386,9 +386,9 @@ struct DeviceProblem {
 // against the CPU within the derived f16 bound and NMSE limit (tests/attention-f16-bound.h). The
 // first three queries are moved before every key (they must give exactly 0); K/V rows past n_kv
 // hold NaN and the output sits between guard rows.
-void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through_router) {
+void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through_router, int key_splits = 0) {
   using namespace ragkv::test;
-  INFO("case: " << s.what << (through_router ? " (through attention_cuda)" : ""));
+  INFO("case: " << s.what << (through_router ? " (through attention_cuda)" : "") << ", key splits " << key_splits);
   AttentionProblem p = make_problem(s, seed);
   if (p.causal)
     for (int64_t i = 0; i < std::min<int64_t>(3, p.n_q); ++i) p.q_pos[size_t(i)] = -1;
@@ -399,6 +399,7 @@ void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through
   DeviceBuffer dout(std::vector<float>(n_out + 2 * out_guard, kGuard));
   ragkv::AttentionArgs a = dp.args;
   a.out = dout.as<float>() + out_guard;
+  a.key_splits = key_splits;
   if (through_router) ragkv::attention_cuda(a, nullptr);
   else ragkv::attention_mma_cuda(a, nullptr);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -420,10 +421,10 @@ void run_mma_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool through
 // derived bounds of tests/attention-mass-f16-bound.h, or the f32 kernel (tensor_cores off) within
 // 1e-4 · (1 + total) of the CPU. key_mass sits between guards; K/V rows past n_kv hold NaN.
 void run_key_mass_case(const ragkv::test::ProblemSpec& s, int64_t first_row, uint32_t seed, bool tensor_cores,
-                       bool with_work) {
+                       bool with_work, int key_splits = 0) {
   using namespace ragkv::test;
   INFO("case: " << s.what << ", from row " << first_row << (tensor_cores ? "" : ", f32 kernel")
-                << (with_work ? ", caller's workspace" : ""));
+                << (with_work ? ", caller's workspace" : "") << ", key splits " << key_splits);
   const AttentionProblem p = make_problem(s, seed);
   const int64_t q_cols = int64_t(p.n_head) * p.head_dim;
   const size_t guard = 8;
@@ -435,11 +436,16 @@ void run_key_mass_case(const ragkv::test::ProblemSpec& s, int64_t first_row, uin
   a.key_mass = dmass.as<float>() + guard;
   a.key_mass_first_row = first_row;
   a.tensor_cores = tensor_cores;
+  a.key_splits = key_splits;
   CHECK(ragkv::attention_route(a) == (tensor_cores ? ragkv::AttentionRoute::mma_key_mass : ragkv::AttentionRoute::f32_mass));
-  DeviceBuffer dwork(std::vector<uint8_t>(with_work ? ragkv::attention_key_mass_work_bytes(a) : 1, 0xff));
+  const size_t mass_bytes = ragkv::attention_key_mass_work_bytes(a), mma_bytes = ragkv::attention_mma_work_bytes(a);
+  DeviceBuffer dwork(std::vector<uint8_t>(with_work ? mass_bytes : 1, 0xff));
+  DeviceBuffer dmma(std::vector<uint8_t>(with_work ? std::max<size_t>(mma_bytes, 1) : 1, 0xff));
   if (with_work) {
     a.mass_work = dwork.as<void>();
-    a.mass_work_bytes = ragkv::attention_key_mass_work_bytes(a);
+    a.mass_work_bytes = mass_bytes;
+    a.mma_work = dmma.as<void>();
+    a.mma_work_bytes = mma_bytes;
   }
   ragkv::attention_cuda(a, nullptr);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -463,13 +469,13 @@ void run_key_mass_case(const ragkv::test::ProblemSpec& s, int64_t first_row, uin
 // tests/attention-mass-f16-bound.h for the mass and tests/attention-f16-bound.h for the output.
 // The first three queries precede every key (their mass must be exactly 0); seg_mass sits between
 // guards.
-void run_segment_mass_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool with_work) {
+void run_segment_mass_case(const ragkv::test::ProblemSpec& s, uint32_t seed, bool with_work, int key_splits = 0) {
   using namespace ragkv::test;
-  INFO("case: " << s.what << (with_work ? ", caller's workspace" : ""));
+  INFO("case: " << s.what << (with_work ? ", caller's workspace" : "") << ", key splits " << key_splits);
   AttentionProblem p = make_problem(s, seed);
   if (p.causal)
     for (int64_t i = 0; i < std::min<int64_t>(3, p.n_q); ++i) p.q_pos[size_t(i)] = -1;
-  const std::vector<int64_t> segs = test_segments(p.n_kv);
+  const std::vector<int64_t> segs = test_segments(p.n_kv, /*tile_edges=*/!with_work);
   const int n_seg = int(segs.size()) - 1;
   const int64_t q_cols = int64_t(p.n_head) * p.head_dim;
   const size_t n_mass = size_t(p.n_q * p.n_head * n_seg), guard = 8;
@@ -481,12 +487,16 @@ void run_segment_mass_case(const ragkv::test::ProblemSpec& s, uint32_t seed, boo
   a.seg_begin = dseg.as<int64_t>();
   a.n_seg = n_seg;
   a.seg_mass = dmass.as<float>() + guard;
+  a.key_splits = key_splits;
   CHECK(ragkv::attention_route(a) == ragkv::AttentionRoute::mma_segment_mass);
-  const size_t work_bytes = ragkv::attention_segment_mass_work_bytes(a);
+  const size_t work_bytes = ragkv::attention_segment_mass_work_bytes(a), mma_bytes = ragkv::attention_mma_work_bytes(a);
   DeviceBuffer dwork(std::vector<uint8_t>(with_work ? work_bytes : 1, 0xff));
+  DeviceBuffer dmma(std::vector<uint8_t>(with_work ? std::max<size_t>(mma_bytes, 1) : 1, 0xff));
   if (with_work) {
     a.mass_work = dwork.as<void>();
     a.mass_work_bytes = work_bytes;
+    a.mma_work = dmma.as<void>();
+    a.mma_work_bytes = mma_bytes;
   }
   ragkv::attention_cuda(a, nullptr);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -636,6 +646,9 @@ TEST_CASE("cuda attention: key totals on tensor cores within the derived f16 bou
   }
   // Every row before first_row: the totals are all zero.
   run_key_mass_case({"no counted row", 64, 4, 2, 30, 200}, 30, seed++, true, true);
+  // The attention split over key ranges: (m, l) from the combine.
+  run_key_mass_case({"question over a long prompt, split 5", 128, 32, 8, 40, 4000}, 28, seed++, true, true, 5);
+  run_key_mass_case({"shuffled keys, split 16", 64, 8, 2, 20, 3000, true}, 8, seed++, true, false, 16);
 }
 
 // Segment mass (Cache-Craft's attention per chunk) on tensor cores: every head_dim, GQA, vectors
@@ -655,6 +668,39 @@ TEST_CASE("cuda attention: segment mass on tensor cores within the derived f16 b
     run_segment_mass_case(s, seed++, true);
     run_segment_mass_case(s, seed++, false);
   }
+  // The attention split over key ranges: (m, l) from the combine.
+  run_segment_mass_case({"recompute rows over a long prompt, split 7", 128, 8, 2, 30, 2500, true}, seed++, true, 7);
+}
+
+// The shapes of an 8B layer's attention of n_q rows over n_kv keys (no data: for the split decision).
+ragkv::AttentionArgs question_args(int64_t n_q, int64_t n_kv) {
+  ragkv::AttentionArgs a;
+  a.n_q = n_q;
+  a.n_kv = n_kv;
+  a.n_head = 32;
+  a.n_kv_head = 8;
+  a.head_dim = 128;
+  return a;
+}
+
+// Few query vectors per KV head over many keys: the kernel splits the keys into ranges (forced
+// here: 2, 3, the most; and as the shapes decide) and combines their partial sums — within the
+// same bound as unsplit, including queries that see no key and ranges a causal block skips whole.
+TEST_CASE("cuda attention: tensor-core kernel over key ranges (split keys) within the derived f16 bound") {
+  if (gpu_missing()) return;
+  using ragkv::test::ProblemSpec;
+  uint32_t seed = 9900;
+  run_mma_case({"question rows, GQA 4, head_dim 128, split 2", 128, 32, 8, 40, 2100}, seed++, false, 2);
+  run_mma_case({"recompute rows, shuffled keys, split 3", 64, 8, 2, 90, 1500, true}, seed++, false, 3);
+  run_mma_case({"Gemma 3 shape, window 300, softcap, split 16", 256, 4, 1, 30, 3000, true, 300, 2.f}, seed++, false,
+               ragkv::kMaxKeySplits);
+  run_mma_case({"encoder, non-causal, split 4", 32, 4, 4, 20, 1000, false, 0, 0.f, false}, seed++, false, 4);
+  run_mma_case({"one row, MHA, more splits than tiles", 64, 2, 2, 1, 100}, seed++, false, 9);
+  // As attention_cuda decides: a short question over a long prompt is split (the routed prefill
+  // of the test above is not).
+  CHECK(ragkv::attention_mma_work_bytes(question_args(24, 8000)) > 0);
+  CHECK(ragkv::attention_mma_work_bytes(question_args(4096, 4096)) == 0);
+  run_mma_case({"routed question over 8,000 keys", 128, 32, 8, 24, 8000}, seed++, true);
 }
 
 TEST_CASE("cuda attention: bad arguments throw ragkv::Error before touching the device") {

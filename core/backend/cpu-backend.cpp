@@ -332,8 +332,8 @@ void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos,
   if (seg_mass && seg_mass->key_totals) {
     // Every row's attention exactly as without mass (prophet's first pass asks a layer's own
     // attention for the totals). The totals of rows [first_query, n_q) by the reference: one
-    // segment per key row over those rows (their output, computed again, dropped), then the sum
-    // over query rows and heads in double.
+    // segment per key row over those rows (their output, computed again, dropped: the price of
+    // the first computation's bits), then the sum over query rows and heads in double.
     attention_impl(q, q_pos, k, v, k_pos, n_kv, p, out, nullptr);
     const int64_t first = seg_mass->first_query, n_mass = q.rows - first;
     std::vector<double> total(size_t(n_kv), 0.0);
