@@ -185,7 +185,7 @@ size_t attention_key_mass_work_bytes(const AttentionArgs& a) {
 }
 
 void attention_mma_key_mass_cuda(const AttentionArgs& a, cudaStream_t stream) {
-  const mma_attention::MassWorkspace work(a, attention_key_mass_work_bytes(a), stream);
+  const mma_attention::StreamWorkspace work(a.mass_work, a.mass_work_bytes, attention_key_mass_work_bytes(a), stream);
   auto* stats = reinterpret_cast<float2*>(work.bytes());
   auto* partial = reinterpret_cast<float*>(work.bytes() + mma_attention::stats_bytes(a));
 

@@ -164,28 +164,31 @@ __device__ __forceinline__ int64_t stats_index(int64_t t, int g, int64_t n_vec) 
 // Bytes of the [n_kv_head][n_vec] float2 statistics of a call, rounded up to 256 (a workspace
 // part that follows them stays aligned).
 inline size_t stats_bytes(const AttentionArgs& a) {
+  if (a.n_kv_head <= 0) return 0;  // (attention_cuda refuses the call)
   const size_t bytes = size_t(a.n_kv_head) * size_t(a.n_q) * size_t(a.n_head / a.n_kv_head) * sizeof(float2);
   return (bytes + 255) / 256 * 256;
 }
 
-// The workspace of a mass pass: the caller's (a.mass_work) when it is large enough, else memory
-// of its own allocated on the stream and freed there (stream-ordered) when this goes.
-class MassWorkspace {
+// A kernel's device workspace of `bytes`: the caller's (given, given_bytes) when it is large
+// enough, else memory of its own allocated on the stream and freed there (stream-ordered) when
+// this goes, also when a launch throws. No memory at all when bytes is 0.
+class StreamWorkspace {
  public:
-  MassWorkspace(const AttentionArgs& a, size_t bytes, cudaStream_t stream) : stream_(stream) {
-    if (a.mass_work != nullptr && a.mass_work_bytes >= bytes) {
-      ptr_ = a.mass_work;
+  StreamWorkspace(void* given, size_t given_bytes, size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (bytes == 0) return;
+    if (given != nullptr && given_bytes >= bytes) {
+      ptr_ = given;
       return;
     }
     CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
     own_ = true;
   }
-  ~MassWorkspace() {
+  ~StreamWorkspace() {
     // (Not thrown from a destructor; cleared, so that no later check reports it as its own.)
     if (own_ && cudaFreeAsync(ptr_, stream_) != cudaSuccess) (void)cudaGetLastError();
   }
-  MassWorkspace(const MassWorkspace&) = delete;
-  MassWorkspace& operator=(const MassWorkspace&) = delete;
+  StreamWorkspace(const StreamWorkspace&) = delete;
+  StreamWorkspace& operator=(const StreamWorkspace&) = delete;
   char* bytes() const { return static_cast<char*>(ptr_); }
 
  private:

@@ -171,7 +171,7 @@ void launch(const SegmentMassParams& p, int n_kv_head, cudaStream_t stream) {
 size_t attention_segment_mass_work_bytes(const AttentionArgs& a) { return mma_attention::stats_bytes(a); }
 
 void attention_mma_segment_mass_cuda(const AttentionArgs& a, cudaStream_t stream) {
-  const mma_attention::MassWorkspace work(a, attention_segment_mass_work_bytes(a), stream);
+  const mma_attention::StreamWorkspace work(a.mass_work, a.mass_work_bytes, attention_segment_mass_work_bytes(a), stream);
   auto* stats = reinterpret_cast<float2*>(work.bytes());
 
   attention_mma_cuda(a, stream, stats);  // every row's output, every vector's (m, l)

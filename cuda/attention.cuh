@@ -48,8 +48,9 @@ struct AttentionArgs {
   // (attention_mma_work_bytes; 0 when it does not), as decode_work.
   void* mma_work = nullptr;
   size_t mma_work_bytes = 0;
-  // > 0: the tensor-core kernel splits the keys into this many ranges (at most one per 64 keys and
-  // kMaxKeySplits), for tests; 0: it decides from the shapes and the GPU.
+  // > 0: the tensor-core kernel splits the keys into this many ranges (at most one per key tile —
+  // 64 keys, 32 at head_dim 256 — and kMaxKeySplits), for tests; 0: it decides from the shapes
+  // and the GPU.
   int key_splits = 0;
   // Key totals from the query rows [key_mass_first_row, n_q) only (SegmentMass::first_query); out
   // is still every row's attention.
