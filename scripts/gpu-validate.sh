@@ -52,7 +52,7 @@ has() { [[ " $groups " == *" $1 "* ]]; }
 
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 if has tests; then
-  step cuda-tests 180 cuda-tests.txt "$run" ragkv_tests -tc='cuda*'
+  step cuda-tests 300 cuda-tests.txt "$run" ragkv_tests -tc='cuda*' --duration=true
   # The chip's reachable limits: cuBLAS GEMM TFLOP/s, device copy GB/s (the report's reference).
   step bench-device 60 bench-device.json "$run" ragkv bench device
   # Teacher-forced agreement with the CPU on the default models' shapes (issue 40's bar); its

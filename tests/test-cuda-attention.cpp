@@ -647,7 +647,7 @@ TEST_CASE("cuda attention: key totals on tensor cores within the derived f16 bou
   // Every row before first_row: the totals are all zero.
   run_key_mass_case({"no counted row", 64, 4, 2, 30, 200}, 30, seed++, true, true);
   // The attention split over key ranges: (m, l) from the combine.
-  run_key_mass_case({"question over a long prompt, split 5", 128, 32, 8, 40, 4000}, 28, seed++, true, true, 5);
+  run_key_mass_case({"question over a long prompt, split 5", 128, 16, 4, 40, 3000}, 28, seed++, true, true, 5);
   run_key_mass_case({"shuffled keys, split 16", 64, 8, 2, 20, 3000, true}, 8, seed++, true, false, 16);
 }
 
@@ -703,9 +703,9 @@ TEST_CASE("cuda attention: tensor-core kernel over key ranges (split keys) withi
   int device = 0, sms = 0;
   REQUIRE(cudaGetDevice(&device) == cudaSuccess);
   REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
-  if (sms > 16) CHECK(ragkv::attention_mma_work_bytes(question_args(24, 8000)) > 0);  // 16 blocks unsplit
+  if (sms > 16) CHECK(ragkv::attention_mma_work_bytes(question_args(24, 6000)) > 0);  // 16 blocks unsplit
   CHECK(ragkv::attention_mma_work_bytes(question_args(4096, 4096)) == 0);
-  run_mma_case({"routed question over 8,000 keys", 128, 32, 8, 24, 8000}, seed++, true);
+  run_mma_case({"routed question over 6,000 keys", 128, 16, 4, 24, 6000}, seed++, true);
 }
 
 TEST_CASE("cuda attention: bad arguments throw ragkv::Error before touching the device") {
