@@ -147,6 +147,7 @@ std::unique_ptr<HnswIndex> HnswIndex::load(const std::filesystem::path& path, st
   if (f_dim != dim) fail("{}: graph of {}-dimensional vectors, the embeddings have {}", name, f_dim, dim);
   if (dim == 0 || rows.size() != n * dim)
     fail("{}: graph of {} nodes, the embeddings hold {} rows", name, n, dim ? rows.size() / dim : 0);
+  if (p.M < 2 || p.M > 10000) fail("{}: corrupt: M {} (at least 2, at most 10000)", name, p.M);  // (found by fuzzing)
   if (max_m0 != 2 * p.M) fail("{}: corrupt: max_m0 {} for M {}", name, max_m0, p.M);
   if (max_level < 0 || max_level > kMaxLevel) fail("{}: corrupt: max level {}", name, max_level);
   if (entry >= n) fail("{}: corrupt: entry point {} of {} nodes", name, entry, n);
