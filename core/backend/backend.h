@@ -136,10 +136,11 @@ struct AttentionParams {
 // synchronize() — the CUDA backend then copies every pending total back together instead of
 // waiting for each call (prophet's question pass reads one per layer); out must stay alive and
 // untouched until then. The CPU backend fills it at once.
-// With key_totals and first_query > 0: the totals sum the probabilities of query rows
-// [first_query, n_q) only, while out is the attention of every row — one call for a layer's
-// attention and the question's totals (prophet's first pass: the question's rows are the last
-// rows of the layer's), where two calls computed the question rows' attention twice.
+// With key_totals, out is every row's attention as a call without mass gives it (the CPU backend:
+// the same bits; the CUDA backend: the same kernels, within their tolerance), and the totals sum
+// the probabilities of query rows [first_query, n_q) only — so one call gives a layer's attention
+// and its question's totals (prophet's first pass: the question's rows are the layer's last),
+// where two calls computed the question rows' attention twice.
 struct SegmentMass {
   std::vector<int64_t> seg_begin;  // n_seg + 1 boundaries over the KV rows, ascending
   std::vector<float>* out = nullptr;  // resized to [n_q][n_head][n_seg], summed probabilities
