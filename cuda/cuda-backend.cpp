@@ -232,6 +232,7 @@ CudaBackend::~CudaBackend() {
   if (cublas_workspace_) CUDA_CHECK_NOTHROW(cudaFree(cublas_workspace_));
   if (step_exec_) CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(step_exec_));
   if (capture_host_) CUDA_CHECK_NOTHROW(cudaFreeHost(capture_host_));
+  if (upload_ring_) CUDA_CHECK_NOTHROW(cudaFreeHost(upload_ring_));
   free_deferred();
   if (scratch_) CUDA_CHECK_NOTHROW(cudaFree(scratch_));
   for (const RepeatedUpload* u : repeated_uploads())
@@ -369,6 +370,7 @@ void CudaBackend::download(const Tensor& src, void* host_dst) {
   const auto timed = profile("download", src.rows);
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (!capturing_) stream_synced();
 }
 
 void CudaBackend::fill_zero(const Tensor& t) {
@@ -387,6 +389,7 @@ void CudaBackend::copy_impl(const Tensor& src, const Tensor& dst) {
 void CudaBackend::synchronize() {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (capturing_) return;
+  stream_synced();
   free_deferred();
   copy_back_pending_mass();
 }
@@ -431,8 +434,9 @@ void CudaBackend::grow_device_buffer(void*& buffer, size_t& capacity, size_t byt
 
 void* CudaBackend::scratch_upload(size_t bytes) {
   grow_device_buffer(scratch_, scratch_bytes_, bytes, /*geometric=*/true);
-  // host_staging_ is pageable: the copy has been staged by the time cudaMemcpyAsync returns, so
-  // the next op may refill host_staging_ at once; stream order protects scratch_ on the device.
+  // The copy reads host_staging_'s bytes from the upload ring (or, pageable, has staged them by
+  // the time cudaMemcpyAsync returns), so the next op may refill host_staging_ at once; stream
+  // order protects scratch_ on the device.
   if (const void* src = staged_source(bytes))
     CUDA_CHECK(cudaMemcpyAsync(scratch_, src, bytes, cudaMemcpyHostToDevice, stream_));
   return scratch_;
@@ -442,8 +446,8 @@ const void* CudaBackend::upload_if_changed(RepeatedUpload& u) {
   if (host_staging_.empty()) return nullptr;
   if (host_staging_ == u.host) return u.device;  // every layer after the first
   grow_device_buffer(u.device, u.capacity, host_staging_.size(), /*geometric=*/true);
-  // Pageable source: staged by the time the call returns; the copy is ordered on stream_ after
-  // the kernels that read the previous contents.
+  // From the upload ring (or pageable, staged by the time the call returns); the copy is ordered
+  // on stream_ after the kernels that read the previous contents.
   const void* src = staged_source(host_staging_.size());
   if (!src) return u.device;  // a failed capture: u.host stays as it was
   CUDA_CHECK(cudaMemcpyAsync(u.device, src, host_staging_.size(), cudaMemcpyHostToDevice, stream_));

@@ -235,9 +235,22 @@ class CudaBackend : public Backend {
   void* capture_host_ = nullptr;     // pinned [capture_host_bytes_]
   size_t capture_host_bytes_ = 0, capture_host_used_ = 0, capture_host_needed_ = 0;
   std::vector<void*> deferred_free_;
-  // host_staging_[0, bytes) where a copy to the device may read it: itself, or while capturing a
-  // pinned copy (nullptr when the pinned buffer is full: the capture then fails).
+  // host_staging_[0, bytes) where a copy to the device may read it: while capturing a pinned copy
+  // (nullptr when the pinned buffer is full: the capture then fails), else a copy in the upload
+  // ring (eager_source).
   const void* staged_source(size_t bytes);
+  // Outside a capture: host_staging_[0, bytes) copied into a slice of a pinned ring, so that
+  // cudaMemcpyAsync returns at once — from pageable memory the driver stages the copy itself and
+  // may wait for the stream first, and a decode step's host would then not run ahead of the
+  // device. The ring is reused from its start once the stream has run every copy from it
+  // (stream_synced(); a stream sync of its own when it is full: after some 4,000 uploads without
+  // one — a decode step downloads its logits, a sync, every step). Large uploads (over 128 KiB)
+  // and a failed pinned allocation: host_staging_ itself.
+  const void* eager_source(size_t bytes);
+  void stream_synced() { upload_ring_used_ = 0; }  // call after a sync of stream_, outside a capture
+  void* upload_ring_ = nullptr;  // pinned [kUploadRingBytes]
+  size_t upload_ring_used_ = 0;
+  bool upload_ring_failed_ = false;
   void step_not_launched();  // forget device contents the lost graph would have written
   void free_deferred();
 

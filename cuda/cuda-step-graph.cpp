@@ -1,8 +1,9 @@
 // The CUDA backend's step graphs (Backend::begin_step, cuda-backend.h): a decode step captured by
 // stream capture in relaxed mode, the previous executable graph updated in place
 // (cudaGraphExecUpdate) or instantiated anew on another topology, and launched once; the pinned
-// copies the capture's uploads read (staged_source). Any step that cannot be captured or launched
-// is reported back (end_step false) and runs op by op; three such steps turn graphs off.
+// copies the capture's uploads read (staged_source), and the pinned ring eager uploads read. Any
+// step that cannot be captured or launched is reported back (end_step false) and runs op by op;
+// three such steps turn graphs off.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -12,8 +13,31 @@
 
 namespace ragkv {
 
+namespace {
+constexpr size_t kUploadRingBytes = size_t(1) << 20;
+}  // namespace
+
+const void* CudaBackend::eager_source(size_t bytes) {
+  if (bytes > kUploadRingBytes / 8 || upload_ring_failed_) return host_staging_.data();
+  if (!upload_ring_ && cudaMallocHost(&upload_ring_, kUploadRingBytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    upload_ring_ = nullptr;
+    upload_ring_failed_ = true;  // pageable uploads, as before the ring
+    return host_staging_.data();
+  }
+  size_t offset = (upload_ring_used_ + 255) / 256 * 256;
+  if (offset + bytes > kUploadRingBytes) {  // full: the copies from it must have run before reuse
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    offset = 0;
+  }
+  auto* dst = static_cast<uint8_t*>(upload_ring_) + offset;
+  std::memcpy(dst, host_staging_.data(), bytes);
+  upload_ring_used_ = offset + bytes;
+  return dst;
+}
+
 const void* CudaBackend::staged_source(size_t bytes) {
-  if (!capturing_) return host_staging_.data();
+  if (!capturing_) return eager_source(bytes);
   const size_t offset = (capture_host_used_ + 255) / 256 * 256;
   capture_host_needed_ = std::max(capture_host_needed_, offset + bytes);
   if (offset + bytes > capture_host_bytes_) {
@@ -30,6 +54,7 @@ bool CudaBackend::begin_step() {
   if (!graphs_) return false;
   // The previous step's graph has finished with the pinned buffer and the replaced buffers.
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  stream_synced();
   free_deferred();
   const size_t want = std::max<size_t>(size_t(1) << 20, 2 * capture_host_needed_);
   if (capture_host_bytes_ < want) {

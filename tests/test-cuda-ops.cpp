@@ -1844,6 +1844,29 @@ TEST_CASE("cuda: quant+f16 weights multiply prefill rows as f16 weights and deco
   CHECK(product("quant+f16", 3, ragkv::Activations::f32) == product("quant", 3, ragkv::Activations::f32));
 }
 
+// Small uploads (row indices, positions, token ids) go through a pinned ring (CudaBackend::
+// eager_source) that is reused once the stream has run the copies from it. 5,000 gathers queued
+// without a wait fill the ring several times over (each upload takes at least 256 bytes of its
+// 1 MiB): a slice reused before its copy ran would hand a later gather another's row index.
+TEST_CASE("cuda: uploads queued without a wait keep their own bytes through the pinned ring's reuse") {
+  if (gpu_missing()) return;
+  auto gpu = ragkv::make_cuda_backend(0);
+  constexpr int64_t kRows = 16, kCols = 4, kCalls = 5000;
+  std::vector<float> table(size_t(kRows * kCols));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = float(i);
+  const Tensor t = make_tensor(*gpu, DType::f32, kRows, kCols, table);
+  const Tensor out = gpu->alloc(DType::f32, kCalls, kCols);
+  for (int64_t i = 0; i < kCalls; ++i) {
+    const int32_t row[1] = {int32_t((i * 7) % kRows)};
+    gpu->gather_rows(t, out.slice_rows(i, 1), row);
+  }
+  const std::vector<float> got = download_values(*gpu, out);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < kCalls; ++i)
+    for (int64_t c = 0; c < kCols; ++c) wrong += got[size_t(i * kCols + c)] != table[size_t(((i * 7) % kRows) * kCols + c)];
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("cuda: misuse of the ops fails loudly") {
   if (gpu_missing()) return;
   Backends be;
