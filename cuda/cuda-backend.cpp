@@ -233,6 +233,7 @@ CudaBackend::~CudaBackend() {
   if (step_exec_) CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(step_exec_));
   if (capture_host_) CUDA_CHECK_NOTHROW(cudaFreeHost(capture_host_));
   if (upload_ring_) CUDA_CHECK_NOTHROW(cudaFreeHost(upload_ring_));
+  for (void* ring : retired_rings_) CUDA_CHECK_NOTHROW(cudaFreeHost(ring));
   free_deferred();
   if (scratch_) CUDA_CHECK_NOTHROW(cudaFree(scratch_));
   for (const RepeatedUpload* u : repeated_uploads())
@@ -370,7 +371,7 @@ void CudaBackend::download(const Tensor& src, void* host_dst) {
   const auto timed = profile("download", src.rows);
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (!capturing_) stream_synced();
+  stream_synced();
 }
 
 void CudaBackend::fill_zero(const Tensor& t) {

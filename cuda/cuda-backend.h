@@ -102,6 +102,12 @@ class CudaBackend : public Backend {
   void download(const Tensor& src, void* host_dst) override;
   void fill_zero(const Tensor& t) override;
   void synchronize() override;
+  // For tests: the pinned upload ring's first and largest sizes (eager_source), set before any
+  // upload.
+  void set_upload_ring_sizes(size_t first_bytes, size_t max_bytes) {
+    upload_ring_min_ = first_bytes;
+    upload_ring_max_ = max_bytes;
+  }
   // Layer-wise loading: host data is copied into a pinned staging slot, then to the device on
   // copy_stream_ (after the compute work queued so far, which may still read the rows); the
   // compute stream waits for those copies at wait_uploads().
@@ -243,14 +249,18 @@ class CudaBackend : public Backend {
   // cudaMemcpyAsync returns at once — from pageable memory the driver stages the copy itself and
   // may wait for the stream first, and a decode step's host would then not run ahead of the
   // device. The ring is reused from its start once the stream has run every copy from it
-  // (stream_synced(); a stream sync of its own when it is full: after some 4,000 uploads without
-  // one — a decode step downloads its logits, a sync, every step). Large uploads (over 128 KiB)
-  // and a failed pinned allocation: host_staging_ itself.
+  // (stream_synced(): a decode step downloads its logits, a sync, every step). A ring that fills
+  // between two syncs (a batch's attention positions over long contexts) is replaced by one twice
+  // its size, up to upload_ring_max_, the full one freed at the next sync (copies may still read
+  // it); at that size a full ring waits for the stream. Uploads over a quarter of the largest
+  // ring, and a failed pinned allocation: host_staging_ itself.
   const void* eager_source(size_t bytes);
-  void stream_synced() { upload_ring_used_ = 0; }  // call after a sync of stream_, outside a capture
-  void* upload_ring_ = nullptr;  // pinned [kUploadRingBytes]
-  size_t upload_ring_used_ = 0;
+  void stream_synced();  // after a sync of stream_, outside a capture: the ring's copies have run
+  void* upload_ring_ = nullptr;  // pinned [upload_ring_bytes_]
+  size_t upload_ring_bytes_ = 0, upload_ring_used_ = 0;
+  size_t upload_ring_min_ = size_t(1) << 20, upload_ring_max_ = size_t(64) << 20;
   bool upload_ring_failed_ = false;
+  std::vector<void*> retired_rings_;  // pinned, freed at the next stream_synced()
   void step_not_launched();  // forget device contents the lost graph would have written
   void free_deferred();
 

@@ -13,27 +13,42 @@
 
 namespace ragkv {
 
-namespace {
-constexpr size_t kUploadRingBytes = size_t(1) << 20;
-}  // namespace
-
 const void* CudaBackend::eager_source(size_t bytes) {
-  if (bytes > kUploadRingBytes / 8 || upload_ring_failed_) return host_staging_.data();
-  if (!upload_ring_ && cudaMallocHost(&upload_ring_, kUploadRingBytes) != cudaSuccess) {
-    (void)cudaGetLastError();
-    upload_ring_ = nullptr;
-    upload_ring_failed_ = true;  // pageable uploads, as before the ring
-    return host_staging_.data();
-  }
+  if (bytes > upload_ring_max_ / 4 || upload_ring_failed_) return host_staging_.data();
   size_t offset = (upload_ring_used_ + 255) / 256 * 256;
-  if (offset + bytes > kUploadRingBytes) {  // full: the copies from it must have run before reuse
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    offset = 0;
+  if (!upload_ring_ || offset + bytes > upload_ring_bytes_) {
+    if (upload_ring_ && upload_ring_bytes_ >= upload_ring_max_) {  // at its largest: reuse once the copies ran
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      stream_synced();
+      offset = 0;
+    } else {
+      const size_t want = std::min(upload_ring_max_, std::max({upload_ring_min_, 2 * upload_ring_bytes_, 4 * bytes}));
+      void* ring = nullptr;
+      if (cudaMallocHost(&ring, want) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (!upload_ring_) {
+          upload_ring_failed_ = true;  // pageable uploads, as before the ring
+          return host_staging_.data();
+        }
+        upload_ring_max_ = upload_ring_bytes_;  // this one it is: wait for its copies instead
+        return eager_source(bytes);
+      }
+      if (upload_ring_) retired_rings_.push_back(upload_ring_);  // copies queued from it may still read it
+      upload_ring_ = ring;
+      upload_ring_bytes_ = want;
+      offset = 0;
+    }
   }
   auto* dst = static_cast<uint8_t*>(upload_ring_) + offset;
   std::memcpy(dst, host_staging_.data(), bytes);
   upload_ring_used_ = offset + bytes;
   return dst;
+}
+
+void CudaBackend::stream_synced() {
+  upload_ring_used_ = 0;
+  for (void* ring : retired_rings_) CUDA_CHECK_NOTHROW(cudaFreeHost(ring));
+  retired_rings_.clear();
 }
 
 const void* CudaBackend::staged_source(size_t bytes) {

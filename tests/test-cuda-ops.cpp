@@ -1845,26 +1845,37 @@ TEST_CASE("cuda: quant+f16 weights multiply prefill rows as f16 weights and deco
 }
 
 // Small uploads (row indices, positions, token ids) go through a pinned ring (CudaBackend::
-// eager_source) that is reused once the stream has run the copies from it. 5,000 gathers queued
-// without a wait fill the ring several times over (each upload takes at least 256 bytes of its
-// 1 MiB): a slice reused before its copy ran would hand a later gather another's row index.
-TEST_CASE("cuda: uploads queued without a wait keep their own bytes through the pinned ring's reuse") {
+// eager_source), reused only once the stream has run the copies from it, and grown while the
+// copies from a full one may still be pending. Here the ring is 2 KiB (8 uploads) — fixed, or
+// growing to 64 KiB — and the stream is held back by large copies queued first, so hundreds of
+// gathers, each uploading its row index, are queued before the device reaches them: a slice
+// reused or a ring freed before its copy ran would hand a gather another's row.
+TEST_CASE("cuda: uploads queued ahead of the device keep their own bytes through the pinned ring's reuse and growth") {
   if (gpu_missing()) return;
-  auto gpu = ragkv::make_cuda_backend(0);
-  constexpr int64_t kRows = 16, kCols = 4, kCalls = 5000;
-  std::vector<float> table(size_t(kRows * kCols));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = float(i);
-  const Tensor t = make_tensor(*gpu, DType::f32, kRows, kCols, table);
-  const Tensor out = gpu->alloc(DType::f32, kCalls, kCols);
-  for (int64_t i = 0; i < kCalls; ++i) {
-    const int32_t row[1] = {int32_t((i * 7) % kRows)};
-    gpu->gather_rows(t, out.slice_rows(i, 1), row);
+  for (const size_t max_ring : {size_t(2048), size_t(64) << 10}) {
+    CAPTURE(max_ring);
+    auto backend = ragkv::make_cuda_backend(0);
+    auto* gpu = dynamic_cast<ragkv::CudaBackend*>(backend.get());
+    REQUIRE(gpu != nullptr);
+    gpu->set_upload_ring_sizes(2048, max_ring);
+    constexpr int64_t kRows = 16, kCols = 4, kCalls = 2000;
+    std::vector<float> table(size_t(kRows * kCols));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = float(i);
+    const Tensor t = make_tensor(*gpu, DType::f32, kRows, kCols, table);
+    const Tensor out = gpu->alloc(DType::f32, kCalls, kCols);
+    const Tensor big_a = gpu->alloc(DType::f32, int64_t(1) << 16, 4096), big_b = gpu->alloc(DType::f32, int64_t(1) << 16, 4096);
+    gpu->fill_zero(big_a);
+    for (int i = 0; i < 8; ++i) gpu->copy(i % 2 ? big_b : big_a, i % 2 ? big_a : big_b);  // 8 × 1 GiB: the device is busy
+    for (int64_t i = 0; i < kCalls; ++i) {
+      const int32_t row[1] = {int32_t((i * 7) % kRows)};
+      gpu->gather_rows(t, out.slice_rows(i, 1), row);
+    }
+    const std::vector<float> got = download_values(*gpu, out);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < kCalls; ++i)
+      for (int64_t c = 0; c < kCols; ++c) wrong += got[size_t(i * kCols + c)] != table[size_t(((i * 7) % kRows) * kCols + c)];
+    CHECK(wrong == 0);
   }
-  const std::vector<float> got = download_values(*gpu, out);
-  int64_t wrong = 0;
-  for (int64_t i = 0; i < kCalls; ++i)
-    for (int64_t c = 0; c < kCols; ++c) wrong += got[size_t(i * kCols + c)] != table[size_t(((i * 7) % kRows) * kCols + c)];
-  CHECK(wrong == 0);
 }
 
 TEST_CASE("cuda: misuse of the ops fails loudly") {
