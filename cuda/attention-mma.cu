@@ -58,6 +58,8 @@
 #include <math_constants.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -315,7 +317,6 @@ void launch(const MmaParams& p, int n_kv_head, int splits, cudaStream_t stream) 
     return;
   }
   mma_attention::launch_blocks(attention_mma_kernel<D, BN, true>, smem, blocks, n_kv_head, p, stream, too_many, splits);
-  if (p.n_vec > INT_MAX) cuda_internal_fail("attention_mma_cuda: too many query vectors for one grid");
   combine_kernel<D><<<dim3(unsigned(p.n_vec), unsigned(n_kv_head)), D, 0, stream>>>(p, splits);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -323,19 +324,40 @@ void launch(const MmaParams& p, int n_kv_head, int splits, cudaStream_t stream) 
 // Keys per tile: 64, or 32 at head_dim 256 (to bound registers).
 int tile_keys(int head_dim) { return head_dim == 256 ? 32 : 64; }
 
+// The current device's SM count, asked of the driver once per device.
+int sm_count() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  static std::array<std::atomic<int>, 64> known{};
+  const bool cached = device >= 0 && device < int(known.size());
+  int n = cached ? known[size_t(device)].load(std::memory_order_relaxed) : 0;
+  if (n > 0) return n;
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  if (cached) known[size_t(device)].store(n, std::memory_order_relaxed);
+  return n;
+}
+
 // How many key ranges a call is split into: 1 when its blocks fill the GPU, else enough ranges
 // for about two blocks per SM, each of at least 4 tiles (splitting short ranges costs more in the
-// combine than it saves), at most kMaxKeySplits; a.key_splits when set (tests).
+// combine than it saves), at most kMaxKeySplits; a.key_splits when set (tests), at most one range
+// per tile and kMaxKeySplits.
 int key_splits(const AttentionArgs& a) {
+  if (a.n_kv_head <= 0 || a.n_head < a.n_kv_head) return 1;  // (attention_cuda refuses the call)
   const int64_t tiles = (a.n_kv + tile_keys(a.head_dim) - 1) / tile_keys(a.head_dim);
-  if (a.key_splits > 0) return int(std::min<int64_t>(a.key_splits, std::max<int64_t>(tiles, 1)));
+  if (a.key_splits > 0)
+    return int(std::max<int64_t>(1, std::min({int64_t(a.key_splits), tiles, int64_t(kMaxKeySplits)})));
   const int64_t blocks = (a.n_q * (a.n_head / a.n_kv_head) + kBlockVectors - 1) / kBlockVectors * a.n_kv_head;
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = sm_count();
   if (blocks >= sms) return 1;
   const int64_t want = (2 * int64_t(sms) + blocks - 1) / blocks;
   return int(std::max<int64_t>(1, std::min({want, tiles / 4, int64_t(kMaxKeySplits)})));
+}
+
+// The workspace of `splits` ranges' partial sums (0 for one).
+size_t split_work_bytes(const AttentionArgs& a, int splits) {
+  if (splits == 1) return 0;
+  const size_t vectors = size_t(splits) * size_t(a.n_kv_head) * size_t(a.n_q) * size_t(a.n_head / a.n_kv_head);
+  return vectors * (size_t(a.head_dim) * sizeof(float) + sizeof(float2));
 }
 
 // Keys per range for `splits` ranges: whole tiles.
@@ -358,12 +380,7 @@ bool attention_mma_applies(const AttentionArgs& a, bool with_mass) {
   return a.tensor_cores && attention_mma_enabled() && a.kv_f16 && !with_mass && a.n_kv > 0;
 }
 
-size_t attention_mma_work_bytes(const AttentionArgs& a) {
-  const int splits = key_splits(a);
-  if (splits == 1) return 0;
-  const size_t vectors = size_t(splits) * size_t(a.n_kv_head) * size_t(a.n_q) * size_t(a.n_head / a.n_kv_head);
-  return vectors * (size_t(a.head_dim) * sizeof(float) + sizeof(float2));
-}
+size_t attention_mma_work_bytes(const AttentionArgs& a) { return split_work_bytes(a, key_splits(a)); }
 
 void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row_stats) {
   if (a.causal && !a.k_tile_bounds) cuda_internal_fail("attention_mma_cuda: causal attention without k_tile_bounds");
@@ -374,14 +391,12 @@ void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row
   p.row_stats = row_stats;
   const int splits = key_splits(a);
   p.split_keys = splits == 1 ? a.n_kv : split_keys(a, splits);
-  const int ranges = int((a.n_kv + p.split_keys - 1) / p.split_keys);  // (the last ones may be empty otherwise)
-  const size_t bytes = attention_mma_work_bytes(a);
-  const bool own = ranges > 1 && (a.mma_work == nullptr || a.mma_work_bytes < bytes);
-  void* work = own ? nullptr : a.mma_work;
-  if (own) CUDA_CHECK(cudaMallocAsync(&work, bytes, stream));
+  const int ranges = int((a.n_kv + p.split_keys - 1) / p.split_keys);  // ≤ splits (whole tiles per range)
+  if (ranges > 1 && p.n_vec > INT_MAX) cuda_internal_fail("attention_mma_cuda: too many query vectors for one grid");
+  const mma_attention::StreamWorkspace work(a.mma_work, a.mma_work_bytes, split_work_bytes(a, splits), stream);
   if (ranges > 1) {
     const size_t vectors = size_t(ranges) * size_t(a.n_kv_head) * size_t(p.n_vec);
-    p.part_o = static_cast<float*>(work);
+    p.part_o = reinterpret_cast<float*>(work.bytes());
     p.part_ml = reinterpret_cast<float2*>(p.part_o + vectors * size_t(a.head_dim));
   }
   switch (a.head_dim) {
@@ -390,7 +405,6 @@ void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row
     case 128: launch<128, 64>(p, a.n_kv_head, ranges, stream); break;
     default: launch<256, 32>(p, a.n_kv_head, ranges, stream); break;
   }
-  if (own) CUDA_CHECK(cudaFreeAsync(work, stream));
 }
 
 }  // namespace ragkv
