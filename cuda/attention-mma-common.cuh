@@ -1,8 +1,9 @@
-// What the tensor-core attention kernels share (attention-mma.cu, attention-key-mass.cu): the
-// block shape (4 warps, 16 query vectors each: one mma M per warp), the padded f16 row stride of
-// their shared-memory tiles, the arguments they read, the query vectors staged as f16, and where
-// a vector's softmax statistics go.
-// Device code only: included from .cu files.
+// What the tensor-core attention kernels share (attention-mma.cu, attention-key-mass.cu,
+// attention-segment-mass.cu): the block shape (4 warps, 16 query vectors each: one mma M per
+// warp), the padded f16 row stride of their shared-memory tiles, the arguments they read, the
+// staging of query vectors and key rows, tile skipping, S = Q·Kᵀ on mma.sync, where a vector's
+// softmax statistics go, and the launchers' workspace and grid.
+// Included from .cu files only (device code, and host code that launches it).
 #pragma once
 #include <cuda_fp16.h>
 
