@@ -13,7 +13,8 @@ table says which file was missing):
     Q4_K_M model (weights kept quantised, and converted to f16 at load), and for the bf16 model with
     RAGKV_CUDA_ATTENTION=f32 where that step ran;
   - each mode's TTFT per KV tier over `full` (bench reuse), with the loading controller on
-    (bench-reuse.json, the GPU's default) and off (bench-reuse-no-control.json);
+    (bench-reuse.json, the GPU's default) and off (bench-reuse-no-control.json), and blend with
+    every attention on the f32 kernel (bench-reuse-attn-f32.json, RAGKV_CUDA_ATTENTION=f32);
   - device-check's teacher-forced agreement per model (top-1 rate, first-token KL);
   - where the time goes, from the RAGKV_CUDA_PROFILE files (profile-*.json, cuda/op-profile.h): per
     section (the bench's prefill and decodes, each mode and tier) and phase (prefill: ops over more
@@ -186,12 +187,13 @@ def markdown(report):
                      f"{fmt(r['decode_tokens_per_s'])} | {fmt(r.get('decode_bandwidth_gb_s'))} | "
                      f"{fmt(r.get('decode_pct_of_bandwidth'))} | {fmt(r.get('decode_pct_of_copy'))} |")
     if report["reuse"]:
-        lines += ["", "| loading controller | mode | KV tier | TTFT ms | / full | segments recomputed | "
-                  "first token = full | logits bit-identical |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| loading controller | attention | mode | KV tier | TTFT ms | / full | segments recomputed | "
+                  "first token = full | logits bit-identical |", "|---|---|---|---|---|---|---|---|---|"]
         for r in report["reuse"]:
             rec = "–" if r["recomputed_segments"] is None else r["recomputed_segments"]
             same = r.get("first_logits_identical_to_full")
-            lines.append(f"| {r['load_control']} | {r['mode']} | {r['kv_tier']} | {fmt(r['ttft_ms_median'])} | "
+            lines.append(f"| {r['load_control']} | {r['attention']} | {r['mode']} | {r['kv_tier']} | "
+                         f"{fmt(r['ttft_ms_median'])} | "
                          f"{fmt(r['ttft_ratio_vs_full'], 3)} | {rec} | {r['first_token_matches_full']} | "
                          f"{'–' if same is None else same} |")
     if report["device_check"]:
@@ -237,7 +239,9 @@ def build_report(out):
         data = load(out, name, missing)
         for result in (data or {}).get("results", []):
             report["prefill"].append(prefill_row(label, result, peak_tflops, peak_bw, report["limits"]))
-    for name, control in (("bench-reuse.json", "on"), ("bench-reuse-no-control.json", "off")):
+    for name, control, attention in (("bench-reuse.json", "on", "tensor cores"),
+                                     ("bench-reuse-no-control.json", "off", "tensor cores"),
+                                     ("bench-reuse-attn-f32.json", "on", "f32")):
         reuse = load(out, name, missing)
         if reuse and not reuse.get("load_control", control == "off"):
             control = "off"  # a CPU run, or a bench from before the controller's default
@@ -246,6 +250,7 @@ def build_report(out):
                                          "first_token_matches_full", "first_logits_identical_to_full",
                                          "compute_fraction")}
             row["load_control"] = control
+            row["attention"] = attention
             row["recomputed_segments"] = (r.get("load_control") or {}).get("recomputed_segments")
             report["reuse"].append(row)
     report["device_check"] = load(out, "device-check.json", missing)
