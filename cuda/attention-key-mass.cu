@@ -14,8 +14,8 @@
 // the question's rows a second time per layer on the f32 kernel, two FMA passes over every key
 // (my estimate, not measured: 2–8 ms of an 8B blend). A layer call of at most 8 query vectors per
 // KV head (a one- or two-token question alone) that went to split-K without mass now runs on the
-// tensor-core kernel, split over key ranges as split-K splits them (attention-mma.cu): its output
-// moves within the f16 bound.
+// tensor-core kernel, split over key ranges (attention-mma.cu, key_splits): its output moves
+// within the f16 bound.
 //
 // Work split: a block of 4 warps owns one tile of BN keys of one KV head (grid ⌈n_kv / BN⌉ ×
 // n_kv_head) and stages it once; it then walks the vectors in chunks of 64 (16 per warp, one mma

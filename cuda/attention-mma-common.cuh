@@ -28,7 +28,7 @@ constexpr int kBlockVectors = 16 * kWarps;  // query vectors per block (16 per w
 template <int D>
 constexpr int row_halves() { return D + 8; }
 
-// The arguments both kernels read, from a checked call (attention.cuh).
+// The arguments the kernels read, from a checked call (attention.cuh).
 struct QueryKeyParams {
   const float* q;        // f32 [n_q][q_cols]
   const int32_t* q_pos;  // [n_q] (causal)
@@ -199,8 +199,8 @@ class StreamWorkspace {
 };
 
 // Launches kernel(p) on a grid of blocks × n_kv_head × splits blocks of kThreads threads with smem
-// bytes of dynamic shared memory (opted in above 48 KiB); `too_many` names the failure when blocks
-// exceeds the grid.
+// bytes of dynamic shared memory (the kernel's limit set to it at every launch); `too_many` names
+// the failure when blocks exceeds the grid.
 template <typename Params>
 void launch_blocks(void (*kernel)(Params), size_t smem, int64_t blocks, int n_kv_head, const Params& p,
                    cudaStream_t stream, const char* too_many, int splits = 1) {

@@ -39,7 +39,7 @@
 // Shared memory (f16 rows padded by 8 halves: a row stride of D/2 + 4 words puts the 8 rows × 4
 // columns of a fragment load on 32 distinct banks): Q [64][D + 8], K and V [BN][D + 8], positions
 // (the tile's and the next one's).
-// D = 128: 52 KiB; D = 256 (BN 32): 68 KiB; the launcher opts in above 48 KiB.
+// D = 128: 52 KiB; D = 256 (BN 32): 66.5 KiB; the launcher sets each kernel's limit to its size.
 //
 // Numerics against the f32 CPU reference: Q is rounded to f16 (K and V are f16 already, the
 // same values on both sides); products are exact and summed in f32; P = exp(S − m) is rounded to
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
     return;
   }
   // O / l (0 for a row that saw no key).
-  if (p.row_stats != nullptr && tig == 0) {  // for the key-total pass (attention-key-mass.cu)
+  if (p.row_stats != nullptr && tig == 0) {  // for the key-total and segment-mass passes
     if (r0 < n_valid) p.row_stats[mma_attention::stats_index(t0 + r0, g, p.n_vec)] = make_float2(m0, l0);
     if (r1 < n_valid) p.row_stats[mma_attention::stats_index(t0 + r1, g, p.n_vec)] = make_float2(m1, l1);
   }
@@ -338,9 +338,9 @@ int sm_count() {
 }
 
 // How many key ranges a call is split into: 1 when its blocks fill the GPU, else enough ranges
-// for about two blocks per SM, each of at least 4 tiles (splitting short ranges costs more in the
-// combine than it saves), at most kMaxKeySplits; a.key_splits when set (tests), at most one range
-// per tile and kMaxKeySplits.
+// for about two blocks per SM, of at least 4 tiles each but the last (splitting short ranges costs
+// more in the combine than it saves), at most kMaxKeySplits; a.key_splits when set (tests), at
+// most one range per tile and kMaxKeySplits.
 int key_splits(const AttentionArgs& a) {
   if (a.n_kv_head <= 0 || a.n_head < a.n_kv_head) return 1;  // (attention_cuda refuses the call)
   const int64_t tiles = (a.n_kv + tile_keys(a.head_dim) - 1) / tile_keys(a.head_dim);

@@ -1,6 +1,8 @@
-// Tensor-core attention for prefill and recompute rows (attention-mma.cu): the FlashAttention-2
-// loop on mma.sync f16 tiles with f32 accumulation. attention_cuda (attention.cu) routes a call
-// here when attention_mma_applies; the arguments were checked there.
+// Tensor-core attention for prefill, recompute rows and questions (attention-mma.cu): the
+// FlashAttention-2 loop on mma.sync f16 tiles with f32 accumulation, split over key ranges when
+// a call's blocks would not fill the GPU. attention_cuda (attention.cu) routes a call here when
+// attention_mma_applies, and the key-total and segment-mass launchers (attention-key-mass.cu,
+// attention-segment-mass.cu) call it first; the arguments were checked there.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -30,7 +32,7 @@ size_t attention_mma_work_bytes(const AttentionArgs& a);
 
 // Queues the kernel on `stream` (head_dim 32, 64, 128 or 256). With row_stats (device,
 // [n_kv_head][n_q · n_head / n_kv_head], 8-byte aligned) it also writes each query vector's final
-// softmax statistics (m, l) there, for the key-total pass of attention-key-mass.cu. Throws
+// softmax statistics (m, l) there, for the key-total and segment-mass passes. Throws
 // ragkv::Error when the launch fails.
 void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row_stats = nullptr);
 

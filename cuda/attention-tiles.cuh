@@ -1,6 +1,6 @@
-// Device helpers the tiled attention kernels share (attention.cu, attention-mma.cu): the mapping of
-// query vectors to rows and heads, the mask by position and the block's query position range that
-// tile skipping compares key tiles against.
+// Device helpers the tiled attention kernels share (attention.cu, attention-mma.cu and its mass
+// passes): the mapping of query vectors to rows and heads, the mask by position, the block's query
+// position range that tile skipping compares key tiles against, and the segment of a key row.
 // Device code only: included from .cu files.
 #pragma once
 #include <climits>

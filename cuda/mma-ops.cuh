@@ -1,5 +1,6 @@
 // Warp-level tensor-core and copy primitives the tensor-core attention kernels share
-// (attention-mma.cu, attention-key-mass.cu): mma.sync.m16n8k16 on f16 with f32 accumulators,
+// (attention-mma.cu, attention-key-mass.cu, attention-segment-mass.cu, through
+// attention-mma-common.cuh): mma.sync.m16n8k16 on f16 with f32 accumulators,
 // ldmatrix, f16 packing, reductions over a lane quad (the four lanes that hold one row of an
 // accumulator), cp.async. PTX ISA: "Warp-level matrix instructions: mma", "ldmatrix", "cp.async".
 // Device code only: included from .cu files.

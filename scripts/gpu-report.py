@@ -14,7 +14,8 @@ table says which file was missing):
     RAGKV_CUDA_ATTENTION=f32 where that step ran;
   - each mode's TTFT per KV tier over `full` (bench reuse), with the loading controller on
     (bench-reuse.json, the GPU's default) and off (bench-reuse-no-control.json), and blend with
-    every attention on the f32 kernel (bench-reuse-attn-f32.json, RAGKV_CUDA_ATTENTION=f32);
+    every attention on the f32 kernel, mass passes included (bench-reuse-attn-f32.json,
+    RAGKV_CUDA_ATTENTION=f32);
   - device-check's teacher-forced agreement per model (top-1 rate, first-token KL);
   - where the time goes, from the RAGKV_CUDA_PROFILE files (profile-*.json, cuda/op-profile.h): per
     section (the bench's prefill and decodes, each mode and tier) and phase (prefill: ops over more

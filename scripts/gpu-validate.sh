@@ -131,8 +131,10 @@ if has compare; then
   # Decode steps on the quantised weights with f32 activations (the GEMV before the integer one).
   step bench-prefill-q4km-f32-acts 150 bench-prefill-q4km-f32-acts.json env RAGKV_CUDA_DECODE_ACTS=f32 "$run" ragkv \
     bench prefill --models "$model_q4" --device cuda --tokens 4096
-  # Blend with every attention on the f32 kernel, prophet's question totals by its second pass
-  # over the keys: the path before the tensor-core passes (against the bf16 group's blend).
+  # Blend with every attention on the f32 kernel (prefill and recompute rows included, prophet's
+  # question totals by its second pass over the keys), against the bf16 group's blend: what the
+  # tensor-core kernels and their mass passes save together (not the exact path before this stop,
+  # which ran the layer's attention on tensor cores and the question's again on the f32 kernel).
   step bench-reuse-attn-f32 200 bench-reuse-attn-f32.json env RAGKV_CUDA_ATTENTION=f32 "$run" ragkv bench reuse \
     --model "$model" --device cuda --chunks 8 --chunk-tokens 496 --modes blend --tiers device
 fi

@@ -1,7 +1,8 @@
 // End to end on the CUDA backend against the CPU backend: whole prefills and greedy decoding on
 // random GGUF models with the default models' shapes (SmolLM2-135M and Gemma 3 270M layer
 // sizes; the real files are too large to copy to the GPU machine, so the models are written
-// where the test runs, by core/model/random-model).
+// where the test runs, by core/model/random-model). Also, GPU against GPU: step graphs against
+// op by op, and a prefill over a cached prefix against the whole prompt's.
 //
 // Each shape runs with f16 weights, and with the quantised type of the real file's family (Q4_1
 // as SmolLM2's; Q8_0 for Gemma 3's rows, which are not whole K-quant super-blocks), which the
@@ -128,10 +129,10 @@ TEST_CASE("cuda e2e: prefill logits and greedy tokens match the CPU on default-s
 // `prefix` on the GPU (issue 40: "prefix stays token-identical to full on CUDA"): a prompt's first
 // rows prefilled alone — as precompute stores a prefix's KV, f16 as the cache holds it — and the rest
 // prefilled over that cache, against the whole prompt in one prefill. The kernels are the same,
-// but not every result is bit-identical: cuBLAS may pick another algorithm (another summation
-// order) for another number of rows, and the tensor-core attention splits the keys of a short
-// continuation (flash-decoding) where the whole prompt's blocks fill the GPU — so the KV rows
-// and logits may differ in their last bits. The test requires the greedy tokens to be full's
+// but not on the same shapes: cuBLAS may pick another algorithm (another summation order) for
+// another number of rows, and the tensor-core attention may split a short continuation's keys
+// (flash-decoding) where the whole prompt's blocks fill the GPU — so the KV rows and logits may
+// differ in their last bits. The test requires the greedy tokens to be full's
 // (continuing each from the same token), up to near ties as in the CPU comparison above, and
 // logits within 1e-3 relative L2 (a position or mask error moves them by order one); it reports
 // whether they were bit-identical.

@@ -32,7 +32,9 @@
 //             16-bit blocks) the f16 bound, as for the f16 matrices.
 // Outputs must hold no NaN/Inf where the reference is finite (and the same NaN/Inf where it is
 // not, for the special-value cases). Every CUDA output sits between two guard rows that must
-// come back untouched, and the op sees it as a row slice (a non-zero byte offset).
+// come back untouched, and the op sees it as a row slice (a non-zero byte offset) — except in the
+// attention tests held to the derived f16 bounds, whose kernel-level twins in
+// tests/test-cuda-attention.cpp guard their outputs.
 //
 // Organisation: each op has a table of cases (rows of shapes and parameters, after the driver
 // below) run through one driver, run_both(): it builds the inputs on both backends (on the GPU
@@ -1846,10 +1848,11 @@ TEST_CASE("cuda: quant+f16 weights multiply prefill rows as f16 weights and deco
 
 // Small uploads (row indices, positions, token ids) go through a pinned ring (CudaBackend::
 // eager_source), reused only once the stream has run the copies from it, and grown while the
-// copies from a full one may still be pending. Here the ring is 2 KiB (8 uploads) — fixed, or
-// growing to 64 KiB — and the stream is held back by large copies queued first, so hundreds of
-// gathers, each uploading its row index, are queued before the device reaches them: a slice
-// reused or a ring freed before its copy ran would hand a gather another's row.
+// copies from a full one may still be pending. Here the ring is 2 KiB (8 uploads) — fixed, so
+// that the host must wait for the stream every 8 uploads, or growing to 64 KiB, so that hundreds
+// of uploads are queued — and the stream is held back by large copies queued first, so the
+// gathers, each uploading its row index, queue ahead of the device: a slice reused or a ring
+// freed before its copy ran would hand a gather another's row.
 TEST_CASE("cuda: uploads queued ahead of the device keep their own bytes through the pinned ring's reuse and growth") {
   if (gpu_missing()) return;
   for (const size_t max_ring : {size_t(2048), size_t(64) << 10}) {

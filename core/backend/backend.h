@@ -137,7 +137,8 @@ struct AttentionParams {
 // waiting for each call (prophet's question pass reads one per layer); out must stay alive and
 // untouched until then. The CPU backend fills it at once.
 // With key_totals, out is every row's attention as a call without mass gives it (the CPU backend:
-// the same bits; the CUDA backend: the same kernels, within their tolerance), and the totals sum
+// the same bits; the CUDA backend: within its kernels' tolerance — a call with totals may take
+// another kernel than the same call without), and the totals sum
 // the probabilities of query rows [first_query, n_q) only — so one call gives a layer's attention
 // and its question's totals (prophet's first pass: the question's rows are the layer's last),
 // where two calls computed the question rows' attention twice.
