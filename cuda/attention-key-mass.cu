@@ -118,24 +118,15 @@ __global__ void __launch_bounds__(kThreads) key_mass_kernel(const KeyMassParams 
     // p = exp(S − m) / l for this lane's two rows (0 for a row past the chunk or one that sees
     // no key: l = 0).
     float m[2], l[2];
+    mma_attention::load_row_stats(p.row_stats, t0, r0, r1, n_valid, g, p.n_vec, m, l);
     const int qp[2] = {qpos_s[r0], qpos_s[r1]};
-#pragma unroll
-    for (int side = 0; side < 2; ++side) {
-      const int vl = side == 0 ? r0 : r1;
-      const float2 st = vl < n_valid ? p.row_stats[mma_attention::stats_index(t0 + vl, g, p.n_vec)]
-                                     : make_float2(0.f, 0.f);
-      m[side] = st.x, l[side] = st.y;
-    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int side = e >> 1, col = nt * 8 + 2 * tig + (e & 1);
-        bool vis = j0 + col < p.n_kv && l[side] > 0.f;
-        if (p.causal) vis = vis && attention_tiles::key_visible(qp[side], kpos_s[col], p.window);
-        float x = __fmul_rn(p.scale, s[nt][e]);  // as attention-mma.cu rounds it
-        if (p.softcap > 0.f) x = __fmul_rn(p.softcap, tanhf(x / p.softcap));
-        if (vis) acc[nt][e & 1] += expf(x - m[side]) / l[side];
+        acc[nt][e & 1] +=
+            mma_attention::final_probability(p, s[nt][e], j0 + col, qp[side], kpos_s[col], m[side], l[side]);
       }
     }
   }

@@ -158,12 +158,40 @@ __device__ __forceinline__ void warp_scores(float (&s)[NT][4], const __half* q_l
   }
 }
 
+// scale · S, softcapped: the logit, rounded alike in every tensor-core kernel (__fmul_rn: never
+// contracted into a neighbouring operation), so that the mass passes recompute the attention's.
+__device__ __forceinline__ float scaled_logit(const QueryKeyParams& p, float s) {
+  float x = __fmul_rn(p.scale, s);
+  if (p.softcap > 0.f) x = __fmul_rn(p.softcap, tanhf(x / p.softcap));
+  return x;
+}
+
+// The tensor-core attention's probability of key row j (position kp, S value s) for a query at qp
+// whose row ended with (m, l): 0 past n_kv, when masked, or when the row saw no key (l = 0).
+__device__ __forceinline__ float final_probability(const QueryKeyParams& p, float s, int64_t j, int qp, int kp,
+                                                   float m, float l) {
+  bool vis = j < p.n_kv && l > 0.f;
+  if (p.causal) vis = vis && attention_tiles::key_visible(qp, kp, p.window);
+  return vis ? expf(scaled_logit(p, s) - m) / l : 0.f;
+}
+
 // Vector t of KV head g's final softmax statistics (m: the largest logit it sees, −∞ when none;
 // l: Σ exp(logit − m)) in a [n_kv_head][n_vec] array of float2.
 __device__ __forceinline__ int64_t stats_index(int64_t t, int g, int64_t n_vec) { return int64_t(g) * n_vec + t; }
 
 // Bytes of the [n_kv_head][n_vec] float2 statistics of a call, rounded up to 256 (a workspace
 // part that follows them stays aligned).
+// This lane's two rows' statistics (vectors t0 + r0 and t0 + r1 of KV head g; (0, 0) past n_valid).
+__device__ __forceinline__ void load_row_stats(const float2* stats, int64_t t0, int r0, int r1, int n_valid, int g,
+                                               int64_t n_vec, float (&m)[2], float (&l)[2]) {
+#pragma unroll
+  for (int side = 0; side < 2; ++side) {
+    const int vl = side == 0 ? r0 : r1;
+    const float2 st = vl < n_valid ? stats[stats_index(t0 + vl, g, n_vec)] : make_float2(0.f, 0.f);
+    m[side] = st.x, l[side] = st.y;
+  }
+}
+
 inline size_t stats_bytes(const AttentionArgs& a) {
   if (a.n_kv_head <= 0) return 0;  // (attention_cuda refuses the call)
   const size_t bytes = size_t(a.n_kv_head) * size_t(a.n_q) * size_t(a.n_head / a.n_kv_head) * sizeof(float2);

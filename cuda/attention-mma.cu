@@ -202,8 +202,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const MmaParams
         const int col = nt * 8 + 2 * tig + (e & 1);
         bool vis = j0 + col < p.n_kv;
         if (p.causal) vis = vis && key_visible(p, e < 2 ? qp0 : qp1, kpos_s[col]);
-        float x = __fmul_rn(p.scale, s[nt][e]);  // never contracted: the mass passes round as here
-        if (p.softcap > 0.f) x = __fmul_rn(p.softcap, tanhf(x / p.softcap));
+        const float x = mma_attention::scaled_logit(p, s[nt][e]);  // as the mass passes recompute it
         s[nt][e] = vis ? x : -CUDART_INF_F;
       }
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));

@@ -85,15 +85,8 @@ __global__ void __launch_bounds__(kThreads) segment_mass_kernel(const SegmentMas
   const int r0 = warp * 16 + gid, r1 = r0 + 8;
   const bool warp_active = warp * 16 < n_valid;  // warp-uniform
   const int qp[2] = {qpos_s[r0], qpos_s[r1]};
-  float m[2] = {0.f, 0.f}, l[2] = {0.f, 0.f};  // l = 0: a row past the block or one that sees no key
-#pragma unroll
-  for (int side = 0; side < 2; ++side) {
-    const int vl = side == 0 ? r0 : r1;
-    if (vl < n_valid) {
-      const float2 st = p.row_stats[mma_attention::stats_index(t0 + vl, g, p.n_vec)];
-      m[side] = st.x, l[side] = st.y;
-    }
-  }
+  float m[2], l[2];  // l = 0: a row past the block or one that sees no key
+  mma_attention::load_row_stats(p.row_stats, t0, r0, r1, n_valid, g, p.n_vec, m, l);
 
   // The running sums of this lane's two rows for segment `open` (quad-reduced: every lane of the
   // quad holds them; lane tig 0 stores).
@@ -126,11 +119,8 @@ __global__ void __launch_bounds__(kThreads) segment_mass_kernel(const SegmentMas
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int side = e >> 1, col = nt * 8 + 2 * tig + (e & 1);
-        bool vis = j0 + col < p.n_kv && l[side] > 0.f;
-        if (p.causal) vis = vis && attention_tiles::key_visible(qp[side], kpos_s[col], p.window);
-        float x = __fmul_rn(p.scale, s[nt][e]);  // as attention-mma.cu rounds it
-        if (p.softcap > 0.f) x = __fmul_rn(p.softcap, tanhf(x / p.softcap));
-        s[nt][e] = vis ? expf(x - m[side]) / l[side] : 0.f;
+        s[nt][e] =
+            mma_attention::final_probability(p, s[nt][e], j0 + col, qp[side], kpos_s[col], m[side], l[side]);
       }
 
     const int64_t j_last = min(j0 + BN, p.n_kv) - 1;

@@ -28,6 +28,7 @@
 #include "cuda/cuda-backend.h"
 #include "cuda/int8-gemv.cuh"
 #include "tests/cuda-device-buffer.h"
+#include "tests/gguf-matrix-tensor.h"
 #include "tests/quant-dot-reference.h"
 
 namespace {
@@ -59,16 +60,7 @@ int count_different(const std::vector<T>& a, const std::vector<T>& b) {
   return differ;
 }
 
-ragkv::GgufTensor matrix_tensor(const std::string& name, GgmlType t, int64_t rows, int64_t cols,
-                                const std::vector<uint8_t>& bytes) {
-  ragkv::GgufTensor g;
-  g.name = name;
-  g.type = t;
-  g.ne = {cols, rows};
-  g.nbytes = bytes.size();
-  g.data = bytes.data();
-  return g;
-}
+using ragkv::test::matrix_tensor;
 
 }  // namespace
 

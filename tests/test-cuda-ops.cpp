@@ -76,6 +76,7 @@
 #include "cuda/quant-decode.cuh"
 #include "cuda/quant-matmul.cuh"
 #include "tests/attention-mass-f16-bound.h"
+#include "tests/gguf-matrix-tensor.h"
 #include "tests/test-util.h"
 
 namespace {
@@ -280,18 +281,7 @@ std::vector<uint8_t> random_matrix_bytes(GgmlType t, int64_t rows, int64_t cols,
   return bytes;
 }
 
-// A hand-built matrix tensor [rows][cols] over `bytes` (which must outlive it), as load_weight
-// would see it from a GGUF file.
-ragkv::GgufTensor matrix_tensor(const std::string& name, GgmlType t, int64_t rows, int64_t cols,
-                                const std::vector<uint8_t>& bytes) {
-  ragkv::GgufTensor g;
-  g.name = name;
-  g.type = t;
-  g.ne = {cols, rows};
-  g.nbytes = bytes.size();
-  g.data = bytes.data();
-  return g;
-}
+using ragkv::test::matrix_tensor;
 
 ragkv::GgufTensor f32_matrix(const std::string& name, int64_t rows, int64_t cols,
                              const std::vector<float>& v) {
