@@ -15,6 +15,8 @@
 //   * largest |x| < 2^-10: its typical entries would fall into f16's subnormal range (< 2^-14),
 //     where the rounding error is an absolute 2^-25, i.e. relative errors of 1e-3 and worse.
 // Non-finite inputs convert as they are (inf stays inf, NaN stays NaN), as in the CPU GEMM.
+// For a GEMM whose products are written in f16 the ceiling is lower (2^top of f16_product_top,
+// f16-product-bound.h) and scaled rows land in [2^(top−1), 2^top).
 //
 // Epilogue (matmul_epilogue_f32_cuda): blocks over (row, column chunk); a row whose unscale is 1
 // with no bias returns at once, so a matmul without bias and without scaled rows costs one
@@ -53,7 +55,8 @@ __global__ void f16_to_f32_kernel(const __half* __restrict__ src, float* __restr
 
 template <int kThreads>
 __global__ void rows_f32_to_f16_scaled_kernel(const float* __restrict__ x, __half* __restrict__ xh,
-                                              float* __restrict__ row_unscale, int64_t cols) {
+                                              float* __restrict__ row_unscale, int64_t cols, float ceiling,
+                                              int top) {
   const int64_t row = blockIdx.x;
   const float* xr = x + row * cols;
   __half* hr = xh + row * cols;
@@ -67,7 +70,7 @@ __global__ void rows_f32_to_f16_scaled_kernel(const float* __restrict__ x, __hal
   largest = block_reduce<kThreads>(largest, partial, 0.f, MaxOp{});
 
   float scale, unscale;
-  f16_row_scale(largest, scale, unscale);
+  f16_row_scale(largest, scale, unscale, ceiling, top);
   for (int64_t j = threadIdx.x; j < cols; j += kThreads) hr[j] = __float2half_rn(xr[j] * scale);
   if (threadIdx.x == 0) row_unscale[row] = unscale;
 }
@@ -101,12 +104,16 @@ void convert_f16_to_f32_cuda(const __half* src, float* dst, int64_t n, cudaStrea
 }
 
 void convert_rows_f32_to_f16_scaled_cuda(const float* x, __half* xh, float* row_unscale,
-                                         int64_t rows, int64_t cols, cudaStream_t stream) {
+                                         int64_t rows, int64_t cols, cudaStream_t stream, int product_top) {
   if (rows == 0) return;
+  if (product_top > kF16RowTop) cuda_internal_fail("convert_rows_f32_to_f16_scaled_cuda: product_top above 15");
+  const float ceiling = product_top < 0 ? kF16RowCeiling : ldexpf(1.f, product_top);
+  const int top = product_top < 0 ? kF16RowTop : product_top;
   const auto grid = static_cast<unsigned>(rows);
   // Short rows (the hidden sizes of the small models) take one warp, as rms-norm.cu does.
-  if (cols < 1024) rows_f32_to_f16_scaled_kernel<32><<<grid, 32, 0, stream>>>(x, xh, row_unscale, cols);
-  else rows_f32_to_f16_scaled_kernel<256><<<grid, 256, 0, stream>>>(x, xh, row_unscale, cols);
+  if (cols < 1024)
+    rows_f32_to_f16_scaled_kernel<32><<<grid, 32, 0, stream>>>(x, xh, row_unscale, cols, ceiling, top);
+  else rows_f32_to_f16_scaled_kernel<256><<<grid, 256, 0, stream>>>(x, xh, row_unscale, cols, ceiling, top);
   CUDA_CHECK(cudaGetLastError());
 }
 

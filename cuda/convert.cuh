@@ -22,8 +22,11 @@ void convert_f16_to_f32_cuda(const __half* src, float* dst, int64_t n, cudaStrea
 // scale exactly: only entries more than 2^28 times smaller than the row's largest, negligible
 // beside it, fall into f16's subnormal range. An all-zero or all-non-finite row keeps s_r = 1.
 // rows ≤ 2^31 − 1 (one block per row). xh [rows][cols], row_unscale [rows], both device memory.
+// product_top ≥ 0 (f16_product_top, f16-product-bound.h: for a GEMM that writes its products in
+// f16): the ceiling is 2^product_top instead of 65504 and scaled rows land in
+// [2^(product_top−1), 2^product_top), so that every row's largest |xh| ≤ 2^product_top.
 void convert_rows_f32_to_f16_scaled_cuda(const float* x, __half* xh, float* row_unscale,
-                                         int64_t rows, int64_t cols, cudaStream_t stream);
+                                         int64_t rows, int64_t cols, cudaStream_t stream, int product_top = -1);
 
 // The GEMM epilogue over a row-major f32 y [rows][cols]:
 //   y[r][j] = y[r][j] · row_unscale[r] + bias[j]

@@ -38,6 +38,7 @@
 #include "cuda/cuda-weight.h"
 #include "cuda/elementwise.cuh"
 #include "cuda/embed.cuh"
+#include "cuda/f16-product-bound.h"
 #include "cuda/layer-norm.cuh"
 #include "cuda/quant-decode.cuh"
 #include "cuda/quant-matmul.cuh"
@@ -61,21 +62,31 @@ constexpr int64_t kLoadChunkValues = int64_t(1) << 22;
 
 // Dequantises the rows of GGUF matrix t on the host (as the CPU backend does), a chunk of rows at
 // a time, fails naming the element where f16 cannot hold a value, and hands each checked chunk
-// to each(first_row, rows, values [rows][cols]).
+// to each(first_row, rows, values [rows][cols]). Returns the largest absolute row sum
+// (f16-product-bound.h).
 template <typename F>
-void for_each_f16_checked_chunk(const GgufTensor& t, F&& each) {
+double for_each_f16_checked_chunk(const GgufTensor& t, F&& each) {
   const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
   const size_t row_bytes = ggml_row_bytes(t.type, cols);
   const int64_t chunk_rows = std::max<int64_t>(1, kLoadChunkValues / cols);
   std::vector<float> host(static_cast<size_t>(std::min(chunk_rows, rows) * cols));
+  double max_row_l1 = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t nr = std::min(chunk_rows, rows - r0);
     for (int64_t r = 0; r < nr; ++r)
       dequantize_row(t.type, t.data + static_cast<size_t>(r0 + r) * row_bytes, host.data() + r * cols, cols);
     for (int64_t i = 0; i < nr * cols; ++i)
       if (!(std::fabs(host[i]) <= kF16Max)) f16_out_of_range(t, r0 + i / cols, i % cols, host[i]);
+    max_row_l1 = std::max(max_row_l1, max_row_abs_sum(host.data(), nr, cols));
     each(r0, nr, host.data());
   }
+  return max_row_l1;
+}
+
+// A row sum for CudaWeight::max_row_l1: never below the double it comes from.
+float row_sum_bound(double sum) {
+  const float f = static_cast<float>(sum);
+  return double(f) < sum ? std::nextafter(f, std::numeric_limits<float>::infinity()) : f;
 }
 
 // The writes of scatter_rows that survive: for each destination row named more than once, only
@@ -137,7 +148,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 std::string CudaBackend::kernels() const {
   return name_ + (!keep_quantised_ ? "+f16-weights" : f16_prefill_copy_ ? "+quant+f16-weights" : "+quant-weights") +
          (attention_mma_enabled() ? "+mma-attention" : "+f32-attention") +
-         (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "");
+         (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "") + (f16_ffn_products_ ? "" : "+f32-ffn-products");
 }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -165,6 +176,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
            "decoded weights)",
            v);
     int8_decode_ = v == "int8";
+  }
+  if (const char* products = std::getenv("RAGKV_CUDA_FFN_PRODUCTS"); products && *products) {
+    const std::string v = products;
+    if (v != "f16" && v != "f32")
+      fail("RAGKV_CUDA_FFN_PRODUCTS={}: expected 'f16' (a prefill FFN's gate and up products written in f16 "
+           "where the weight bounds them, the default) or 'f32'",
+           v);
+    f16_ffn_products_ = v == "f16";
   }
   if (const char* attention = std::getenv("RAGKV_CUDA_ATTENTION"); attention && *attention) {
     const std::string v = attention;
@@ -508,42 +527,52 @@ std::unique_ptr<Weight> CudaBackend::load_weight_impl(std::span<const GgufTensor
   w->out_features = rows;
   w->in_features = cols;
   int64_t first = 0;
+  double max_row_l1 = 0;
   for (const GgufTensor* t : parts) {
-    upload_f16_rows(*t, w->f16() + first * cols);
+    max_row_l1 = std::max(max_row_l1, upload_f16_rows(*t, w->f16() + first * cols));
     first += t->rows();
   }
+  w->set_max_row_l1(row_sum_bound(max_row_l1));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return w;
 }
 
-// One GGUF matrix into f16 rows at dst (device), checking that f16 holds every value.
-void CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
+// One GGUF matrix into f16 rows at dst (device), checking that f16 holds every value; returns
+// its largest absolute row sum.
+double CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
   const int64_t n = t.n_elements();
   const int64_t cols = t.ne[0];
   if (t.type == GgmlType::F16) {
     // Already f16: copied as it is, after checking that no value is inf or NaN (exponent bits
     // all ones). The data may be unaligned, so halves are read byte-wise (little endian).
+    double max_row_l1 = 0, row_l1 = 0;
     for (int64_t i = 0; i < n; ++i) {
       const uint16_t h = uint16_t(t.data[2 * i] | (t.data[2 * i + 1] << 8));
       if ((h & 0x7c00u) == 0x7c00u) f16_out_of_range(t, i / cols, i % cols, fp16_to_fp32(h));
+      row_l1 += std::fabs(double(fp16_to_fp32(h)));
+      if ((i + 1) % cols == 0) {
+        max_row_l1 = std::max(max_row_l1, row_l1);
+        row_l1 = 0;
+      }
     }
     CUDA_CHECK(cudaMemcpyAsync(dst, t.data, static_cast<size_t>(n) * sizeof(__half), cudaMemcpyHostToDevice,
                                stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // t.data may be unmapped after the load
-    return;
+    return max_row_l1;
   }
 
   // Every other type: each checked chunk of f32 rows is copied to the work buffer and rounded to
   // f16 there. The pageable copy is staged by the time cudaMemcpyAsync returns, so the host
   // buffer is refilled at once while the device converts; the work buffer is reused in stream order.
   float* staged = nullptr;
-  for_each_f16_checked_chunk(t, [&](int64_t r0, int64_t nr, const float* host) {
+  const double max_row_l1 = for_each_f16_checked_chunk(t, [&](int64_t r0, int64_t nr, const float* host) {
     if (!staged) staged = static_cast<float*>(work_reserve(static_cast<size_t>(nr * cols) * sizeof(float)));
     CUDA_CHECK(cudaMemcpyAsync(staged, host, static_cast<size_t>(nr * cols) * sizeof(float),
                                cudaMemcpyHostToDevice, stream_));
     convert_f32_to_f16_cuda(staged, dst + r0 * cols, nr * cols, stream_);
   });
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // the work buffer is reused by the next part
+  return max_row_l1;
 }
 
 // A matrix kept in its quantised blocks: each part's bytes copied as they are, after the same
@@ -554,14 +583,16 @@ std::unique_ptr<Weight> CudaBackend::load_quantised(std::span<const GgufTensor* 
   w->name = parts[0]->name;
   w->out_features = rows;
   w->in_features = cols;
+  double max_row_l1 = 0;
   for (const GgufTensor* t : parts) {
-    for_each_f16_checked_chunk(*t, [](int64_t, int64_t, const float*) {});
+    max_row_l1 = std::max(max_row_l1, for_each_f16_checked_chunk(*t, [](int64_t, int64_t, const float*) {}));
     const size_t bytes = ggml_row_bytes(t->type, cols) * static_cast<size_t>(t->rows());
     auto* data = static_cast<uint8_t*>(raw_alloc(bytes));
     w->add_part({data, t->type, t->rows()});  // owned by w from here
     CUDA_CHECK(cudaMemcpyAsync(data, t->data, bytes, cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // t->data may be unmapped after the load
   }
+  w->set_max_row_l1(row_sum_bound(max_row_l1));
   // The values an f16 matrix would hold, decoded on the device, for matrices that meet products
   // (kernel_layout): not for an embedding table, whose rows embed decodes from the blocks.
   if (f16_prefill_copy_ && mem == WeightMemory::kernel_layout) {

@@ -86,7 +86,8 @@ class CudaBackend : public Backend {
   // The device, the weight storage and the attention kernels ("cuda:0 (NVIDIA H100 80GB
   // HBM3)+quant-weights+mma-attention"; "+f16-weights" under RAGKV_CUDA_WEIGHTS=f16,
   // "+f32-attention" under RAGKV_CUDA_ATTENTION=f32, "+f32-decode-acts" under
-  // RAGKV_CUDA_DECODE_ACTS=f32): each choice rounds differently.
+  // RAGKV_CUDA_DECODE_ACTS=f32, "+f32-ffn-products" under RAGKV_CUDA_FFN_PRODUCTS=f32): each choice
+  // rounds differently.
   std::string kernels() const override;
   void set_threads(int n) override;
   // 4,096 rows: an 8B model's 4,096-token prompt in one pass (its activations take about 1 GB, the
@@ -182,6 +183,7 @@ class CudaBackend : public Backend {
   bool keep_quantised_ = true;      // RAGKV_CUDA_WEIGHTS: quantised matrices stay quantised (default)
   bool f16_prefill_copy_ = false;   // RAGKV_CUDA_WEIGHTS=quant+f16: and an f16 copy for prefill GEMMs
   bool int8_decode_ = true;         // RAGKV_CUDA_DECODE_ACTS: block8 decode products in dp4a (default)
+  bool f16_ffn_products_ = true;    // RAGKV_CUDA_FFN_PRODUCTS: prefill gate/up products in f16 (default)
   // RAGKV_CUDA_PROFILE=FILE: every op's device time (op-profile.h), written at destruction.
   std::unique_ptr<CudaOpProfiler> profiler_;
   // Times one op under `op` (a literal: "matmul/gemv-f16") when profiling, else nothing.
@@ -305,20 +307,24 @@ class CudaBackend : public Backend {
   void grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes, bool geometric = false);
   // Checks that `rows` fit one grid dimension (one block per row) for `op`.
   void check_grid_rows(int64_t rows, const char* op) const;
-  // load_weight: one GGUF matrix into f16 rows at dst (a stack's parts one after the other).
-  void upload_f16_rows(const GgufTensor& t, __half* dst);
+  // load_weight: one GGUF matrix into f16 rows at dst (a stack's parts one after the other);
+  // returns its largest absolute row sum (CudaWeight::max_row_l1).
+  double upload_f16_rows(const GgufTensor& t, __half* dst);
   // load_weight: a matrix kept in its quantised blocks (every part device-decodable).
   // mem: an f16 copy is added (RAGKV_CUDA_WEIGHTS=quant+f16) only for kernel_layout (products).
   std::unique_ptr<Weight> load_quantised(std::span<const GgufTensor* const> parts, int64_t rows, int64_t cols,
                                          WeightMemory mem);
-  // matmul (cuda-matmul.cpp): y (row stride ldy) = xh · Wᵀ for f16 W [rows][in] and xh [n][in].
-  void gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const __half* xh, int64_t n, float* y,
-                     int64_t ldy);
+  // matmul (cuda-matmul.cpp): y (row stride ldy, f32 or f16 by y_type) = xh · Wᵀ for f16 W [rows][in]
+  // and xh [n][in].
+  void gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const __half* xh, int64_t n, void* y,
+                     cudaDataType y_type, int64_t ldy);
   // matmul through cuBLAS on f16 operands: an f16 matrix, or a quantised one in dequantised tiles.
   void matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
                    std::span<const Weight* const> biases);
-  // Its GEMMs from an f16 operand xh [n][in], no epilogue (`tile`: dequant_tile_bytes of work).
-  void gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, std::span<const Tensor> outs, __half* tile);
+  // Its GEMMs from an f16 operand xh [n][in], no epilogue (`tile`: dequant_tile_bytes of work);
+  // f16_products: written in f16 into the first half of each output's memory.
+  void gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, std::span<const Tensor> outs, __half* tile,
+                 bool f16_products = false);
   static int64_t dequant_tile_rows(const CudaWeight& cw);  // 0 for an f16 matrix
   static size_t dequant_tile_bytes(const CudaWeight& cw);
   // matmul of a quantised weight by a few rows: one GEMV per part (per run of parts of one type)

@@ -6,7 +6,13 @@
 // the down GEMM's operand conversion: on an 8B layer of 4,096 rows the last two moved 1.06 GB (gate
 // and up read, 235 MB of f32 GLU values written and read again, 117 MB of f16 written), the fused
 // kernel 0.59 GB, in one launch instead of four. The values are the unfused ops' bit for bit
-// (glu-f16.cuh).
+// (glu-f16.cuh) under RAGKV_CUDA_FFN_PRODUCTS=f32.
+//
+// By default the gate and up GEMMs write their products in f16 where the weight's row sums bound
+// them (f16-product-bound.h: xn's rows scaled so that no product can pass 2^15), halving the
+// widest tensor of the layer once more: 0.47 GB less on that 8B layer (the GEMMs write 235 MB
+// instead of 470, the fused kernel reads as much less). The products then carry one more rounding,
+// 2^-11 of each; tests/ffn-f16-products-bound.h bounds what it does to the layer's output.
 //
 // A decode step on a quantised down projection (8-bit activation blocks) computes the GLU while it
 // quantises it for that projection (one pass fewer, the same blocks bit for bit). Other calls of up
@@ -19,6 +25,7 @@
 #include "cuda/convert.cuh"
 #include "cuda/cuda-backend.h"
 #include "cuda/cuda-weight.h"
+#include "cuda/f16-product-bound.h"
 #include "cuda/glu-f16.cuh"
 #include "cuda/int8-gemv.cuh"
 #include "cuda/quant-matmul.cuh"
@@ -71,10 +78,15 @@ void CudaBackend::glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const 
   auto* a_unscale = reinterpret_cast<float*>(work + xh_bytes + ah_bytes + unscale_bytes);
   auto* tile = reinterpret_cast<__half*>(work + xh_bytes + ah_bytes + 2 * unscale_bytes);
 
-  convert_rows_f32_to_f16_scaled_cuda(xn.as<float>(), xh, x_unscale, n, in, stream_);
+  // Products in f16 where the weight bounds them (f16_product_top ≥ 0), else in f32.
+  const int product_top = f16_ffn_products_ ? f16_product_top(cgu.max_row_l1()) : -1;
+  convert_rows_f32_to_f16_scaled_cuda(xn.as<float>(), xh, x_unscale, n, in, stream_, product_top);
   const Tensor gate_up[2] = {gate, up};
-  gemm_into(xh, n, cgu, gate_up, tile);
-  glu_rows_to_f16_cuda(gate.as<float>(), up.as<float>(), x_unscale, n, ff, gelu, ah, a_unscale, stream_);
+  gemm_into(xh, n, cgu, gate_up, tile, product_top >= 0);
+  if (product_top >= 0)
+    glu_rows_to_f16_cuda(gate.as<__half>(), up.as<__half>(), x_unscale, n, ff, gelu, ah, a_unscale, stream_);
+  else
+    glu_rows_to_f16_cuda(gate.as<float>(), up.as<float>(), x_unscale, n, ff, gelu, ah, a_unscale, stream_);
   gemm_into(ah, n, cd, std::span(&proj, 1), tile);
   matmul_epilogue_f32_cuda(proj.as<float>(), a_unscale, nullptr, n, out, stream_);
 }

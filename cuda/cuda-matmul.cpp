@@ -165,27 +165,30 @@ void CudaBackend::matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<c
 // outs = xh · Wᵀ, no epilogue: one GEMM per part of an f16 matrix, or each part of a quantised one
 // dequantised a tile (dequant_tile_rows) at a time into `tile` and multiplied. A stack split into
 // its parts' outputs: each part's GEMMs write its output directly (ld = its rows), with no
-// [n][out] product copied apart afterwards.
+// [n][out] product copied apart afterwards. f16_products: the products are written in f16, packed
+// [n][cols] into the first half of each output's memory (xh scaled for it: f16-product-bound.h).
 void CudaBackend::gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, std::span<const Tensor> outs,
-                            __half* tile) {
+                            __half* tile, bool f16_products) {
   const int64_t in = cw.in_features, out = cw.out_features;
   const bool split = outs.size() > 1;
+  const cudaDataType y_type = f16_products ? CUDA_R_16F : CUDA_R_32F;
+  const size_t y_size = f16_products ? sizeof(__half) : sizeof(float);
   // Where part p (its first output column `first`) goes, and the row stride there: its own output
   // when split, else its columns of the one output.
-  const auto part_out = [&](size_t p, int64_t first) -> std::pair<float*, int64_t> {
-    if (split) return {outs[p].as<float>(), cw.part_rows[p]};
-    return {outs[0].as<float>() + first, out};
+  const auto part_out = [&](size_t p, int64_t first) -> std::pair<uint8_t*, int64_t> {
+    if (split) return {static_cast<uint8_t*>(outs[p].data()), cw.part_rows[p]};
+    return {static_cast<uint8_t*>(outs[0].data()) + static_cast<size_t>(first) * y_size, out};
   };
   if (split && cw.has_f16() && cw.part_rows.size() != outs.size())
     fail("internal: CUDA matmul of {}: {} parts into {} outputs", cw.name, cw.part_rows.size(), outs.size());
   if (cw.has_f16()) {  // an f16 matrix, or a quantised one's f16 copy
     if (!split) {
-      gemm_f16_rows(cw.f16(), out, in, xh, n, outs[0].as<float>(), out);
+      gemm_f16_rows(cw.f16(), out, in, xh, n, outs[0].data(), y_type, out);
     } else {
       int64_t first = 0;  // the part's first row of the stacked matrix
       for (size_t p = 0; p < outs.size(); ++p) {
         const auto [y, ldy] = part_out(p, first);
-        gemm_f16_rows(cw.f16() + first * in, cw.part_rows[p], in, xh, n, y, ldy);
+        gemm_f16_rows(cw.f16() + first * in, cw.part_rows[p], in, xh, n, y, y_type, ldy);
         first += cw.part_rows[p];
       }
     }
@@ -202,7 +205,7 @@ void CudaBackend::gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, s
     for (int64_t r0 = 0; r0 < p.rows; r0 += tile_rows) {
       const int64_t nr = std::min(tile_rows, p.rows - r0);
       dequantize_to_f16_cuda(p.type, p.data + static_cast<size_t>(r0) * row_bytes, nr, in, tile, stream_);
-      gemm_f16_rows(tile, nr, in, xh, n, y + r0, ldy);
+      gemm_f16_rows(tile, nr, in, xh, n, y + static_cast<size_t>(r0) * y_size, y_type, ldy);
     }
     first += p.rows;
   }
@@ -211,12 +214,13 @@ void CudaBackend::gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, s
 // y[i][j] (row stride ldy) = Σ_k xh[i][k] · W[j][k] for i < n, j < rows: row-major y = xh · Wᵀ is,
 // column-major, yᵀ (rows × n, ld ldy) = op(A) · B with A = W seen as an in × rows column-major
 // matrix (transposed: CUBLAS_OP_T) and B = xh seen as in × n (CUBLAS_OP_N). f32 accumulation
-// (CUBLAS_COMPUTE_32F), tensor cores for the f16 operands.
-void CudaBackend::gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const __half* xh, int64_t n, float* y,
-                                int64_t ldy) {
+// (CUBLAS_COMPUTE_32F), tensor cores for the f16 operands; y in f32, or rounded to f16 once at the
+// end (y_type CUDA_R_16F).
+void CudaBackend::gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const __half* xh, int64_t n, void* y,
+                                cudaDataType y_type, int64_t ldy) {
   const float one = 1.f, zero = 0.f;
   CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(in), &one, w,
-                                     CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero, y, CUDA_R_32F, int(ldy),
+                                     CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero, y, y_type, int(ldy),
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -49,11 +50,17 @@ class CudaWeight : public Weight {
   // (RAGKV_CUDA_WEIGHTS=quant+f16): f16() returns it; owned.
   void set_f16_copy(__half* copy) { data_ = copy; }
   bool has_f16() const { return dtype_ == DType::f16 && data_ != nullptr; }
+  // A matrix's largest absolute row sum Σ_k |w_jk| over its output rows (all parts), summed on the
+  // host at load from the values before their rounding to f16; infinity when not known. It bounds
+  // the products of a scaled operand (f16-product-bound.h).
+  float max_row_l1() const { return max_row_l1_; }
+  void set_max_row_l1(float v) { max_row_l1_ = v; }
 
  private:
   CudaBackend* owner_;
   void* data_ = nullptr;          // device [out_features][in_features] of dtype_ (a quantised one's f16 copy, or null)
   DType dtype_;                   // f32 (vectors) or f16 (matrices)
+  float max_row_l1_ = std::numeric_limits<float>::infinity();
   std::vector<QuantPart> parts_;  // a quantised matrix's parts, in stack order
 };
 

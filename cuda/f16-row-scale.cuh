@@ -1,23 +1,35 @@
 // The row scaling of an f16 GEMM operand (convert.cuh, convert_rows_f32_to_f16_scaled_cuda, says
 // why and when): from a row's largest finite |x|, the power of two s that brings it into
-// [2^14, 2^15) when it lies outside [2^-10, 65504], else 1, and 1/s. convert.cu's operand kernel and
-// glu-f16.cu's fused FFN kernel share it, so a row is scaled alike by both.
+// [2^(top−1), 2^top) when it lies above `ceiling` or below 2^-10, else 1, and 1/s. The default
+// (ceiling 65504, top 15) keeps an operand inside f16; a GEMM whose products are written in f16
+// passes the ceiling 2^top of f16_product_top (f16-product-bound.h), so that no product can
+// overflow. convert.cu's operand kernel and glu-f16.cu's fused FFN kernel share it, so a row is
+// scaled alike by both. Plain C++ as well (tests/test-f16-products.cpp runs it on the host).
 #pragma once
-#include <cuda_runtime.h>
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define RAGKV_ROW_SCALE_HD __host__ __device__ __forceinline__
+#else
+#define RAGKV_ROW_SCALE_HD inline
+#endif
 
 namespace ragkv {
 
-__device__ __forceinline__ void f16_row_scale(float largest, float& scale, float& unscale) {
-  constexpr float kF16Max = 65504.f;
+inline constexpr float kF16RowCeiling = 65504.f;  // the largest finite f16
+inline constexpr int kF16RowTop = 15;              // scaled rows land in [2^14, 2^15)
+
+RAGKV_ROW_SCALE_HD void f16_row_scale(float largest, float& scale, float& unscale, float ceiling = kF16RowCeiling,
+                                      int top = kF16RowTop) {
   constexpr float kSmallRowMax = 1.f / 1024;  // rows whose largest |x| is below 2^-10 are scaled up
   scale = 1.f;
   unscale = 1.f;
-  if (largest > kF16Max || (largest > 0.f && largest < kSmallRowMax)) {
+  if (largest > ceiling || (largest > 0.f && largest < kSmallRowMax)) {
     int p = 0;
-    frexpf(largest, &p);  // 2^(p−1) ≤ largest < 2^p
-    p = max(p, -100);     // rows below 2^-101 keep scales inside the f32 range
-    scale = ldexpf(1.f, 15 - p);  // largest · scale in [2^14, 2^15)
-    unscale = ldexpf(1.f, p - 15);
+    (void)frexpf(largest, &p);  // 2^(p−1) ≤ largest < 2^p
+    if (p < -100) p = -100;     // rows below 2^-101 keep scales inside the f32 range
+    scale = ldexpf(1.f, top - p);  // largest · scale in [2^(top−1), 2^top)
+    unscale = ldexpf(1.f, p - top);
   }
 }
 

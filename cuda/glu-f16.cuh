@@ -1,5 +1,6 @@
 // The middle of the CUDA prefill's fused FFN (CudaBackend::glu_ffn_impl): the gate and up GEMMs'
-// raw f32 products in, the down GEMM's f16 operand out, in one pass (glu-f16.cu).
+// raw products (f32, or f16 where the weight bounds them) in, the down GEMM's f16 operand out, in
+// one pass (glu-f16.cu).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,6 +20,10 @@ constexpr int64_t kGluF16MaxCols = 32768;
 // matmul's epilogue, swiglu / geglu and that conversion give one after the other, in one read of
 // gate and up and one write of the f16 row. All pointers device memory; rows ≤ 2^31 − 1.
 void glu_rows_to_f16_cuda(const float* gate, const float* up, const float* x_unscale, int64_t rows, int64_t cols,
+                          bool gelu, __half* ah, float* a_unscale, cudaStream_t stream);
+// The same from products the GEMMs wrote in f16 (their rows packed, [rows][cols] halves), each
+// widened exactly first.
+void glu_rows_to_f16_cuda(const __half* gate, const __half* up, const float* x_unscale, int64_t rows, int64_t cols,
                           bool gelu, __half* ah, float* a_unscale, cudaStream_t stream);
 
 }  // namespace ragkv

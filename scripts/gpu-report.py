@@ -43,6 +43,7 @@ PEAKS = [  # (pattern in the GPU name, bf16 TFLOP/s, HBM bytes/s)
 PREFILL_RUNS = [  # (file, label)
     ("bench-prefill.json", "8B-shaped bf16"),
     ("bench-prefill-attn-f32.json", "8B-shaped bf16, RAGKV_CUDA_ATTENTION=f32"),
+    ("bench-prefill-ffn-f32.json", "8B-shaped bf16, RAGKV_CUDA_FFN_PRODUCTS=f32"),
     ("bench-prefill-q4km.json", "8B-shaped Q4_K_M, weights quantised on the device"),
     ("bench-prefill-q4km-f16.json", "8B-shaped Q4_K_M, RAGKV_CUDA_WEIGHTS=f16"),
     ("bench-prefill-q4km-quant-f16.json", "8B-shaped Q4_K_M, RAGKV_CUDA_WEIGHTS=quant+f16"),

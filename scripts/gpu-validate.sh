@@ -114,12 +114,15 @@ if has llama && [ -s "$llama_bundle/llama-bench.xz" ]; then
   done
 fi
 if has compare; then
-  # The paths before, for the ratios: the f32 attention kernel, the loading controller off (the
-  # runs of 2026-11-24/26), the Q4_K_M weights converted to f16 at load, and decoded against f32
-  # activations.
+  # The paths before, for the ratios: the f32 attention kernel, the FFN's products in f32, the
+  # loading controller off (the runs of 2026-11-24/26), the Q4_K_M weights converted to f16 at
+  # load, and decoded against f32 activations.
   make_model make-model bf16 "$model"
   step bench-prefill-attn-f32 120 bench-prefill-attn-f32.json env RAGKV_CUDA_ATTENTION=f32 "$run" ragkv bench prefill \
     --models "$model" --device cuda --tokens 4096
+  # The prefill FFN's gate/up products in f32 (before they were written in f16).
+  step bench-prefill-ffn-f32 120 bench-prefill-ffn-f32.json env RAGKV_CUDA_FFN_PRODUCTS=f32 "$run" ragkv bench \
+    prefill --models "$model" --device cuda --tokens 4096
   step bench-reuse-no-control 200 bench-reuse-no-control.json "$run" ragkv bench reuse --model "$model" \
     --device cuda --chunks 8 --chunk-tokens 496 --load-control off
   make_model make-model-q4km q4_k_m "$model_q4"

@@ -73,9 +73,11 @@
 #include "cuda/convert.cuh"
 #include "cuda/cuda-backend.h"
 #include "cuda/cuda-weight.h"
+#include "cuda/f16-product-bound.h"
 #include "cuda/quant-decode.cuh"
 #include "cuda/quant-matmul.cuh"
 #include "tests/attention-mass-f16-bound.h"
+#include "tests/ffn-f16-products-bound.h"
 #include "tests/gguf-matrix-tensor.h"
 #include "tests/test-util.h"
 
@@ -751,10 +753,14 @@ TEST_CASE("cuda: add_rms_norm equals add then rms_norm on the GPU bit for bit, a
 // The prefill FFN in one pass over its intermediate, and a decode step's GLU quantised on the way
 // into the down projection's 8-bit blocks (cuda/cuda-ffn.cpp): bit for bit the three ops they
 // replace, f16, Q4_K and Q8_0 weights (both activation block sizes), SwiGLU and GeGLU, f32 and
-// block8 activations, both widths of the fused prefill kernel, rows scaled past f16's range.
-TEST_CASE("cuda: glu_ffn equals matmul_parts, swiglu or geglu, then matmul, bit for bit") {
+// block8 activations, both widths of the fused prefill kernel, rows scaled past f16's range —
+// with the gate/up products kept in f32 (RAGKV_CUDA_FFN_PRODUCTS=f32; the default's f16 products
+// are held to their derived bound in the next case).
+TEST_CASE("cuda: glu_ffn with f32 products equals matmul_parts, swiglu or geglu, then matmul, bit for bit") {
   if (gpu_missing()) return;
+  const ragkv::test::ScopedEnv products("RAGKV_CUDA_FFN_PRODUCTS", "f32");
   Backends be;
+  CHECK(be.gpu->kernels().find("+f32-ffn-products") != std::string::npos);
   uint32_t seed = 4400;
   struct Case {
     GgmlType type;
@@ -795,6 +801,95 @@ TEST_CASE("cuda: glu_ffn equals matmul_parts, swiglu or geglu, then matmul, bit 
       be.gpu->matmul(g2, *down, p2, nullptr, act);
       const std::vector<float> fused = download_values(*be.gpu, p1), ops = download_values(*be.gpu, p2);
       CHECK(std::memcmp(fused.data(), ops.data(), fused.size() * sizeof(float)) == 0);
+      bool finite = true;
+      for (float v : fused) finite = finite && std::isfinite(v);
+      CHECK(finite);
+    }
+  }
+}
+
+// The default prefill FFN writes its gate/up products in f16, xn's rows scaled under the ceiling
+// its weight's row sums allow (cuda/f16-product-bound.h): within the derived bound of
+// tests/ffn-f16-products-bound.h of the unfused ops (f32 products), computed from their products;
+// f16, Q4_K and Q8_0 weights, SwiGLU and GeGLU, both widths of the fused kernel, row 0 scaled for
+// its products (values of 3e4 that would overflow them), finite everywhere. The weight's row-sum
+// bound (CudaWeight::max_row_l1) is checked against the host's sums of its values.
+TEST_CASE("cuda: glu_ffn with f16 products stays within its derived bound of the unfused ops") {
+  if (gpu_missing()) return;
+  Backends be;
+  CHECK(be.gpu->kernels().find("+f32-ffn-products") == std::string::npos);
+  uint32_t seed = 4600;
+  struct Case {
+    GgmlType type;
+    int64_t in, ff, n;
+  };
+  const Case cases[] = {{GgmlType::F16, 256, 768, 40},  {GgmlType::F16, 256, 4608, 9}, {GgmlType::Q4_K, 256, 768, 17},
+                        {GgmlType::Q4_K, 512, 4608, 12}, {GgmlType::Q8_0, 256, 768, 20}};
+  // A matrix's values as the device multiplies them (f16), and their exact largest row sum.
+  const auto host_values = [](GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
+                              double& max_row_l1) {
+    std::vector<float> v(size_t(rows * cols));
+    const size_t row_bytes = ragkv::ggml_row_bytes(type, cols);
+    max_row_l1 = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      ragkv::dequantize_row(type, bytes.data() + size_t(r) * row_bytes, &v[size_t(r * cols)], cols);
+      double l1 = 0;
+      for (int64_t k = 0; k < cols; ++k) l1 += std::fabs(double(v[size_t(r * cols + k)]));
+      max_row_l1 = std::max(max_row_l1, l1);
+    }
+    for (float& x : v) x = ragkv::test::round_f16(x);
+    return v;
+  };
+  for (const Case& c : cases) {
+    const std::string type_name = ragkv::ggml_type_name(c.type);
+    CAPTURE(type_name);
+    CAPTURE(c.ff);
+    CAPTURE(c.n);
+    const auto gb = random_matrix_bytes(c.type, c.ff, c.in, ++seed), ub = random_matrix_bytes(c.type, c.ff, c.in, ++seed);
+    const auto db = random_matrix_bytes(c.type, c.in, c.ff, ++seed);
+    const ragkv::GgufTensor tg = matrix_tensor("blk.0.ffn_gate.weight", c.type, c.ff, c.in, gb);
+    const ragkv::GgufTensor tu = matrix_tensor("blk.0.ffn_up.weight", c.type, c.ff, c.in, ub);
+    const ragkv::GgufTensor* parts[] = {&tg, &tu};
+    auto gate_up = be.gpu->load_weight_stack(parts, "blk.0.ffn_gate_up");
+    auto down = be.gpu->load_weight(matrix_tensor("blk.0.ffn_down.weight", c.type, c.in, c.ff, db));
+    ragkv::test::FfnProblem f;
+    f.n = c.n;
+    f.in = c.in;
+    f.ff = c.ff;
+    double l1_gate = 0, l1_up = 0, l1_down = 0;
+    f.w_gate = host_values(c.type, gb, c.ff, c.in, l1_gate);
+    f.w_up = host_values(c.type, ub, c.ff, c.in, l1_up);
+    f.w_down = host_values(c.type, db, c.in, c.ff, l1_down);
+    const double l1 = std::max(l1_gate, l1_up);
+    const float stored_l1 = ragkv::cuda_weight(*gate_up).max_row_l1();
+    CHECK(double(stored_l1) >= l1);
+    CHECK(double(stored_l1) <= l1 * (1 + 1.0 / 512));
+    const int top = ragkv::f16_product_top(stored_l1);
+    REQUIRE(top >= 0);
+    f.x = random_values(size_t(c.n * c.in), ++seed);
+    for (int64_t j = 0; j < c.in; ++j) f.x[size_t(j)] *= 3e4f;  // row 0: products past 65504 unless scaled
+    const Tensor gx = make_tensor(*be.gpu, DType::f32, c.n, c.in, f.x);
+    for (const bool gelu : {false, true}) {
+      CAPTURE(gelu);
+      f.gelu = gelu;
+      const Tensor g1 = be.gpu->alloc(DType::f32, c.n, c.ff), u1 = be.gpu->alloc(DType::f32, c.n, c.ff);
+      const Tensor p1 = be.gpu->alloc(DType::f32, c.n, c.in);
+      be.gpu->glu_ffn(gx, *gate_up, *down, g1, u1, p1, gelu, ragkv::Activations::f32);
+      const Tensor g2 = be.gpu->alloc(DType::f32, c.n, c.ff), u2 = be.gpu->alloc(DType::f32, c.n, c.ff);
+      const Tensor p2 = be.gpu->alloc(DType::f32, c.n, c.in);
+      const Tensor gu[2] = {g2, u2};
+      be.gpu->matmul_parts(gx, *gate_up, gu, {});
+      const std::vector<float> G = download_values(*be.gpu, g2), U = download_values(*be.gpu, u2);
+      if (gelu) be.gpu->geglu(g2, u2, g2);
+      else be.gpu->swiglu(g2, u2, g2);
+      be.gpu->matmul(g2, *down, p2);
+      const std::vector<float> fused = download_values(*be.gpu, p1), ops = download_values(*be.gpu, p2);
+      const std::vector<double> bound = ragkv::test::ffn_f16_products_bound(f, G, U, top);
+      const ragkv::test::FfnComparison cmp = ragkv::test::compare_ffn(fused, ops, bound);
+      CAPTURE(cmp.past_bound);
+      CAPTURE(cmp.nse);
+      CHECK(cmp.ok());
+      CHECK(fused != ops);  // the f16 products' rounding shows: their path was taken
       bool finite = true;
       for (float v : fused) finite = finite && std::isfinite(v);
       CHECK(finite);

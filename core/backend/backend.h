@@ -297,8 +297,10 @@ class Backend {
   // silu(gate) ⊙ up (gelu_tanh(gate) ⊙ up when gelu: GeGLU), proj = gate · W_downᵀ, both products
   // with `act`: matmul_parts, swiglu / geglu and matmul as a model calls them, in one pass over the
   // intermediate where the backend fuses them (the CUDA backend's prefill: no f32 round trip
-  // between the products). Exactly those three ops' results; gate and up [n][ff] are scratch that
-  // a fusing backend may leave holding anything. xn, gate, up and proj pairwise disjoint.
+  // between the products). Those three ops' results: exactly, but for a backend that rounds the
+  // intermediate once more to fuse (the CUDA prefill's f16 gate/up products: within the bound of
+  // tests/ffn-f16-products-bound.h); gate and up [n][ff] are scratch that a fusing backend may
+  // leave holding anything. xn, gate, up and proj pairwise disjoint.
   void glu_ffn(const Tensor& xn, const Weight& w_gate_up, const Weight& w_down, const Tensor& gate, const Tensor& up,
                const Tensor& proj, bool gelu, Activations act = Activations::f32);
   // a += b (residual add). a and b may alias (a doubles).
