@@ -18,6 +18,10 @@
 // Combine kernel, one block per (query row, head), head_dim threads: M = max over ranges of m,
 // L = Σ l_r · exp(m_r − M), O = Σ O_r · exp(m_r − M), out = O / L (0 when no key is visible: L = 0).
 //
+// With n_kv_device (a replayed step graph) the key count is read on the device and the grid covers
+// AttentionArgs::n_kv, a bound on it: a range past the count scores no key (m = −∞, l = 0, O = 0),
+// which the combine adds as exact zeros — the same bits as a grid of the count's own ranges.
+//
 // Numerics: f32 throughout, as attention.cu — the logits are the same dot products in the same
 // order; the softmax is normalised once per range and once in the combine instead of rescaled per
 // 32-key tile, so the two kernels differ by a few ulp (tests/test-cuda-attention.cpp holds both to
@@ -81,7 +85,8 @@ __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(AttentionArg
   const int n_vec = sh.n_vec, group = sh.group;
   const int window = p.sliding_window;
   const int64_t k0 = int64_t(r) * kSplitKeys;
-  const int n_keys = int(min(int64_t(kSplitKeys), p.n_kv - k0));
+  const int64_t n_kv = p.n_kv_device ? int64_t(*p.n_kv_device) : p.n_kv;
+  const int n_keys = int(max(int64_t(0), min(int64_t(kSplitKeys), n_kv - k0)));
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
 

@@ -507,6 +507,8 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
 
   if (a.key_mass != nullptr && a.seg_mass != nullptr)
     attention_fail("attention_cuda: key totals and segment mass are exclusive");
+  if (a.n_kv_device != nullptr && attention_route(a) != AttentionRoute::split_k)
+    attention_fail("attention_cuda: a key count on the device is for the split-K route only");
   if (a.key_mass_first_row < 0 || a.key_mass_first_row > a.n_q || (a.key_mass_first_row > 0 && a.key_mass == nullptr))
     attention_fail("attention_cuda: key totals from query row %lld of %lld%s", (long long)a.key_mass_first_row,
                    (long long)a.n_q, a.key_mass == nullptr ? " without key_mass" : "");

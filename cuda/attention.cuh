@@ -60,6 +60,11 @@ struct AttentionArgs {
   // one (or too small) those paths allocate their own on the stream.
   void* mass_work = nullptr;
   size_t mass_work_bytes = 0;
+  // Optional, split-K route only (a decode step replayed as a CUDA graph, cuda-step-graph.cpp):
+  // the number of keys read from device memory when the kernel runs; n_kv is then only an upper
+  // bound on it (the grid covers n_kv keys, ranges past the device count are empty and add exact
+  // zeros), and k_pos must hold n_kv entries (those past the device count unread).
+  const int32_t* n_kv_device = nullptr;
 };
 
 // The kernel attention_cuda runs a checked call on: split-K (attention-decode.cu) for a few query

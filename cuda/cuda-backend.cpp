@@ -293,6 +293,7 @@ void CudaBackend::raw_free(void* p) {
 }
 
 void CudaBackend::upload(const Tensor& dst, const void* host_src) {
+  no_replay("an upload");
   const size_t bytes = dst.bytes();
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), host_src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -331,6 +332,7 @@ CudaBackend::PinnedSlot& CudaBackend::free_slot(size_t bytes) {
 }
 
 void CudaBackend::upload_async(const Tensor& dst, const void* host_src) {
+  no_replay("a layer-wise upload");
   const size_t bytes = dst.bytes();
   if (bytes == 0) return;
   if (!batch_open_) {
@@ -378,6 +380,7 @@ void CudaBackend::unpin_host_memory(const void* p) {
 }
 
 void CudaBackend::wait_uploads() {
+  no_replay("a wait for uploads");
   if (!batch_open_) return;
   CUDA_CHECK(cudaEventRecord(uploads_done_, copy_stream_));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, uploads_done_, 0));
@@ -385,6 +388,7 @@ void CudaBackend::wait_uploads() {
 }
 
 void CudaBackend::download(const Tensor& src, void* host_dst) {
+  no_replay("a download");
   const size_t bytes = src.bytes();
   if (bytes == 0) return;
   const auto timed = profile("download", src.rows);
@@ -394,6 +398,7 @@ void CudaBackend::download(const Tensor& src, void* host_dst) {
 }
 
 void CudaBackend::fill_zero(const Tensor& t) {
+  no_replay("fill_zero");
   const size_t bytes = t.bytes();
   if (bytes == 0) return;
   const auto timed = profile("fill_zero", t.rows);
@@ -401,12 +406,14 @@ void CudaBackend::fill_zero(const Tensor& t) {
 }
 
 void CudaBackend::copy_impl(const Tensor& src, const Tensor& dst) {
+  no_replay("a copy");
   if (src.bytes() == 0) return;
   const auto timed = profile("copy", src.rows);
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::synchronize() {
+  no_replay("a sync");
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (capturing_) return;
   stream_synced();
@@ -437,6 +444,7 @@ void CudaBackend::copy_back_pending_mass() {
 
 void CudaBackend::grow_device_buffer(void*& buffer, size_t& capacity, size_t bytes, bool geometric) {
   if (bytes <= capacity) return;
+  no_replay("a buffer that must grow");
   const size_t grown = std::max({bytes, size_t(4096), geometric ? capacity + capacity / 2 : size_t(0)});
   if (buffer) {
     if (capturing_) {
@@ -454,23 +462,28 @@ void CudaBackend::grow_device_buffer(void*& buffer, size_t& capacity, size_t byt
 
 void* CudaBackend::scratch_upload(size_t bytes) {
   grow_device_buffer(scratch_, scratch_bytes_, bytes, /*geometric=*/true);
+  (void)step_op({step_key(StepOp::upload), bytes, step_key(scratch_)});
   // The copy reads host_staging_'s bytes from the upload ring (or, pageable, has staged them by
   // the time cudaMemcpyAsync returns), so the next op may refill host_staging_ at once; stream
   // order protects scratch_ on the device.
-  if (const void* src = staged_source(bytes))
-    CUDA_CHECK(cudaMemcpyAsync(scratch_, src, bytes, cudaMemcpyHostToDevice, stream_));
+  const void* src = staged_source(bytes);
+  if (src && !replaying_) CUDA_CHECK(cudaMemcpyAsync(scratch_, src, bytes, cudaMemcpyHostToDevice, stream_));
   return scratch_;
 }
 
 const void* CudaBackend::upload_if_changed(RepeatedUpload& u) {
   if (host_staging_.empty()) return nullptr;
-  if (host_staging_ == u.host) return u.device;  // every layer after the first
+  const bool same = host_staging_ == u.host;  // every layer after the first
+  (void)step_op({step_key(StepOp::repeated_upload), step_key(&u), same, host_staging_.size()});
+  if (same) return u.device;
   grow_device_buffer(u.device, u.capacity, host_staging_.size(), /*geometric=*/true);
   // From the upload ring (or pageable, staged by the time the call returns); the copy is ordered
-  // on stream_ after the kernels that read the previous contents.
+  // on stream_ after the kernels that read the previous contents. (Replayed: the recorded graph's
+  // copy reads the bytes staged here.)
   const void* src = staged_source(host_staging_.size());
   if (!src) return u.device;  // a failed capture: u.host stays as it was
-  CUDA_CHECK(cudaMemcpyAsync(u.device, src, host_staging_.size(), cudaMemcpyHostToDevice, stream_));
+  if (!replaying_)
+    CUDA_CHECK(cudaMemcpyAsync(u.device, src, host_staging_.size(), cudaMemcpyHostToDevice, stream_));
   u.host = host_staging_;
   return u.device;
 }
@@ -615,11 +628,13 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n == 0) return;
   check_grid_rows(n, "embed");
+  const bool replay = step_op({step_key(StepOp::embed), step_key(&table), step_key(out), step_key(scale)});
   const auto timed = profile("embed", n);
 
   host_staging_.resize(ids.size_bytes());
   std::memcpy(host_staging_.data(), ids.data(), ids.size_bytes());
   const auto* d_ids = static_cast<const int32_t*>(scratch_upload(ids.size_bytes()));
+  if (replay) return;
   if (cw.quantised()) {
     if (cw.parts().size() != 1) fail("internal: CUDA embed: table {} is a stack of {} parts", cw.name, cw.parts().size());
     embed_quant_cuda(cw.parts()[0].type, cw.parts()[0].data, out.cols, d_ids, n, out.as<float>(), scale, stream_);
@@ -630,6 +645,7 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
 void CudaBackend::rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) {
   const CudaWeight& cw = cuda_vector(w, "rms_norm");
   check_grid_rows(x.rows, "rms_norm");
+  if (step_op({step_key(StepOp::rms_norm), step_key(x), step_key(&w), step_key(eps), step_key(y)})) return;
   const auto timed = profile("rms_norm", x.rows);
   rms_norm_f32_cuda(x.as<float>(), cw.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
@@ -664,8 +680,11 @@ CudaBackend::RopeLaunch CudaBackend::rope_launch(std::span<const int32_t> positi
 void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
                             const RopeParams& p, bool inverse) {
   if (p.n_rot / 2 == 0 || x.rows == 0) return;
+  const bool replay = step_op({step_key(StepOp::rope), step_key(x), uint64_t(n_heads), uint64_t(head_dim), inverse,
+                               uint64_t(p.n_rot), step_key(p.freq_scale), p.neox});
   const auto timed = profile("rope", x.rows);
   const RopeLaunch r = rope_launch(positions, x.rows, n_heads, head_dim, p, inverse);
+  if (replay) return;
   if (x.dtype == DType::f16) rope_f16_cuda(x.as<__half>(), r.positions, r.inv_freq, r.shape, stream_);
   else rope_f32_cuda(x.as<float>(), r.positions, r.inv_freq, r.shape, stream_);
 }
@@ -673,8 +692,12 @@ void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions,
 void CudaBackend::rope_qk_impl(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head,
                                int n_head_kv, int head_dim, const RopeParams& p) {
   if (p.n_rot / 2 == 0 || q.rows == 0) return;
+  const bool replay = step_op({step_key(StepOp::rope_qk), step_key(q), step_key(k), uint64_t(n_head),
+                               uint64_t(n_head_kv), uint64_t(head_dim), uint64_t(p.n_rot), step_key(p.freq_scale),
+                               p.neox});
   const auto timed = profile("rope_qk", q.rows);
   const RopeLaunch r = rope_launch(positions, q.rows, n_head, head_dim, p, /*inverse=*/false);
+  if (replay) return;
   if (q.dtype == DType::f16)
     rope_qk_f16_cuda(q.as<__half>(), k.as<__half>(), n_head_kv, r.positions, r.inv_freq, r.shape, stream_);
   else
@@ -685,26 +708,32 @@ void CudaBackend::layer_norm_impl(const Tensor& x, const Weight& w, const Weight
   const CudaWeight& cw = cuda_vector(w, "layer_norm");
   const CudaWeight& cb = cuda_vector(b, "layer_norm");
   check_grid_rows(x.rows, "layer_norm");
+  if (step_op({step_key(StepOp::layer_norm), step_key(x), step_key(&w), step_key(&b), step_key(eps), step_key(y)}))
+    return;
   const auto timed = profile("layer_norm", x.rows);
   layer_norm_f32_cuda(x.as<float>(), cw.f32(), cb.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
 void CudaBackend::gelu_erf_impl(const Tensor& x, const Tensor& y) {
+  if (step_op({step_key(StepOp::gelu_erf), step_key(x), step_key(y)})) return;
   const auto timed = profile("gelu_erf", x.rows);
   gelu_erf_f32_cuda(x.as<float>(), y.as<float>(), x.numel(), stream_);
 }
 
 void CudaBackend::swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  if (step_op({step_key(StepOp::swiglu), step_key(gate), step_key(up), step_key(out)})) return;
   const auto timed = profile("swiglu", gate.rows);
   swiglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
 }
 
 void CudaBackend::geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  if (step_op({step_key(StepOp::geglu), step_key(gate), step_key(up), step_key(out)})) return;
   const auto timed = profile("geglu", gate.rows);
   geglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
 }
 
 void CudaBackend::add_impl(const Tensor& a, const Tensor& b) {
+  if (step_op({step_key(StepOp::add), step_key(a), step_key(b)})) return;
   const auto timed = profile("add", a.rows);
   add_f32_cuda(a.as<float>(), b.as<float>(), a.numel(), stream_);
 }
@@ -712,6 +741,8 @@ void CudaBackend::add_impl(const Tensor& a, const Tensor& b) {
 void CudaBackend::add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
   const CudaWeight& cw = cuda_vector(w, "add_rms_norm");
   check_grid_rows(x.rows, "add_rms_norm");
+  if (step_op({step_key(StepOp::add_rms_norm), step_key(x), step_key(y), step_key(&w), step_key(eps), step_key(xn)}))
+    return;
   const auto timed = profile("add_rms_norm", x.rows);
   add_rms_norm_f32_cuda(x.as<float>(), y.as<float>(), cw.f32(), xn.as<float>(), x.rows, x.cols, eps, stream_);
 }
@@ -740,8 +771,10 @@ CudaBackend::ScatterRows CudaBackend::scatter_rows_on_device(std::span<const int
 
 void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
+  const bool replay = step_op({step_key(StepOp::scatter_rows), step_key(src), step_key(dst)});
   const auto timed = profile("scatter_rows", int64_t(rows.size()));
   const ScatterRows r = scatter_rows_on_device(rows);
+  if (replay) return;
   if (dst.dtype == DType::f16)
     copy_rows_f32_to_f16_cuda(src.as<float>(), r.src, dst.as<__half>(), r.dst, r.n, src.cols, stream_);
   else
@@ -751,8 +784,11 @@ void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::s
 void CudaBackend::scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
                                        std::span<const int32_t> rows) {
   if (rows.empty() || k.cols == 0) return;
+  const bool replay = step_op({step_key(StepOp::scatter_kv_rows), step_key(k), step_key(v), step_key(k_dst),
+                               step_key(v_dst)});
   const auto timed = profile("scatter_kv_rows", int64_t(rows.size()));
   const ScatterRows r = scatter_rows_on_device(rows);
+  if (replay) return;
   if (k_dst.dtype == DType::f16)
     copy_rows_pair_f32_to_f16_cuda(k.as<float>(), v.as<float>(), r.src, k_dst.as<__half>(), v_dst.as<__half>(), r.dst,
                                    r.n, k.cols, stream_);
@@ -764,11 +800,13 @@ void CudaBackend::scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const T
 void CudaBackend::gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
   check_grid_rows(out.rows, "gather_rows");
+  const bool replay = step_op({step_key(StepOp::gather_rows), step_key(src), step_key(out)});
   const auto timed = profile("gather_rows", out.rows);
 
   host_staging_.resize(rows.size_bytes());
   std::memcpy(host_staging_.data(), rows.data(), rows.size_bytes());
   const auto* d_rows = static_cast<const int32_t*>(scratch_upload(rows.size_bytes()));
+  if (replay) return;
   copy_rows_f32_cuda(src.as<float>(), d_rows, out.as<float>(), nullptr, out.rows, src.cols, stream_);
 }
 
@@ -776,11 +814,13 @@ void CudaBackend::row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<c
                                    const Tensor& out) {
   if (rows.empty()) return;
   check_grid_rows(a.rows, "row_sq_dist");
+  const bool replay = step_op({step_key(StepOp::row_sq_dist), step_key(a), step_key(b), step_key(out)});
   const auto timed = profile("row_sq_dist", a.rows);
 
   host_staging_.resize(rows.size_bytes());
   std::memcpy(host_staging_.data(), rows.data(), rows.size_bytes());
   const auto* d_rows = static_cast<const int32_t*>(scratch_upload(rows.size_bytes()));
+  if (replay) return;
   if (b.dtype == DType::f16)
     row_sq_dist_f16_cuda(a.as<float>(), b.as<__half>(), d_rows, out.as<float>(), a.rows, a.cols, stream_);
   else
@@ -793,6 +833,7 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   const int64_t n_q = q.rows;
   const bool key_totals = seg_mass && seg_mass->key_totals;
   const int64_t n_seg = seg_mass && !key_totals ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
+  if (seg_mass) no_replay("attention with segment mass or key totals");
   if (key_totals) seg_mass->out->assign(static_cast<size_t>(n_kv), 0.f);
   else if (seg_mass) seg_mass->out->assign(static_cast<size_t>(n_q * p.n_head * n_seg), 0.f);
   if (n_q == 0) return;
@@ -830,6 +871,15 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
     a.key_mass_first_row = seg_mass->first_query;
   }
   const AttentionRoute route = attention_route(a);  // from the shapes and the mass wanted, not the positions
+  // A decode step recorded or replayed as a graph (cuda-step-graph.cpp): split-K's grid and the
+  // uploaded key positions cover the key count rounded up to kStepKeyBucket, the count itself read
+  // on the device, so that the step's kernels and copies keep their parameters for that many steps.
+  const bool device_count = (capturing_ || replaying_) && route == AttentionRoute::split_k;
+  const int64_t n_kv_bound = device_count ? (n_kv + kStepKeyBucket - 1) / kStepKeyBucket * kStepKeyBucket : n_kv;
+  const bool replay = step_op({step_key(StepOp::attention), step_key(q), step_key(k), step_key(v), step_key(out),
+                               uint64_t(q_pos.size()), uint64_t(n_kv_bound), uint64_t(p.n_head),
+                               uint64_t(p.n_kv_head), uint64_t(p.head_dim), step_key(p.scale), step_key(p.softcap),
+                               uint64_t(p.sliding_window), p.causal, uint64_t(route)});
   const bool tensor_cores =
       route == AttentionRoute::mma || route == AttentionRoute::mma_key_mass || route == AttentionRoute::mma_segment_mass;
   if (tensor_cores) {  // then the mass pass's workspace, then the key ranges' partial sums of a split
@@ -849,26 +899,37 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   // the query and key positions, then (for the tensor-core kernel) the key tiles' bounds.
   const size_t seg_bytes = static_cast<size_t>(a.seg_mass ? n_seg + 1 : 0) * sizeof(int64_t);
   const size_t qpos_bytes = p.causal ? q_pos.size_bytes() : 0;
-  const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv) * sizeof(int32_t) : 0;
+  const size_t kpos_bytes = p.causal ? static_cast<size_t>(n_kv_bound) * sizeof(int32_t) : 0;
+  const size_t count_bytes = device_count ? sizeof(int32_t) : 0;
   tile_bounds_.clear();
   if (p.causal && tensor_cores) append_key_tile_bounds(k_pos.first(size_t(n_kv)), tile_bounds_);
   const size_t bounds_bytes = tile_bounds_.size() * sizeof(int32_t);
-  host_staging_.resize(seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes);
+  host_staging_.assign(seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes + count_bytes, 0);
   if (seg_bytes) std::memcpy(host_staging_.data(), seg_mass->seg_begin.data(), seg_bytes);
   if (qpos_bytes) std::memcpy(host_staging_.data() + seg_bytes, q_pos.data(), qpos_bytes);
-  if (kpos_bytes) std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes, k_pos.data(), kpos_bytes);
+  if (kpos_bytes)  // (past n_kv, zeros the kernel does not read)
+    std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes, k_pos.data(), size_t(n_kv) * sizeof(int32_t));
   if (bounds_bytes)
     std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes + kpos_bytes, tile_bounds_.data(), bounds_bytes);
+  if (count_bytes) {
+    const auto count = static_cast<int32_t>(n_kv);
+    std::memcpy(host_staging_.data() + seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes, &count, sizeof count);
+  }
   const auto* staged = static_cast<const uint8_t*>(upload_if_changed(attention_params_));
   if (a.seg_mass) a.seg_begin = reinterpret_cast<const int64_t*>(staged);
   a.q_pos = qpos_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes) : nullptr;
   a.k_pos = kpos_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes) : nullptr;
   a.k_tile_bounds = bounds_bytes ? reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes + kpos_bytes)
                                  : nullptr;
+  if (device_count) {
+    a.n_kv = n_kv_bound;
+    a.n_kv_device = reinterpret_cast<const int32_t*>(staged + seg_bytes + qpos_bytes + kpos_bytes + bounds_bytes);
+  }
   if (route == AttentionRoute::split_k) {  // partial sums in the work buffer (no allocation per call)
     a.decode_work_bytes = attention_decode_work_bytes(a);
     a.decode_work = work_reserve(a.decode_work_bytes);
   }
+  if (replay) return;
   const auto timed = profile(attention_profile_name(route), n_q);
   attention_cuda(a, stream_);
   if (a.key_mass && !deferred) {

@@ -50,8 +50,10 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -121,12 +123,22 @@ class CudaBackend : public Backend {
   void set_profile_section(std::string_view name) override {
     if (profiler_) profiler_->set_section(name);
   }
-  // RAGKV_CUDA_GRAPHS=1: each step captured as a CUDA graph (stream capture, relaxed mode), the
+  // RAGKV_CUDA_GRAPHS=1: a step captured as a CUDA graph (stream capture, relaxed mode), the
   // previous step's executable graph updated in place (cudaGraphExecUpdate; instantiated anew when
-  // the topology changed), then launched once. Off by default, and off under RAGKV_CUDA_PROFILE.
+  // the topology changed), then launched once — and the steps after it replayed: their ops stage
+  // only their uploads (token ids, positions, KV rows) into the pinned buffer the graph copies
+  // from, and the same graph is launched again, captured once for as long as the ops and their
+  // arguments stay the same (cuda-step-graph.cpp). Off by default, and off under RAGKV_CUDA_PROFILE.
   bool begin_step() override;
   bool end_step() override;
   void abort_step() override;
+  // For tests: how the steps ran since the backend was made.
+  struct StepGraphStats {
+    int64_t captured = 0;  // captured and launched
+    int64_t replayed = 0;  // launched again without a capture
+    int64_t missed = 0;    // tried as a replay, another step: run op by op, the next one captured
+  };
+  StepGraphStats step_graph_stats() const { return step_stats_; }
 
   bool supports(BackendOp op, DType dtype) const override;
 
@@ -232,11 +244,66 @@ class CudaBackend : public Backend {
   // host_staging_ on the device in u's buffer, copied only when it differs from the last copy.
   const void* upload_if_changed(RepeatedUpload& u);
 
+  // Split-K decode attention in a step graph covers the key count rounded up to this many keys,
+  // read on the device (AttentionArgs::n_kv_device): the step's parameters hold for 1,024 steps.
+  static constexpr int64_t kStepKeyBucket = 1024;
   // Step graphs (begin_step). While capturing, uploads copy from pinned host memory (a graph's
   // memcpy nodes read their source when the graph runs; pageable memory cannot be captured), and
   // a device buffer that must grow is replaced, the old one freed once the step has run.
   bool graphs_ = false;              // RAGKV_CUDA_GRAPHS=1 and no profiler
   bool capturing_ = false;
+  // Replay (cuda-step-graph.cpp): between begin_step and end_step the ops run their host side only
+  // — their arguments folded into step_signature_, their uploads staged where the graph's copies
+  // read them — and launch nothing; end_step launches step_exec_ again when the signature, the
+  // pinned bytes staged and the backend's buffers are the recorded step's.
+  bool replaying_ = false;
+  bool replay_ready_ = false;        // step_exec_ is the last step recorded, and the one before was the same
+  uint64_t step_signature_ = 0;
+  int op_depth_ = 0;                 // ops running inside another (glu_ffn's products): not folded
+  struct StepRecord {
+    uint64_t signature = 0;
+    size_t pinned_used = 0;
+    std::array<const void*, 6> buffers{};  // work, scratch, the three repeated uploads, pinned
+  } recorded_step_;
+  StepGraphStats step_stats_;
+  std::array<const void*, 6> step_buffers() const {
+    return {work_, scratch_, attention_params_.device, rope_params_.device, scatter_params_.device, capture_host_};
+  }
+  // Called first by every op: while a step is recorded or replayed, folds the op and its
+  // arguments into step_signature_ (not for an op inside another); true when the op must launch
+  // nothing (a replay). Ops that upload stage their uploads first and return before launching.
+  bool step_op(std::initializer_list<uint64_t> key);
+  // Ops an op runs inside itself (glu_ffn's products) are not folded: a replay skips them.
+  struct NestedOps {
+    int& depth;
+    explicit NestedOps(int& d) : depth(d) { ++depth; }
+    ~NestedOps() { --depth; }
+    NestedOps(const NestedOps&) = delete;
+    NestedOps& operator=(const NestedOps&) = delete;
+  };
+  // The words ops fold: which op (StepOp), and their arguments.
+  enum class StepOp : uint64_t {
+    embed = 1, matmul, rms_norm, rope, rope_qk, layer_norm, gelu_erf, swiglu, geglu, add, add_rms_norm, glu_ffn,
+    scatter_rows, scatter_kv_rows, gather_rows, row_sq_dist, attention, upload, repeated_upload
+  };
+  static uint64_t step_key(StepOp op) { return static_cast<uint64_t>(op); }
+  static uint64_t step_key(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+  static uint64_t step_key(float v) {
+    uint32_t bits = 0;
+    static_assert(sizeof bits == sizeof v);
+    std::memcpy(&bits, &v, sizeof v);
+    return bits;
+  }
+  static uint64_t step_key(const Tensor& t) {  // where it is and its shape, mixed into one word
+    uint64_t h = reinterpret_cast<uintptr_t>(t.data());
+    for (const uint64_t v : {uint64_t(t.rows), uint64_t(t.cols), uint64_t(t.dtype)}) h = (h ^ v) * 0x100000001b3ull;
+    return h;
+  }
+  // While replaying: an op a step graph cannot hold (a copy to or from the host, a sync), or a
+  // buffer that would have to grow: the replay is given up (throws; the model runs the step op by
+  // op, and the next step is captured).
+  void no_replay(const char* what) const;
+  void forget_repeated_uploads();  // the device no longer holds what their host copies say
   bool capture_failed_ = false;      // something could not be captured: the step runs unrecorded
   int graph_failures_ = 0;           // steps that could not be launched as graphs (3: graphs off)
   cudaGraphExec_t step_exec_ = nullptr;

@@ -4,10 +4,22 @@
 // copies the capture's uploads read (staged_source), and the pinned ring eager uploads read. Any
 // step that cannot be captured or launched is reported back (end_step false) and runs op by op;
 // three such steps turn graphs off.
+//
+// Captured once (issue 40 item 4): the steps after a capture are replayed. A decode step's
+// kernels and copies keep their parameters from one step to the next — what changes (token ids,
+// positions, the KV row written, the key count) is data the graph copies from the pinned buffer,
+// split-K attention's grid covering the key count rounded up to kStepKeyBucket — so each op of a
+// replayed step only folds its arguments into a signature and stages its uploads at the offsets
+// the captured copies read, and end_step launches the recorded graph again when the signature,
+// the bytes staged and the backend's buffers are the recorded step's: no capture, no update, no
+// launch per kernel on the host. Another step (a bucket crossed, a sequence added, a buffer
+// grown) runs op by op, uncounted as a failure, and the steps after it are captured until two in
+// a row are the same.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 
+#include "core/util/error.h"
 #include "cuda/cuda-backend.h"
 #include "cuda/cuda-check.h"
 
@@ -52,7 +64,7 @@ void CudaBackend::stream_synced() {
 }
 
 const void* CudaBackend::staged_source(size_t bytes) {
-  if (!capturing_) return eager_source(bytes);
+  if (!capturing_ && !replaying_) return eager_source(bytes);
   const size_t offset = (capture_host_used_ + 255) / 256 * 256;
   capture_host_needed_ = std::max(capture_host_needed_, offset + bytes);
   if (offset + bytes > capture_host_bytes_) {
@@ -65,6 +77,24 @@ const void* CudaBackend::staged_source(size_t bytes) {
   return dst;
 }
 
+bool CudaBackend::step_op(std::initializer_list<uint64_t> key) {
+  if (!capturing_ && !replaying_) return false;
+  if (op_depth_ == 0)
+    for (const uint64_t v : key) {  // FNV-1a over the words
+      step_signature_ ^= v;
+      step_signature_ *= 1099511628211ull;
+    }
+  return replaying_;
+}
+
+void CudaBackend::no_replay(const char* what) const {
+  if (replaying_) throw Error(fmt::format("internal: a replayed CUDA step graph meets {}", what));
+}
+
+void CudaBackend::forget_repeated_uploads() {
+  for (RepeatedUpload* u : repeated_uploads()) u->host.clear();
+}
+
 bool CudaBackend::begin_step() {
   if (!graphs_) return false;
   // The previous step's graph has finished with the pinned buffer and the replaced buffers.
@@ -72,6 +102,15 @@ bool CudaBackend::begin_step() {
   stream_synced();
   free_deferred();
   const size_t want = std::max<size_t>(size_t(1) << 20, 2 * capture_host_needed_);
+  step_signature_ = 14695981039346656037ull;
+  capture_host_used_ = 0;
+  capture_failed_ = false;
+  op_depth_ = 0;
+  if (replay_ready_ && step_exec_ && capture_host_bytes_ >= want && step_buffers() == recorded_step_.buffers) {
+    replaying_ = true;  // the ops stage their uploads; end_step decides
+    return true;
+  }
+  replay_ready_ = false;
   if (capture_host_bytes_ < want) {
     if (capture_host_) CUDA_CHECK(cudaFreeHost(capture_host_));
     capture_host_ = nullptr;
@@ -97,6 +136,25 @@ bool CudaBackend::begin_step() {
 }
 
 bool CudaBackend::end_step() {
+  if (replaying_) {
+    replaying_ = false;
+    if (!capture_failed_ && step_signature_ == recorded_step_.signature &&
+        capture_host_used_ == recorded_step_.pinned_used && step_buffers() == recorded_step_.buffers) {
+      if (cudaGraphLaunch(step_exec_, stream_) == cudaSuccess) {
+        ++step_stats_.replayed;
+        return true;
+      }
+      (void)cudaGetLastError();
+      replay_ready_ = false;
+      step_not_launched();
+      return false;
+    }
+    // Another step: nothing was launched or copied; it runs op by op and the next is captured.
+    ++step_stats_.missed;
+    replay_ready_ = false;
+    forget_repeated_uploads();
+    return false;
+  }
   if (!capturing_) return false;
   capturing_ = false;
   cudaGraph_t graph = nullptr;
@@ -117,11 +175,29 @@ bool CudaBackend::end_step() {
   if (ok && cudaGraphLaunch(step_exec_, stream_) != cudaSuccess) ok = false;
   if (!ok) (void)cudaGetLastError();
   if (graph) CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));
-  if (!ok) step_not_launched();
-  return ok;
+  if (!ok) {
+    step_not_launched();
+    return false;
+  }
+  ++step_stats_.captured;
+  // Replayed from the next step on once two steps in a row were the same: steps whose parameters
+  // change every time (attention on the tensor-core kernel, its key count a kernel argument, up to
+  // 256 keys) keep being captured instead of missing every other replay.
+  const StepRecord step{step_signature_, capture_host_used_, step_buffers()};
+  replay_ready_ = step.signature == recorded_step_.signature && step.pinned_used == recorded_step_.pinned_used &&
+                  step.buffers == recorded_step_.buffers;
+  recorded_step_ = step;
+  return true;
 }
 
 void CudaBackend::abort_step() {
+  if (replaying_) {  // given up part-way (no_replay): nothing was launched or copied
+    replaying_ = false;
+    ++step_stats_.missed;
+    replay_ready_ = false;
+    forget_repeated_uploads();
+    return;
+  }
   if (!capturing_) return;
   capturing_ = false;
   cudaGraph_t graph = nullptr;
@@ -133,7 +209,9 @@ void CudaBackend::abort_step() {
 
 void CudaBackend::step_not_launched() {
   // The lost graph's uploads never ran: the device holds what it held before them.
-  for (RepeatedUpload* u : repeated_uploads()) u->host.clear();
+  forget_repeated_uploads();
+  replay_ready_ = false;
+  recorded_step_ = {};
   if (++graph_failures_ == 3) {
     graphs_ = false;
     std::fprintf(stderr, "ragkv: %s: decode steps could not be launched as CUDA graphs 3 times; running them "

@@ -173,9 +173,13 @@ TEST_CASE("cuda e2e: prefill over a cached prefix continues the whole prompt's p
 }
 
 // RAGKV_CUDA_GRAPHS=1 (Backend::begin_step): each decode step captured as a CUDA graph and launched
-// once runs the same kernels with the same arguments as op by op, so the logits must be the same
-// bit for bit — over steps that cross from the tensor-core kernel to split-K (more than 256 keys:
-// another graph topology, instantiated anew), for one sequence and for a batch of two.
+// once, or replayed — the recorded graph launched again, the step's ops only staging their uploads
+// — runs the same kernels with the same arguments as op by op, so the logits must be the same bit
+// for bit: over steps that cross from the tensor-core kernel to split-K (more than 256 keys:
+// another graph topology, instantiated anew), over steps that cross a multiple of 1,024 keys
+// (split-K's grid bound in a step graph: a replay missed, the step run op by op, then captured
+// again), for one sequence and for a batch of two. The steps on split-K must be replayed, not
+// captured one by one.
 TEST_CASE("cuda graphs: decode steps launched as CUDA graphs give the op-by-op logits bit for bit") {
   if (gpu_missing()) return;
   const test::TempDir tmp("cuda-graphs");
@@ -188,36 +192,53 @@ TEST_CASE("cuda graphs: decode steps launched as CUDA graphs give the op-by-op l
     const test::ScopedEnv on("RAGKV_CUDA_GRAPHS", "1");
     graphs = make_cuda_backend(0);
   }
+  const auto stats = [&] { return static_cast<const CudaBackend&>(*graphs).step_graph_stats(); };
   for (GgmlType weight_type : {GgmlType::F16, GgmlType::Q4_1}) {
     const std::string type_name = ggml_type_name(weight_type);
     CAPTURE(type_name);
     const std::string path = default_shaped_model(tmp, "llama", weight_type);
     Model me(path, *eager), mg(path, *graphs);
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 240; ++i) prompt.push_back((i * 37 + 11) % 256);
-    for (int batch : {1, 2}) {
-      CAPTURE(batch);
-      std::vector<KvCache> ke, kg;
-      std::vector<int32_t> next;
-      Workspace we, wg;
-      for (int b = 0; b < batch; ++b) {
-        ke.push_back(me.new_kv_cache(320));
-        kg.push_back(mg.new_kv_cache(320));
-        const auto p = std::span(prompt).first(prompt.size() - size_t(b));
-        const std::vector<float> le = me.forward(p, ke.back(), we), lg = mg.forward(p, kg.back(), wg);
-        REQUIRE(le == lg);  // prefill is op by op on both
-        next.push_back(int32_t(std::max_element(le.begin(), le.end()) - le.begin()));
-      }
-      std::vector<KvCache*> pe, pg;
-      for (int b = 0; b < batch; ++b) pe.push_back(&ke[size_t(b)]), pg.push_back(&kg[size_t(b)]);
-      for (int step = 0; step < 40; ++step) {
-        CAPTURE(step);
-        const std::vector<float> le = me.decode_step(next, pe, we), lg = mg.decode_step(next, pg, wg);
-        REQUIRE(le == lg);
+    // Prompts of 240 tokens (decode crosses 256 keys) and 1,000 (it crosses 1,024).
+    for (const int prompt_tokens : {240, 1000}) {
+      CAPTURE(prompt_tokens);
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < prompt_tokens; ++i) prompt.push_back((i * 37 + 11) % 256);
+      for (int batch : {1, 2}) {
+        CAPTURE(batch);
+        std::vector<KvCache> ke, kg;
+        std::vector<int32_t> next;
+        Workspace we, wg;
         for (int b = 0; b < batch; ++b) {
-          const auto row = le.begin() + ptrdiff_t(b) * me.config().n_vocab;
-          next[size_t(b)] = int32_t(std::max_element(row, row + me.config().n_vocab) - row);
+          ke.push_back(me.new_kv_cache(prompt_tokens + 80));
+          kg.push_back(mg.new_kv_cache(prompt_tokens + 80));
+          const auto p = std::span(prompt).first(prompt.size() - size_t(b));
+          const std::vector<float> le = me.forward(p, ke.back(), we), lg = mg.forward(p, kg.back(), wg);
+          REQUIRE(le == lg);  // prefill is op by op on both
+          next.push_back(int32_t(std::max_element(le.begin(), le.end()) - le.begin()));
         }
+        std::vector<KvCache*> pe, pg;
+        for (int b = 0; b < batch; ++b) pe.push_back(&ke[size_t(b)]), pg.push_back(&kg[size_t(b)]);
+        const CudaBackend::StepGraphStats before = stats();
+        const int steps = 40;
+        for (int step = 0; step < steps; ++step) {
+          CAPTURE(step);
+          const std::vector<float> le = me.decode_step(next, pe, we), lg = mg.decode_step(next, pg, wg);
+          REQUIRE(le == lg);
+          for (int b = 0; b < batch; ++b) {
+            const auto row = le.begin() + ptrdiff_t(b) * me.config().n_vocab;
+            next[size_t(b)] = int32_t(std::max_element(row, row + me.config().n_vocab) - row);
+          }
+        }
+        const CudaBackend::StepGraphStats after = stats();
+        const int64_t captured = after.captured - before.captured, replayed = after.replayed - before.replayed;
+        const int64_t missed = after.missed - before.missed;
+        MESSAGE(type_name << ", " << prompt_tokens << " tokens, batch " << batch << ": " << captured << " steps captured, "
+                          << replayed << " replayed, " << missed << " missed");
+        CHECK(captured + replayed <= steps);  // the missed ones ran op by op
+        // Split-K from 257 keys on: the 1,000-token prompt's steps all but the first two and
+        // those around 1,024 keys, the 240-token one's past 258 keys.
+        CHECK(replayed >= (prompt_tokens == 240 ? 18 : 30));
+        CHECK(missed <= 2);
       }
     }
   }
