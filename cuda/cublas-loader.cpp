@@ -35,6 +35,7 @@ Api load(const std::string& name) {
   resolve(lib, name, "cublasDestroy_v2", a.destroy);
   resolve(lib, name, "cublasSetStream_v2", a.set_stream);
   resolve(lib, name, "cublasSetWorkspace_v2", a.set_workspace);
+  resolve(lib, name, "cublasSetMathMode", a.set_math_mode);
   resolve(lib, name, "cublasGemmEx", a.gemm_ex);
   resolve(lib, name, "cublasGetStatusName", a.status_name);
   resolve(lib, name, "cublasGetStatusString", a.status_string);

@@ -1,4 +1,4 @@
-// cuBLAS, loaded at run time: the CUDA backend calls six cuBLAS functions, and linking the library
+// cuBLAS, loaded at run time: the CUDA backend calls seven cuBLAS functions, and linking the library
 // made every run of the binary — CPU runs included — map libcublas and libcublasLt at start
 // (220 MiB of resident memory for `ragkv --help`, more than the whole SmolLM2 model). They are
 // now looked up with dlopen/dlsym when the first CUDA backend is made; the CUDA runtime is linked
@@ -17,6 +17,7 @@ struct Api {
   decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
   decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
   // (cublasGemmEx has a C++ overload in the header, so its type is spelled out: the C entry point)
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
                             const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,

@@ -206,6 +206,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     const size_t workspace_bytes = size_t(prop.major >= 9 ? 32 : 4) << 20;
     CUDA_CHECK(cudaMalloc(&cublas_workspace_, workspace_bytes));
     CUBLAS_CHECK(cublas::api().set_workspace(cublas_, cublas_workspace_, workspace_bytes));
+    // Split-K reductions in f32 even where a GEMM writes f16 (the FFN's products): its only
+    // rounding to f16 is the last one (cuda/f16-product-bound.h, tests/ffn-f16-products-bound.h).
+    CUBLAS_CHECK(cublas::api().set_math_mode(
+        cublas_, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));
@@ -558,15 +562,19 @@ double CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
   if (t.type == GgmlType::F16) {
     // Already f16: copied as it is, after checking that no value is inf or NaN (exponent bits
     // all ones). The data may be unaligned, so halves are read byte-wise (little endian).
-    double max_row_l1 = 0, row_l1 = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const uint16_t h = uint16_t(t.data[2 * i] | (t.data[2 * i + 1] << 8));
-      if ((h & 0x7c00u) == 0x7c00u) f16_out_of_range(t, i / cols, i % cols, fp16_to_fp32(h));
-      row_l1 += std::fabs(double(fp16_to_fp32(h)));
-      if ((i + 1) % cols == 0) {
-        max_row_l1 = std::max(max_row_l1, row_l1);
-        row_l1 = 0;
-      }
+    // The row sums from a chunk of rows at a time, copied aligned and widened (vectorised).
+    double max_row_l1 = 0;
+    const int64_t rows = n / cols, chunk_rows = std::max<int64_t>(1, kLoadChunkValues / cols);
+    std::vector<f16_t> halves(static_cast<size_t>(std::min(chunk_rows, rows) * cols));
+    std::vector<float> values(halves.size());
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+      const int64_t nr = std::min(chunk_rows, rows - r0), nv = nr * cols;
+      std::memcpy(halves.data(), t.data + static_cast<size_t>(r0 * cols) * 2, static_cast<size_t>(nv) * 2);
+      for (int64_t i = 0; i < nv; ++i)  // little-endian halves, as the file holds them
+        if ((halves[size_t(i)] & 0x7c00u) == 0x7c00u)
+          f16_out_of_range(t, r0 + i / cols, i % cols, fp16_to_fp32(halves[size_t(i)]));
+      fp16_to_fp32_row(halves.data(), values.data(), nv);
+      max_row_l1 = std::max(max_row_l1, max_row_abs_sum(values.data(), nr, cols));
     }
     CUDA_CHECK(cudaMemcpyAsync(dst, t.data, static_cast<size_t>(n) * sizeof(__half), cudaMemcpyHostToDevice,
                                stream_));

@@ -8,16 +8,16 @@
 // values near f16's subnormal range may round differently: 2^-25 · ux each, ux the row's unscale)
 // by the same f16 weights, accumulating in f32. The f16 path rounds each product once more. With
 // G, U the f32 path's products (after its epilogue), S_j = Σ_k |x_k w_jk| and L1_j = Σ_k |w_jk|:
-//   |g_j − G_j| ≤ δg_j = 2^-11 |G_j| + (1 + 2^-11) (2 · in · 2^-24 · S_j (1 + 2^-10)
+//   |g_j − G_j| ≤ δg_j = 2^-11 |G_j| + (1 + 2^-11) (2 · in · 2^-23 · S_j (1 + 2^-10)
 //                                                    + (2^-24 L1_j + 2^-25) · ux_max)
-// (the product's rounding; both accumulations, in whatever order cuBLAS picks; subnormal
-// operands), δu_j alike. SiLU's and tanh-GELU's slopes are below 1.13 in magnitude, so
+// (the product's rounding; both accumulations, in whatever order cuBLAS picks, 2^-23 a step for
+// tensor cores that align by truncation; subnormal operands), δu_j alike. SiLU's and tanh-GELU's slopes are below 1.13 in magnitude, so
 //   |a_j − A_j| ≤ δa_j = 1.13 δg_j |U_j| + |act(G_j)| δu_j + 1.13 δg_j δu_j + 2^-19 (|A_j| + 1e-30),
 // the last term both sides' f32 evaluation of act(g) · u (a few ulps each). Both paths round a to
 // the down GEMM's f16 operand (2^-11 of it, or 2^-25 · ua near subnormals, ua ≤ max(1, 2^-14 ·
 // the row's largest |a|)) and accumulate p in f32:
 //   |p_i − P_i| ≤ Σ_j (δa_j + 2^-11 (2|A_j| + δa_j) + 2^-24 ua) |d_ij|
-//                + 2 · ff · 2^-24 · Σ_j (|A_j| + δa_j) (1 + 2^-10) |d_ij|.
+//                + 2 · ff · 2^-23 · Σ_j (|A_j| + δa_j) (1 + 2^-10) |d_ij|.
 // It is a worst case: a product read from the wrong column, a row scale not undone, gate and up
 // exchanged or an overflow break it by orders of magnitude; beside it the normalised squared
 // error must stay under 1e-5 (the expected one is about 2^-22).
@@ -113,7 +113,8 @@ inline FfnResult ffn_mirror(const FfnProblem& f, int products_top) {
 // same layout as FfnResult's) and products_top, the exponent the f16 path scaled xn with.
 inline std::vector<double> ffn_f16_products_bound(const FfnProblem& f, const std::vector<float>& G,
                                                   const std::vector<float>& U, int products_top) {
-  const double e11 = std::ldexp(1.0, -11), e24 = std::ldexp(1.0, -24), e25 = std::ldexp(1.0, -25);
+  const double e11 = std::ldexp(1.0, -11), e23 = std::ldexp(1.0, -23), e24 = std::ldexp(1.0, -24),
+               e25 = std::ldexp(1.0, -25);
   const double kSlope = 1.13;
   std::vector<double> bound(size_t(f.n * f.in));
   std::vector<double> da(size_t(f.ff)), A(size_t(f.ff));
@@ -138,7 +139,7 @@ inline std::vector<double> ffn_f16_products_bound(const FfnProblem& f, const std
       }
       const double Gj = G[size_t(i * f.ff + j)], Uj = U[size_t(i * f.ff + j)];
       const auto delta = [&](double P, double S, double L1) {
-        return e11 * std::fabs(P) + (1 + e11) * (2.0 * double(f.in) * e24 * S * (1 + 1.0 / 1024) +
+        return e11 * std::fabs(P) + (1 + e11) * (2.0 * double(f.in) * e23 * S * (1 + 1.0 / 1024) +
                                                   (e24 * L1 + e25) * ux_max);
       };
       const double dg = delta(Gj, sg, lg), du = delta(Uj, su, lu);
@@ -156,7 +157,7 @@ inline std::vector<double> ffn_f16_products_bound(const FfnProblem& f, const std
         b += (da[size_t(j)] + e11 * (2 * A[size_t(j)] + da[size_t(j)]) + e24 * ua) * d;
         acc += (A[size_t(j)] + da[size_t(j)]) * d;
       }
-      bound[size_t(i * f.in + o)] = b + 2.0 * double(f.ff) * e24 * acc * (1 + 1.0 / 1024);
+      bound[size_t(i * f.in + o)] = b + 2.0 * double(f.ff) * e23 * acc * (1 + 1.0 / 1024);
     }
   }
   return bound;

@@ -20,6 +20,7 @@ TEST_CASE("cublas loader: the toolkit's cuBLAS loads with every function the bac
   CHECK(bool(a.destroy));
   CHECK(bool(a.set_stream));
   CHECK(bool(a.gemm_ex));
+  CHECK(bool(a.set_math_mode));
   REQUIRE(bool(a.status_name));
   REQUIRE(bool(a.status_string));
   CHECK(std::string(a.status_name(CUBLAS_STATUS_NOT_INITIALIZED)) == "CUBLAS_STATUS_NOT_INITIALIZED");

@@ -750,6 +750,33 @@ TEST_CASE("cuda: add_rms_norm equals add then rms_norm on the GPU bit for bit, a
   }
 }
 
+namespace {
+
+// A layer's FFN weights of one type with random values: their GGUF bytes and the gate/up stack and
+// down projection loaded on a backend, as a model loads them.
+struct FfnCase {
+  GgmlType type;
+  int64_t in, ff, n;
+};
+struct RandomFfn {
+  std::vector<uint8_t> gate_bytes, up_bytes, down_bytes;
+  std::unique_ptr<Weight> gate_up, down;
+};
+RandomFfn random_ffn(Backend& b, const FfnCase& c, uint32_t& seed) {
+  RandomFfn f;
+  f.gate_bytes = random_matrix_bytes(c.type, c.ff, c.in, ++seed);
+  f.up_bytes = random_matrix_bytes(c.type, c.ff, c.in, ++seed);
+  f.down_bytes = random_matrix_bytes(c.type, c.in, c.ff, ++seed);
+  const ragkv::GgufTensor tg = matrix_tensor("blk.0.ffn_gate.weight", c.type, c.ff, c.in, f.gate_bytes);
+  const ragkv::GgufTensor tu = matrix_tensor("blk.0.ffn_up.weight", c.type, c.ff, c.in, f.up_bytes);
+  const ragkv::GgufTensor* parts[] = {&tg, &tu};
+  f.gate_up = b.load_weight_stack(parts, "blk.0.ffn_gate_up");
+  f.down = b.load_weight(matrix_tensor("blk.0.ffn_down.weight", c.type, c.in, c.ff, f.down_bytes));
+  return f;
+}
+
+}  // namespace
+
 // The prefill FFN in one pass over its intermediate, and a decode step's GLU quantised on the way
 // into the down projection's 8-bit blocks (cuda/cuda-ffn.cpp): bit for bit the three ops they
 // replace, f16, Q4_K and Q8_0 weights (both activation block sizes), SwiGLU and GeGLU, f32 and
@@ -762,25 +789,16 @@ TEST_CASE("cuda: glu_ffn with f32 products equals matmul_parts, swiglu or geglu,
   Backends be;
   CHECK(be.gpu->kernels().find("+f32-ffn-products") != std::string::npos);
   uint32_t seed = 4400;
-  struct Case {
-    GgmlType type;
-    int64_t in, ff, n;
-  };
-  const Case cases[] = {{GgmlType::F16, 256, 768, 40},  {GgmlType::F16, 256, 4608, 9},  {GgmlType::Q4_K, 256, 768, 17},
-                        {GgmlType::Q4_K, 512, 4608, 12}, {GgmlType::F16, 256, 768, 3},  {GgmlType::Q4_K, 256, 768, 1},
-                        {GgmlType::Q4_K, 512, 1536, 4},  {GgmlType::Q8_0, 256, 768, 2}, {GgmlType::Q8_0, 256, 768, 8}};
-  for (const Case& c : cases) {
+  const FfnCase cases[] = {{GgmlType::F16, 256, 768, 40}, {GgmlType::F16, 256, 4608, 9}, {GgmlType::Q4_K, 256, 768, 17},
+                           {GgmlType::Q4_K, 512, 4608, 12}, {GgmlType::F16, 256, 768, 3}, {GgmlType::Q4_K, 256, 768, 1},
+                           {GgmlType::Q4_K, 512, 1536, 4}, {GgmlType::Q8_0, 256, 768, 2}, {GgmlType::Q8_0, 256, 768, 8}};
+  for (const FfnCase& c : cases) {
     const std::string type_name = ragkv::ggml_type_name(c.type);
     CAPTURE(type_name);
     CAPTURE(c.ff);
     CAPTURE(c.n);
-    const auto gb = random_matrix_bytes(c.type, c.ff, c.in, ++seed), ub = random_matrix_bytes(c.type, c.ff, c.in, ++seed);
-    const auto db = random_matrix_bytes(c.type, c.in, c.ff, ++seed);
-    const ragkv::GgufTensor tg = matrix_tensor("blk.0.ffn_gate.weight", c.type, c.ff, c.in, gb);
-    const ragkv::GgufTensor tu = matrix_tensor("blk.0.ffn_up.weight", c.type, c.ff, c.in, ub);
-    const ragkv::GgufTensor* parts[] = {&tg, &tu};
-    auto gate_up = be.gpu->load_weight_stack(parts, "blk.0.ffn_gate_up");
-    auto down = be.gpu->load_weight(matrix_tensor("blk.0.ffn_down.weight", c.type, c.in, c.ff, db));
+    const RandomFfn w = random_ffn(*be.gpu, c, seed);
+    const Weight &gate_up = *w.gate_up, &down = *w.down;
     auto x = random_values(size_t(c.n * c.in), ++seed);
     for (int64_t j = 0; j < c.in; ++j) x[size_t(j)] *= 3e4f;  // row 0: GLU values beyond 65504
     const Tensor gx = make_tensor(*be.gpu, DType::f32, c.n, c.in, x);
@@ -791,14 +809,14 @@ TEST_CASE("cuda: glu_ffn with f32 products equals matmul_parts, swiglu or geglu,
       CAPTURE(int(act));
       const Tensor g1 = be.gpu->alloc(DType::f32, c.n, c.ff), u1 = be.gpu->alloc(DType::f32, c.n, c.ff);
       const Tensor p1 = be.gpu->alloc(DType::f32, c.n, c.in);
-      be.gpu->glu_ffn(gx, *gate_up, *down, g1, u1, p1, gelu, act);
+      be.gpu->glu_ffn(gx, gate_up, down, g1, u1, p1, gelu, act);
       const Tensor g2 = be.gpu->alloc(DType::f32, c.n, c.ff), u2 = be.gpu->alloc(DType::f32, c.n, c.ff);
       const Tensor p2 = be.gpu->alloc(DType::f32, c.n, c.in);
       const Tensor gu[2] = {g2, u2};
-      be.gpu->matmul_parts(gx, *gate_up, gu, {}, act);
+      be.gpu->matmul_parts(gx, gate_up, gu, {}, act);
       if (gelu) be.gpu->geglu(g2, u2, g2);
       else be.gpu->swiglu(g2, u2, g2);
-      be.gpu->matmul(g2, *down, p2, nullptr, act);
+      be.gpu->matmul(g2, down, p2, nullptr, act);
       const std::vector<float> fused = download_values(*be.gpu, p1), ops = download_values(*be.gpu, p2);
       CHECK(std::memcmp(fused.data(), ops.data(), fused.size() * sizeof(float)) == 0);
       bool finite = true;
@@ -811,20 +829,20 @@ TEST_CASE("cuda: glu_ffn with f32 products equals matmul_parts, swiglu or geglu,
 // The default prefill FFN writes its gate/up products in f16, xn's rows scaled under the ceiling
 // its weight's row sums allow (cuda/f16-product-bound.h): within the derived bound of
 // tests/ffn-f16-products-bound.h of the unfused ops (f32 products), computed from their products;
-// f16, Q4_K and Q8_0 weights, SwiGLU and GeGLU, both widths of the fused kernel, row 0 scaled for
-// its products (values of 3e4 that would overflow them), finite everywhere. The weight's row-sum
+// f16, Q4_K and Q8_0 weights (one quantised case in several dequantised tiles), SwiGLU and GeGLU,
+// the three widths of the fused kernel, row 0 scaled for its products (values of 3e4 that would
+// overflow them), finite everywhere. The weight's row-sum
 // bound (CudaWeight::max_row_l1) is checked against the host's sums of its values.
 TEST_CASE("cuda: glu_ffn with f16 products stays within its derived bound of the unfused ops") {
   if (gpu_missing()) return;
   Backends be;
   CHECK(be.gpu->kernels().find("+f32-ffn-products") == std::string::npos);
   uint32_t seed = 4600;
-  struct Case {
-    GgmlType type;
-    int64_t in, ff, n;
-  };
-  const Case cases[] = {{GgmlType::F16, 256, 768, 40},  {GgmlType::F16, 256, 4608, 9}, {GgmlType::Q4_K, 256, 768, 17},
-                        {GgmlType::Q4_K, 512, 4608, 12}, {GgmlType::Q8_0, 256, 768, 20}};
+  // The last: every matrix larger than one dequantised tile (2^25 values), so products land past
+  // the first tile's rows; and an intermediate over 16,384 columns (the fused kernel's widest form).
+  const FfnCase cases[] = {{GgmlType::F16, 256, 768, 40},   {GgmlType::F16, 256, 4608, 9},
+                           {GgmlType::Q4_K, 256, 768, 17},  {GgmlType::Q4_K, 512, 4608, 12},
+                           {GgmlType::Q8_0, 256, 768, 20},  {GgmlType::Q4_K, 2048, 16640, 9}};
   // A matrix's values as the device multiplies them (f16), and their exact largest row sum.
   const auto host_values = [](GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
                               double& max_row_l1) {
@@ -840,28 +858,23 @@ TEST_CASE("cuda: glu_ffn with f16 products stays within its derived bound of the
     for (float& x : v) x = ragkv::test::round_f16(x);
     return v;
   };
-  for (const Case& c : cases) {
+  for (const FfnCase& c : cases) {
     const std::string type_name = ragkv::ggml_type_name(c.type);
     CAPTURE(type_name);
     CAPTURE(c.ff);
     CAPTURE(c.n);
-    const auto gb = random_matrix_bytes(c.type, c.ff, c.in, ++seed), ub = random_matrix_bytes(c.type, c.ff, c.in, ++seed);
-    const auto db = random_matrix_bytes(c.type, c.in, c.ff, ++seed);
-    const ragkv::GgufTensor tg = matrix_tensor("blk.0.ffn_gate.weight", c.type, c.ff, c.in, gb);
-    const ragkv::GgufTensor tu = matrix_tensor("blk.0.ffn_up.weight", c.type, c.ff, c.in, ub);
-    const ragkv::GgufTensor* parts[] = {&tg, &tu};
-    auto gate_up = be.gpu->load_weight_stack(parts, "blk.0.ffn_gate_up");
-    auto down = be.gpu->load_weight(matrix_tensor("blk.0.ffn_down.weight", c.type, c.in, c.ff, db));
+    const RandomFfn w = random_ffn(*be.gpu, c, seed);
+    const Weight &gate_up = *w.gate_up, &down = *w.down;
     ragkv::test::FfnProblem f;
     f.n = c.n;
     f.in = c.in;
     f.ff = c.ff;
     double l1_gate = 0, l1_up = 0, l1_down = 0;
-    f.w_gate = host_values(c.type, gb, c.ff, c.in, l1_gate);
-    f.w_up = host_values(c.type, ub, c.ff, c.in, l1_up);
-    f.w_down = host_values(c.type, db, c.in, c.ff, l1_down);
+    f.w_gate = host_values(c.type, w.gate_bytes, c.ff, c.in, l1_gate);
+    f.w_up = host_values(c.type, w.up_bytes, c.ff, c.in, l1_up);
+    f.w_down = host_values(c.type, w.down_bytes, c.in, c.ff, l1_down);
     const double l1 = std::max(l1_gate, l1_up);
-    const float stored_l1 = ragkv::cuda_weight(*gate_up).max_row_l1();
+    const float stored_l1 = ragkv::cuda_weight(gate_up).max_row_l1();
     CHECK(double(stored_l1) >= l1);
     CHECK(double(stored_l1) <= l1 * (1 + 1.0 / 512));
     const int top = ragkv::f16_product_top(stored_l1);
@@ -874,15 +887,15 @@ TEST_CASE("cuda: glu_ffn with f16 products stays within its derived bound of the
       f.gelu = gelu;
       const Tensor g1 = be.gpu->alloc(DType::f32, c.n, c.ff), u1 = be.gpu->alloc(DType::f32, c.n, c.ff);
       const Tensor p1 = be.gpu->alloc(DType::f32, c.n, c.in);
-      be.gpu->glu_ffn(gx, *gate_up, *down, g1, u1, p1, gelu, ragkv::Activations::f32);
+      be.gpu->glu_ffn(gx, gate_up, down, g1, u1, p1, gelu, ragkv::Activations::f32);
       const Tensor g2 = be.gpu->alloc(DType::f32, c.n, c.ff), u2 = be.gpu->alloc(DType::f32, c.n, c.ff);
       const Tensor p2 = be.gpu->alloc(DType::f32, c.n, c.in);
       const Tensor gu[2] = {g2, u2};
-      be.gpu->matmul_parts(gx, *gate_up, gu, {});
+      be.gpu->matmul_parts(gx, gate_up, gu, {});
       const std::vector<float> G = download_values(*be.gpu, g2), U = download_values(*be.gpu, u2);
       if (gelu) be.gpu->geglu(g2, u2, g2);
       else be.gpu->swiglu(g2, u2, g2);
-      be.gpu->matmul(g2, *down, p2);
+      be.gpu->matmul(g2, down, p2);
       const std::vector<float> fused = download_values(*be.gpu, p1), ops = download_values(*be.gpu, p2);
       const std::vector<double> bound = ragkv::test::ffn_f16_products_bound(f, G, U, top);
       const ragkv::test::FfnComparison cmp = ragkv::test::compare_ffn(fused, ops, bound);
