@@ -636,7 +636,7 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n == 0) return;
   check_grid_rows(n, "embed");
-  const bool replay = step_op({step_key(StepOp::embed), step_key(&table), step_key(out), step_key(scale)});
+  const bool replay = step_op({step_key(StepOp::embed), step_key(table), step_key(out), step_key(scale)});
   const auto timed = profile("embed", n);
 
   host_staging_.resize(ids.size_bytes());
@@ -653,7 +653,7 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
 void CudaBackend::rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) {
   const CudaWeight& cw = cuda_vector(w, "rms_norm");
   check_grid_rows(x.rows, "rms_norm");
-  if (step_op({step_key(StepOp::rms_norm), step_key(x), step_key(&w), step_key(eps), step_key(y)})) return;
+  if (step_op({step_key(StepOp::rms_norm), step_key(x), step_key(w), step_key(eps), step_key(y)})) return;
   const auto timed = profile("rms_norm", x.rows);
   rms_norm_f32_cuda(x.as<float>(), cw.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
@@ -716,7 +716,7 @@ void CudaBackend::layer_norm_impl(const Tensor& x, const Weight& w, const Weight
   const CudaWeight& cw = cuda_vector(w, "layer_norm");
   const CudaWeight& cb = cuda_vector(b, "layer_norm");
   check_grid_rows(x.rows, "layer_norm");
-  if (step_op({step_key(StepOp::layer_norm), step_key(x), step_key(&w), step_key(&b), step_key(eps), step_key(y)}))
+  if (step_op({step_key(StepOp::layer_norm), step_key(x), step_key(w), step_key(b), step_key(eps), step_key(y)}))
     return;
   const auto timed = profile("layer_norm", x.rows);
   layer_norm_f32_cuda(x.as<float>(), cw.f32(), cb.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
@@ -749,7 +749,7 @@ void CudaBackend::add_impl(const Tensor& a, const Tensor& b) {
 void CudaBackend::add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
   const CudaWeight& cw = cuda_vector(w, "add_rms_norm");
   check_grid_rows(x.rows, "add_rms_norm");
-  if (step_op({step_key(StepOp::add_rms_norm), step_key(x), step_key(y), step_key(&w), step_key(eps), step_key(xn)}))
+  if (step_op({step_key(StepOp::add_rms_norm), step_key(x), step_key(y), step_key(w), step_key(eps), step_key(xn)}))
     return;
   const auto timed = profile("add_rms_norm", x.rows);
   add_rms_norm_f32_cuda(x.as<float>(), y.as<float>(), cw.f32(), xn.as<float>(), x.rows, x.cols, eps, stream_);
@@ -782,6 +782,7 @@ void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::s
   const bool replay = step_op({step_key(StepOp::scatter_rows), step_key(src), step_key(dst)});
   const auto timed = profile("scatter_rows", int64_t(rows.size()));
   const ScatterRows r = scatter_rows_on_device(rows);
+  (void)step_op({uint64_t(r.n), r.src != nullptr});  // repeated rows: fewer writes, from other rows
   if (replay) return;
   if (dst.dtype == DType::f16)
     copy_rows_f32_to_f16_cuda(src.as<float>(), r.src, dst.as<__half>(), r.dst, r.n, src.cols, stream_);
@@ -796,6 +797,7 @@ void CudaBackend::scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const T
                                step_key(v_dst)});
   const auto timed = profile("scatter_kv_rows", int64_t(rows.size()));
   const ScatterRows r = scatter_rows_on_device(rows);
+  (void)step_op({uint64_t(r.n), r.src != nullptr});  // repeated rows: fewer writes, from other rows
   if (replay) return;
   if (k_dst.dtype == DType::f16)
     copy_rows_pair_f32_to_f16_cuda(k.as<float>(), v.as<float>(), r.src, k_dst.as<__half>(), v_dst.as<__half>(), r.dst,

@@ -257,7 +257,11 @@ class CudaBackend : public Backend {
   // read them — and launch nothing; end_step launches step_exec_ again when the signature, the
   // pinned bytes staged and the backend's buffers are the recorded step's.
   bool replaying_ = false;
-  bool replay_ready_ = false;        // step_exec_ is the last step recorded, and the one before was the same
+  bool replay_ready_ = false;        // step_exec_ is the last step recorded, and may be replayed
+  int same_captures_ = 0;            // captured steps in a row alike, the last recorded_step_
+  int replay_after_ = 2;             // alike captures before a replay: doubled (to 64) by each
+                                     // replay missed at once, back to 2 after one launched
+  bool replayed_since_ready_ = false;
   uint64_t step_signature_ = 0;
   int op_depth_ = 0;                 // ops running inside another (glu_ffn's products): not folded
   struct StepRecord {
@@ -294,6 +298,9 @@ class CudaBackend : public Backend {
     std::memcpy(&bits, &v, sizeof v);
     return bits;
   }
+  // A weight by its device memory and storage (cuda-step-graph.cpp): a weight freed and another
+  // loaded at the same host address is another weight.
+  static uint64_t step_key(const Weight& w);
   static uint64_t step_key(const Tensor& t) {  // where it is and its shape, mixed into one word
     uint64_t h = reinterpret_cast<uintptr_t>(t.data());
     for (const uint64_t v : {uint64_t(t.rows), uint64_t(t.cols), uint64_t(t.dtype)}) h = (h ^ v) * 0x100000001b3ull;
@@ -304,6 +311,7 @@ class CudaBackend : public Backend {
   // op, and the next step is captured).
   void no_replay(const char* what) const;
   void forget_repeated_uploads();  // the device no longer holds what their host copies say
+  void replay_missed();
   bool capture_failed_ = false;      // something could not be captured: the step runs unrecorded
   int graph_failures_ = 0;           // steps that could not be launched as graphs (3: graphs off)
   cudaGraphExec_t step_exec_ = nullptr;

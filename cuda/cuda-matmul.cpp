@@ -57,9 +57,9 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   check_int_dim(in, "in_features", "matmul");
   check_int_dim(out, "out_features", "matmul");
   check_grid_rows(n, "matmul");
-  const bool replay = step_op({step_key(StepOp::matmul), step_key(x), step_key(&w), uint64_t(act), outs.size()});
+  const bool replay = step_op({step_key(StepOp::matmul), step_key(x), step_key(w), uint64_t(act), outs.size()});
   for (size_t p = 0; p < outs.size(); ++p)
-    (void)step_op({step_key(outs[p]), step_key(p < biases.size() ? biases[p] : nullptr)});
+    (void)step_op({step_key(outs[p]), p < biases.size() && biases[p] ? step_key(*biases[p]) : 0});
   if (replay) return;
   const bool gemv_f16 = cw.dtype() == DType::f16 && !cw.quantised() && n <= kQuantGemvMaxRows && in % 8 == 0;
   const bool int8_acts = act == Activations::block8 && int8_decode_ && !w.wide_activations;

@@ -22,6 +22,7 @@
 #include "core/util/error.h"
 #include "cuda/cuda-backend.h"
 #include "cuda/cuda-check.h"
+#include "cuda/cuda-weight.h"
 
 namespace ragkv {
 
@@ -75,6 +76,26 @@ const void* CudaBackend::staged_source(size_t bytes) {
   std::memcpy(dst, host_staging_.data(), bytes);
   capture_host_used_ = offset + bytes;
   return dst;
+}
+
+uint64_t CudaBackend::step_key(const Weight& w) {
+  const CudaWeight& cw = cuda_weight(w);
+  uint64_t h = reinterpret_cast<uintptr_t>(cw.f16()) ^ (uint64_t(cw.dtype()) << 56);
+  for (const QuantPart& p : cw.parts())
+    h = (h ^ reinterpret_cast<uintptr_t>(p.data) ^ (uint64_t(p.type) << 48) ^ uint64_t(p.rows)) * 0x100000001b3ull;
+  return h;
+}
+
+// A replay that did not launch: the step runs op by op and the steps after it are captured until
+// enough in a row are alike (replay_after_, doubled when the replay came right after the captures
+// that allowed it: a step that captures but cannot be replayed is not tried every other step).
+void CudaBackend::replay_missed() {
+  ++step_stats_.missed;
+  if (!replayed_since_ready_) replay_after_ = std::min(64, 2 * replay_after_);
+  replay_ready_ = false;
+  same_captures_ = 0;
+  recorded_step_ = {};
+  forget_repeated_uploads();
 }
 
 bool CudaBackend::step_op(std::initializer_list<uint64_t> key) {
@@ -142,6 +163,8 @@ bool CudaBackend::end_step() {
         capture_host_used_ == recorded_step_.pinned_used && step_buffers() == recorded_step_.buffers) {
       if (cudaGraphLaunch(step_exec_, stream_) == cudaSuccess) {
         ++step_stats_.replayed;
+        replayed_since_ready_ = true;
+        replay_after_ = 2;
         return true;
       }
       (void)cudaGetLastError();
@@ -150,9 +173,7 @@ bool CudaBackend::end_step() {
       return false;
     }
     // Another step: nothing was launched or copied; it runs op by op and the next is captured.
-    ++step_stats_.missed;
-    replay_ready_ = false;
-    forget_repeated_uploads();
+    replay_missed();
     return false;
   }
   if (!capturing_) return false;
@@ -180,22 +201,23 @@ bool CudaBackend::end_step() {
     return false;
   }
   ++step_stats_.captured;
-  // Replayed from the next step on once two steps in a row were the same: steps whose parameters
-  // change every time (attention on the tensor-core kernel, its key count a kernel argument, up to
-  // 256 keys) keep being captured instead of missing every other replay.
+  // Replayed from the next step on once replay_after_ steps in a row were alike (two at first):
+  // steps whose parameters change every time (attention on the tensor-core kernel, its key count
+  // a kernel argument, up to 256 keys) keep being captured instead of missing every other replay.
   const StepRecord step{step_signature_, capture_host_used_, step_buffers()};
-  replay_ready_ = step.signature == recorded_step_.signature && step.pinned_used == recorded_step_.pinned_used &&
-                  step.buffers == recorded_step_.buffers;
+  const bool alike = step.signature == recorded_step_.signature && step.pinned_used == recorded_step_.pinned_used &&
+                     step.buffers == recorded_step_.buffers;
+  same_captures_ = alike ? same_captures_ + 1 : 1;
   recorded_step_ = step;
+  replay_ready_ = same_captures_ >= replay_after_;
+  if (replay_ready_) replayed_since_ready_ = false;
   return true;
 }
 
 void CudaBackend::abort_step() {
   if (replaying_) {  // given up part-way (no_replay): nothing was launched or copied
     replaying_ = false;
-    ++step_stats_.missed;
-    replay_ready_ = false;
-    forget_repeated_uploads();
+    replay_missed();
     return;
   }
   if (!capturing_) return;
@@ -211,6 +233,7 @@ void CudaBackend::step_not_launched() {
   // The lost graph's uploads never ran: the device holds what it held before them.
   forget_repeated_uploads();
   replay_ready_ = false;
+  same_captures_ = 0;
   recorded_step_ = {};
   if (++graph_failures_ == 3) {
     graphs_ = false;

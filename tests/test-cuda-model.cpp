@@ -238,7 +238,7 @@ TEST_CASE("cuda graphs: decode steps launched as CUDA graphs give the op-by-op l
         // Split-K from 257 keys on: the 1,000-token prompt's steps all but the first two and
         // those around 1,024 keys, the 240-token one's past 258 keys.
         CHECK(replayed >= (prompt_tokens == 240 ? 18 : 30));
-        CHECK(missed <= 2);
+        CHECK(missed <= 3);  // the first step (another run's graph recorded) and one per 1,024 keys crossed
       }
     }
   }
