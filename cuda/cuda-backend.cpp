@@ -231,6 +231,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   // Destructors must not throw: errors are reported to stderr.
+  if (step_stats_.captured + step_stats_.replayed + step_stats_.missed > 0)  // RAGKV_CUDA_GRAPHS=1: how it went
+    std::fprintf(stderr, "ragkv: %s: decode steps as CUDA graphs: %lld captured, %lld replayed, %lld run op by op "
+                 "after a missed replay\n", name_.c_str(), static_cast<long long>(step_stats_.captured),
+                 static_cast<long long>(step_stats_.replayed), static_cast<long long>(step_stats_.missed));
   if (profiler_) {
     try {
       profiler_->write(name_, kernels());

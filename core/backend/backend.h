@@ -234,7 +234,10 @@ class Backend {
   // the two, ops must not read results back to the host. begin_step() says whether it records.
   // end_step() returns false when the recording could not be launched — then none of its ops ran,
   // and the caller runs the same ops again unrecorded (they must be repeatable); abort_step()
-  // drops a recording an op threw out of (the caller then runs the ops unrecorded too).
+  // drops a recording an op threw out of (the caller then runs the ops unrecorded too). A backend
+  // may also replay an earlier recording instead (the CUDA backend, once steps repeat): the ops
+  // then only hand over their per-step data, and may throw where the step departs from the
+  // recording — handled as any throw.
   virtual bool begin_step() { return false; }
   virtual bool end_step() { return true; }
   virtual void abort_step() {}
