@@ -565,8 +565,9 @@ double CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
   const int64_t cols = t.ne[0];
   if (t.type == GgmlType::F16) {
     // Already f16: copied as it is, after checking that no value is inf or NaN (exponent bits
-    // all ones). The data may be unaligned, so halves are read byte-wise (little endian).
-    // The row sums from a chunk of rows at a time, copied aligned and widened (vectorised).
+    // all ones). The data may be unaligned: a chunk of rows at a time is copied into aligned
+    // halves (the file's little-endian order is the host's), checked, and widened (vectorised)
+    // for the row sums.
     double max_row_l1 = 0;
     const int64_t rows = n / cols, chunk_rows = std::max<int64_t>(1, kLoadChunkValues / cols);
     std::vector<f16_t> halves(static_cast<size_t>(std::min(chunk_rows, rows) * cols));
@@ -574,7 +575,7 @@ double CudaBackend::upload_f16_rows(const GgufTensor& t, __half* dst) {
     for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       const int64_t nr = std::min(chunk_rows, rows - r0), nv = nr * cols;
       std::memcpy(halves.data(), t.data + static_cast<size_t>(r0 * cols) * 2, static_cast<size_t>(nv) * 2);
-      for (int64_t i = 0; i < nv; ++i)  // little-endian halves, as the file holds them
+      for (int64_t i = 0; i < nv; ++i)
         if ((halves[size_t(i)] & 0x7c00u) == 0x7c00u)
           f16_out_of_range(t, r0 + i / cols, i % cols, fp16_to_fp32(halves[size_t(i)]));
       fp16_to_fp32_row(halves.data(), values.data(), nv);

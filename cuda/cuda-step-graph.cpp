@@ -14,7 +14,7 @@
 // the bytes staged and the backend's buffers are the recorded step's: no capture, no update, no
 // launch per kernel on the host. Another step (a bucket crossed, a sequence added, a buffer
 // grown) runs op by op, uncounted as a failure, and the steps after it are captured until two in
-// a row are the same.
+// a row are alike (more after replays that missed at once: replay_missed).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
