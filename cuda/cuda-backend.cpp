@@ -812,6 +812,28 @@ void CudaBackend::scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const T
                             k.cols, stream_);
 }
 
+void CudaBackend::rope_qk_scatter_kv_impl(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          std::span<const int32_t> positions, int n_head, int n_head_kv, int head_dim,
+                                          const RopeParams& p, const Tensor& k_dst, const Tensor& v_dst,
+                                          std::span<const int32_t> rows) {
+  if (p.n_rot / 2 == 0 || q.rows == 0 || q.dtype != DType::f32 || rows.empty() || k.cols == 0 ||
+      surviving_writes(rows)) {  // nothing to rotate, f16 Q/K, or rows written twice: the two ops
+    Backend::rope_qk_scatter_kv_impl(q, k, v, positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst, rows);
+    return;
+  }
+  check_grid_rows(int64_t(rows.size()), "rope_qk_scatter_kv");
+  const bool replay = step_op({step_key(StepOp::rope_qk_scatter_kv), step_key(q), step_key(k), step_key(v),
+                               step_key(k_dst), step_key(v_dst), uint64_t(n_head), uint64_t(n_head_kv),
+                               uint64_t(head_dim), uint64_t(p.n_rot), step_key(p.freq_scale), p.neox});
+  const auto timed = profile("rope_qk_scatter_kv", q.rows);
+  const RopeLaunch r = rope_launch(positions, q.rows, n_head, head_dim, p, /*inverse=*/false);
+  const ScatterRows dst = scatter_rows_on_device(rows);
+  (void)step_op({uint64_t(dst.n)});
+  if (replay) return;
+  rope_qk_scatter_kv_cuda(q.as<float>(), k.as<float>(), v.as<float>(), n_head_kv, r.positions, r.inv_freq, r.shape,
+                          dst.dst, k_dst.data(), v_dst.data(), k_dst.dtype == DType::f16, stream_);
+}
+
 void CudaBackend::gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
   check_grid_rows(out.rows, "gather_rows");

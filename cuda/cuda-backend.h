@@ -179,6 +179,10 @@ class CudaBackend : public Backend {
   void scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) override;
   void scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
                             std::span<const int32_t> rows) override;
+  // One launch (rope.cu) for f32 Q/K/V and rows that do not repeat; else the two ops.
+  void rope_qk_scatter_kv_impl(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const int32_t> positions,
+                               int n_head, int n_head_kv, int head_dim, const RopeParams& p, const Tensor& k_dst,
+                               const Tensor& v_dst, std::span<const int32_t> rows) override;
   void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override;
   void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
                         const Tensor& out) override;
@@ -288,7 +292,7 @@ class CudaBackend : public Backend {
   // The words ops fold: which op (StepOp), and their arguments.
   enum class StepOp : uint64_t {
     embed = 1, matmul, rms_norm, rope, rope_qk, layer_norm, gelu_erf, swiglu, geglu, add, add_rms_norm, glu_ffn,
-    scatter_rows, scatter_kv_rows, gather_rows, row_sq_dist, attention, upload, repeated_upload
+    scatter_rows, scatter_kv_rows, gather_rows, row_sq_dist, attention, upload, repeated_upload, rope_qk_scatter_kv
   };
   static uint64_t step_key(StepOp op) { return static_cast<uint64_t>(op); }
   static uint64_t step_key(const void* p) { return reinterpret_cast<uintptr_t>(p); }

@@ -30,5 +30,11 @@ void rope_qk_f32_cuda(float* q, float* k, int k_heads, const int32_t* positions,
                       const RopeShape& s, cudaStream_t stream);
 void rope_qk_f16_cuda(__half* q, __half* k, int k_heads, const int32_t* positions, const float* inv_freq,
                       const RopeShape& s, cudaStream_t stream);
+// rope_qk_f32_cuda, then K's and V's rows r (k and v: [s.rows][k_heads · head_dim], f32) written
+// to rows dst_rows[r] (distinct) of k_dst and v_dst (f16 when dst_f16, else f32), as
+// copy_rows_pair_f32_to_f16_cuda / copy_rows_pair_f32_cuda write them: one launch, the same values.
+void rope_qk_scatter_kv_cuda(float* q, float* k, const float* v, int k_heads, const int32_t* positions,
+                             const float* inv_freq, const RopeShape& s, const int32_t* dst_rows, void* k_dst,
+                             void* v_dst, bool dst_f16, cudaStream_t stream);
 
 }  // namespace ragkv

@@ -193,6 +193,48 @@ TEST_CASE("cpu backend: rope_qk is rope on q then on k, and checks both") {
   CHECK_THROWS_AS(b->rope_qk(Q, Q.reshape(n * 2, heads * hd / 2).slice_rows(0, n), pos, heads, 2, hd, p), ragkv::Error);
 }
 
+TEST_CASE("cpu backend: rope_qk_scatter_kv is rope_qk then scatter_kv_rows, and checks both") {
+  auto b = make_cpu_backend(2);
+  const int n = 3, heads = 4, kv_heads = 2, hd = 32;
+  const std::vector<int32_t> pos = {7, 8, 9}, rows = {7, 8, 9};
+  RopeParams p;
+  p.n_rot = hd;
+  const auto qv = random_vec(n * heads * hd, 31), kv = random_vec(n * kv_heads * hd, 32), vv = random_vec(n * kv_heads * hd, 33);
+  for (const DType cache : {DType::f16, DType::f32}) {
+    CAPTURE(int(cache));
+    Tensor Q = upload(*b, qv, n, heads * hd), K = upload(*b, kv, n, kv_heads * hd), V = upload(*b, vv, n, kv_heads * hd);
+    Tensor Q2 = upload(*b, qv, n, heads * hd), K2 = upload(*b, kv, n, kv_heads * hd), V2 = upload(*b, vv, n, kv_heads * hd);
+    const Tensor kc = b->alloc(cache, 16, kv_heads * hd), vc = b->alloc(cache, 16, kv_heads * hd);
+    const Tensor kc2 = b->alloc(cache, 16, kv_heads * hd), vc2 = b->alloc(cache, 16, kv_heads * hd);
+    for (const Tensor& t : {kc, vc, kc2, vc2}) b->fill_zero(t);
+    b->rope_qk_scatter_kv(Q, K, V, pos, heads, kv_heads, hd, p, kc, vc, rows);
+    b->rope_qk(Q2, K2, pos, heads, kv_heads, hd, p);
+    b->scatter_kv_rows(K2, V2, kc2, vc2, rows);
+    CHECK(download(*b, Q) == download(*b, Q2));
+    CHECK(download(*b, K) == download(*b, K2));
+    const auto bytes = [&](const Tensor& t) {
+      std::vector<uint8_t> h(t.bytes());
+      b->download(t, h.data());
+      return h;
+    };
+    CHECK(bytes(kc) == bytes(kc2));
+    CHECK(bytes(vc) == bytes(vc2));
+    // Each op's conditions, and q kept off the destinations.
+    CHECK_THROWS_AS(b->rope_qk_scatter_kv(Q, K, V, std::span(pos).first(2), heads, kv_heads, hd, p, kc, vc, rows),
+                    ragkv::Error);
+    CHECK_THROWS_AS(b->rope_qk_scatter_kv(Q, K, V, pos, heads, kv_heads, hd, p, kc, vc, std::span(rows).first(2)),
+                    ragkv::Error);
+    CHECK_THROWS_AS(b->rope_qk_scatter_kv(Q, K, V, pos, heads, kv_heads, hd, p, kc, kc, rows), ragkv::Error);
+  }
+  // q overlapping a destination: refused.
+  Tensor Q = upload(*b, qv, n, heads * hd), K = upload(*b, kv, n, kv_heads * hd), V = upload(*b, vv, n, kv_heads * hd);
+  const Tensor big = b->alloc(DType::f32, 16, heads * hd);
+  const Tensor vc = b->alloc(DType::f32, 16, kv_heads * hd);
+  CHECK_THROWS_AS(b->rope_qk_scatter_kv(big.slice_rows(0, n), K, V, pos, heads, kv_heads, hd, p,
+                                        big.reshape(32, kv_heads * hd).slice_rows(0, 16), vc, rows),
+                  ragkv::Error);
+}
+
 TEST_CASE("cpu backend: rope matches the rotation formula, and inverse undoes it (f32 and f16)") {
   auto b = make_cpu_backend(2);
   const int n = 5, heads = 3, hd = 64;

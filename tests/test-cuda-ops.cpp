@@ -940,6 +940,65 @@ TEST_CASE("cuda: rope_qk equals rope on q then on k, bit for bit") {
   }
 }
 
+// A layer's Q and K rotated and its new K and V rows written to the cache in one launch: bit for bit
+// rope_qk then scatter_kv_rows — f16 and f32 caches, normal and NeoX pairs, all dimensions rotated
+// or half (the rest copied as they are), one row (decode) and many at scattered cache rows, and
+// rows named twice (the two ops, as the contract says: the last write stays).
+TEST_CASE("cuda: rope_qk_scatter_kv equals rope_qk then scatter_kv_rows, bit for bit") {
+  if (gpu_missing()) return;
+  Backends be;
+  const int n_head = 9, n_head_kv = 3, head_dim = 64;
+  const int64_t q_cols = n_head * head_dim, kv_cols = n_head_kv * head_dim, cache_rows = 300;
+  for (const int64_t rows : {int64_t(1), int64_t(37)}) {
+    for (const bool repeat : {false, true}) {
+      if (repeat && rows == 1) continue;
+      std::vector<int32_t> pos(static_cast<size_t>(rows)), dst(static_cast<size_t>(rows));
+      for (int64_t i = 0; i < rows; ++i) {
+        pos[size_t(i)] = int32_t(i * 97 % 5000);
+        dst[size_t(i)] = int32_t((i * 53 + 11) % cache_rows);  // distinct for 37 rows
+      }
+      if (repeat) dst[5] = dst[9];
+      for (const DType cache : {DType::f16, DType::f32})
+        for (const bool neox : {false, true}) {
+          CAPTURE(rows);
+          CAPTURE(repeat);
+          CAPTURE(int(cache));
+          CAPTURE(neox);
+          ragkv::RopeParams p;
+          p.n_rot = neox ? head_dim : head_dim / 2;
+          p.freq_base = 10000.f;
+          p.neox = neox;
+          const auto qv = random_values(size_t(rows * q_cols), 51), kv = random_values(size_t(rows * kv_cols), 52);
+          const auto vv = random_values(size_t(rows * kv_cols), 53);
+          const auto state = [&] {
+            struct S {
+              Tensor q, k, v, kc, vc;
+            } st{make_tensor(*be.gpu, DType::f32, rows, q_cols, qv), make_tensor(*be.gpu, DType::f32, rows, kv_cols, kv),
+                 make_tensor(*be.gpu, DType::f32, rows, kv_cols, vv), be.gpu->alloc(cache, cache_rows, kv_cols),
+                 be.gpu->alloc(cache, cache_rows, kv_cols)};
+            be.gpu->fill_zero(st.kc);
+            be.gpu->fill_zero(st.vc);
+            return st;
+          };
+          auto fused = state(), ops = state();
+          be.gpu->rope_qk_scatter_kv(fused.q, fused.k, fused.v, pos, n_head, n_head_kv, head_dim, p, fused.kc, fused.vc,
+                                     dst);
+          be.gpu->rope_qk(ops.q, ops.k, pos, n_head, n_head_kv, head_dim, p);
+          be.gpu->scatter_kv_rows(ops.k, ops.v, ops.kc, ops.vc, dst);
+          const auto bytes = [&](const Tensor& t) {
+            std::vector<uint8_t> h(t.bytes());
+            be.gpu->download(t, h.data());
+            return h;
+          };
+          CHECK(bytes(fused.q) == bytes(ops.q));
+          CHECK(bytes(fused.k) == bytes(ops.k));
+          CHECK(bytes(fused.kc) == bytes(ops.kc));
+          CHECK(bytes(fused.vc) == bytes(ops.vc));
+        }
+    }
+  }
+}
+
 TEST_CASE("cuda: rms_norm matches the CPU backend (out of place and in place)") {
   if (gpu_missing()) return;
   Backends be;

@@ -269,12 +269,17 @@ void Backend::rope(const Tensor& x, std::span<const int32_t> positions, int n_he
   rope_impl(x, positions, n_heads, head_dim, p, inverse);
 }
 
+void Backend::check_rope_qk(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head,
+                            int n_head_kv, int head_dim, const RopeParams& p, const char* op) const {
+  check_rope(q, positions, n_head, head_dim, p, op);
+  check_rope(k, positions, n_head_kv, head_dim, p, op);
+  if (q.dtype != k.dtype) fail("internal: {} of {} q and {} k", op, dtype_name(q.dtype), dtype_name(k.dtype));
+  check_disjoint(q, k, op, "q", "k");
+}
+
 void Backend::rope_qk(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head, int n_head_kv,
                       int head_dim, const RopeParams& p) {
-  check_rope(q, positions, n_head, head_dim, p, "rope_qk");
-  check_rope(k, positions, n_head_kv, head_dim, p, "rope_qk");
-  if (q.dtype != k.dtype) fail("internal: rope_qk of {} q and {} k", dtype_name(q.dtype), dtype_name(k.dtype));
-  check_disjoint(q, k, "rope_qk", "q", "k");
+  check_rope_qk(q, k, positions, n_head, n_head_kv, head_dim, p, "rope_qk");
   rope_qk_impl(q, k, positions, n_head, n_head_kv, head_dim, p);
 }
 
@@ -365,18 +370,33 @@ void Backend::scatter_rows(const Tensor& src, const Tensor& dst, std::span<const
   scatter_rows_impl(src, dst, rows);
 }
 
+void Backend::check_scatter_kv(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
+                               std::span<const int32_t> rows, const char* op) const {
+  check_scatter(k, k_dst, rows, op);
+  check_scatter(v, v_dst, rows, op);
+  check_same_shape(k, v, op);
+  check_same_shape(k_dst, v_dst, op);
+  if (k_dst.dtype != v_dst.dtype) fail("internal: {} into {} K and {} V", op, dtype_name(k_dst.dtype), dtype_name(v_dst.dtype));
+  check_disjoint(k, v_dst, op, "k", "v_dst");
+  check_disjoint(v, k_dst, op, "v", "k_dst");
+  check_disjoint(k_dst, v_dst, op, "k_dst", "v_dst");
+}
+
 void Backend::scatter_kv_rows(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
                               std::span<const int32_t> rows) {
-  check_scatter(k, k_dst, rows, "scatter_kv_rows");
-  check_scatter(v, v_dst, rows, "scatter_kv_rows");
-  check_same_shape(k, v, "scatter_kv_rows");
-  check_same_shape(k_dst, v_dst, "scatter_kv_rows");
-  if (k_dst.dtype != v_dst.dtype)
-    fail("internal: scatter_kv_rows into {} K and {} V", dtype_name(k_dst.dtype), dtype_name(v_dst.dtype));
-  check_disjoint(k, v_dst, "scatter_kv_rows", "k", "v_dst");
-  check_disjoint(v, k_dst, "scatter_kv_rows", "v", "k_dst");
-  check_disjoint(k_dst, v_dst, "scatter_kv_rows", "k_dst", "v_dst");
+  check_scatter_kv(k, v, k_dst, v_dst, rows, "scatter_kv_rows");
   scatter_kv_rows_impl(k, v, k_dst, v_dst, rows);
+}
+
+void Backend::rope_qk_scatter_kv(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const int32_t> positions,
+                                 int n_head, int n_head_kv, int head_dim, const RopeParams& p, const Tensor& k_dst,
+                                 const Tensor& v_dst, std::span<const int32_t> rows) {
+  check_rope_qk(q, k, positions, n_head, n_head_kv, head_dim, p, "rope_qk_scatter_kv");
+  check_scatter_kv(k, v, k_dst, v_dst, rows, "rope_qk_scatter_kv");
+  check_disjoint(q, k_dst, "rope_qk_scatter_kv", "q", "k_dst");
+  check_disjoint(q, v_dst, "rope_qk_scatter_kv", "q", "v_dst");
+  check_disjoint(q, v, "rope_qk_scatter_kv", "q", "v");
+  rope_qk_scatter_kv_impl(q, k, v, positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst, rows);
 }
 
 void Backend::gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {

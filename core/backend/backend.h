@@ -320,6 +320,13 @@ class Backend {
   // dtype; none of the four overlaps another.
   void scatter_kv_rows(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
                        std::span<const int32_t> rows);
+  // rope_qk(q, k, positions, …) then scatter_kv_rows(k, v, k_dst, v_dst, rows): a layer's Q and K
+  // rotated and its new K and V rows written to the cache, in one pass where the backend fuses
+  // them (the CUDA backend: one launch instead of two, K not read back). Exactly those two ops'
+  // results, under both ops' conditions; q overlaps neither destination.
+  void rope_qk_scatter_kv(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const int32_t> positions,
+                          int n_head, int n_head_kv, int head_dim, const RopeParams& p, const Tensor& k_dst,
+                          const Tensor& v_dst, std::span<const int32_t> rows);
   // out row i = src row rows[i] (f32 gather of active rows). src and out must not overlap.
   void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows);
   // KV deviation (CacheBlend §4.1): out[i][0] = Σ_c (a[i][c] − b[rows[i]][c])² for a f32 [n][d]
@@ -366,6 +373,14 @@ class Backend {
     scatter_rows_impl(k, k_dst, rows);
     scatter_rows_impl(v, v_dst, rows);
   }
+  // Unfused by default: rope_qk_impl, then scatter_kv_rows_impl.
+  virtual void rope_qk_scatter_kv_impl(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       std::span<const int32_t> positions, int n_head, int n_head_kv, int head_dim,
+                                       const RopeParams& p, const Tensor& k_dst, const Tensor& v_dst,
+                                       std::span<const int32_t> rows) {
+    rope_qk_impl(q, k, positions, n_head, n_head_kv, head_dim, p);
+    scatter_kv_rows_impl(k, v, k_dst, v_dst, rows);
+  }
   // Unfused by default: rope_impl on q, then on k.
   virtual void rope_qk_impl(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head,
                             int n_head_kv, int head_dim, const RopeParams& p) {
@@ -401,6 +416,11 @@ class Backend {
   void check_supported(BackendOp op, DType dtype) const;
   // scatter_rows's checks of one source and destination.
   void check_scatter(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows, const char* op) const;
+  // The conditions of rope_qk's and scatter_kv_rows's arguments (op names the caller).
+  void check_rope_qk(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head, int n_head_kv,
+                     int head_dim, const RopeParams& p, const char* op) const;
+  void check_scatter_kv(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
+                        std::span<const int32_t> rows, const char* op) const;
   // rope's checks of one tensor and its heads.
   void check_rope(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim, const RopeParams& p,
                   const char* op) const;

@@ -131,7 +131,8 @@ void Model::embed(std::span<const int32_t> ids, Workspace& ws) const {
   ws.xn_layer = -1;
 }
 
-void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace& ws) const {
+void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace& ws, const KvCache* kv,
+                      std::span<const int32_t> kv_rows) const {
   const LayerWeights& w = layers_[l];
   const ModelConfig& c = cfg_;
   Backend& b = backend_;
@@ -146,7 +147,8 @@ void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace&
     b.rms_norm(q.reshape(n * c.n_head, c.head_dim), *w.q_norm, c.norm_eps, q.reshape(n * c.n_head, c.head_dim));
     b.rms_norm(k.reshape(n * c.n_head_kv, c.head_dim), *w.k_norm, c.norm_eps, k.reshape(n * c.n_head_kv, c.head_dim));
   }
-  b.rope_qk(q, k, pos, c.n_head, c.n_head_kv, c.head_dim, c.rope(l));
+  if (kv) b.rope_qk_scatter_kv(q, k, v, pos, c.n_head, c.n_head_kv, c.head_dim, c.rope(l), kv->k[l], kv->v[l], kv_rows);
+  else b.rope_qk(q, k, pos, c.n_head, c.n_head_kv, c.head_dim, c.rope(l));
 }
 
 void Model::layer_attend_ffn(int l, int64_t n, std::span<const int32_t> pos, const KvCache& kv,
@@ -213,8 +215,7 @@ std::vector<float> Model::forward(std::span<const int32_t> ids, KvCache& kv, Wor
     }
     embed(ids.subspan(start, n), ws);
     for (int l = 0; l < cfg_.n_layer; ++l) {
-      layer_qkv(l, n, pos, ws);
-      backend_.scatter_kv_rows(ws.k.slice_rows(0, n), ws.v.slice_rows(0, n), kv.k[l], kv.v[l], rows);
+      layer_qkv(l, n, pos, ws, &kv, rows);  // and the new K and V rows into the cache
       layer_attend_ffn(l, n, pos, kv, kv.n_used + n, ws);
     }
     kv.n_used += n;
@@ -246,12 +247,18 @@ std::vector<float> Model::decode_step(std::span<const int32_t> ids, std::span<Kv
   const auto layers = [&] {
     embed(ids, ws);
     for (int l = 0; l < cfg_.n_layer; ++l) {
-      layer_qkv(l, n, pos, ws);
-      for (int64_t i = 0; i < n; ++i) {  // each sequence's new K/V row, then its attention alone
-        KvCache& kv = *kvs[i];
-        const int32_t row[1] = {int32_t(kv.n_used)};
-        backend_.scatter_kv_rows(ws.k.slice_rows(i, 1), ws.v.slice_rows(i, 1), kv.k[l], kv.v[l], row);
-        layer_attention(l, i, 1, std::span(pos).subspan(i, 1), kv, kv.n_used + 1, ws);
+      if (n == 1) {  // one sequence: its new K/V row written with the rotation
+        const int32_t row[1] = {int32_t(kvs[0]->n_used)};
+        layer_qkv(l, 1, pos, ws, kvs[0], row);
+        layer_attention(l, 0, 1, pos, *kvs[0], kvs[0]->n_used + 1, ws);
+      } else {
+        layer_qkv(l, n, pos, ws);
+        for (int64_t i = 0; i < n; ++i) {  // each sequence's new K/V row, then its attention alone
+          KvCache& kv = *kvs[i];
+          const int32_t row[1] = {int32_t(kv.n_used)};
+          backend_.scatter_kv_rows(ws.k.slice_rows(i, 1), ws.v.slice_rows(i, 1), kv.k[l], kv.v[l], row);
+          layer_attention(l, i, 1, std::span(pos).subspan(i, 1), kv, kv.n_used + 1, ws);
+        }
       }
       layer_output_ffn(l, n, ws);
     }

@@ -64,8 +64,10 @@ class Model {
   // ws.x[0..n) = scaled token embeddings of ids.
   void embed(std::span<const int32_t> ids, Workspace& ws) const;
   // Attention input of layer l for the n active rows in ws.x: ws.q (RoPE applied), ws.k (RoPE
-  // applied) and ws.v for positions pos.
-  void layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace& ws) const;
+  // applied) and ws.v for positions pos. With kv, ws.k's and ws.v's rows are also written to rows
+  // kv_rows of kv's layer l (Backend::rope_qk_scatter_kv: with the rotation, in one pass).
+  void layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace& ws, const KvCache* kv = nullptr,
+                 std::span<const int32_t> kv_rows = {}) const;
   // The rest of layer l: attention of ws.q against KV rows [0, n_kv) of kv, output projection,
   // residual, FFN, residual; updates ws.x in place (and, but after the last layer, ws.xn with the
   // next layer's attention-norm input, which that layer's layer_qkv on the same rows uses).
