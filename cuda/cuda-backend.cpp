@@ -816,8 +816,9 @@ void CudaBackend::rope_qk_scatter_kv_impl(const Tensor& q, const Tensor& k, cons
                                           std::span<const int32_t> positions, int n_head, int n_head_kv, int head_dim,
                                           const RopeParams& p, const Tensor& k_dst, const Tensor& v_dst,
                                           std::span<const int32_t> rows) {
-  if (p.n_rot / 2 == 0 || q.rows == 0 || q.dtype != DType::f32 || rows.empty() || k.cols == 0 ||
-      surviving_writes(rows)) {  // nothing to rotate, f16 Q/K, or rows written twice: the two ops
+  // (Q, K and V are f32: the scatter's source must be.)
+  if (p.n_rot / 2 == 0 || q.rows == 0 || rows.empty() || k.cols == 0 ||
+      surviving_writes(rows)) {  // nothing to rotate, or rows written twice: the two ops
     Backend::rope_qk_scatter_kv_impl(q, k, v, positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst, rows);
     return;
   }

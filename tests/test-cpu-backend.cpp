@@ -225,6 +225,7 @@ TEST_CASE("cpu backend: rope_qk_scatter_kv is rope_qk then scatter_kv_rows, and 
     CHECK_THROWS_AS(b->rope_qk_scatter_kv(Q, K, V, pos, heads, kv_heads, hd, p, kc, vc, std::span(rows).first(2)),
                     ragkv::Error);
     CHECK_THROWS_AS(b->rope_qk_scatter_kv(Q, K, V, pos, heads, kv_heads, hd, p, kc, kc, rows), ragkv::Error);
+    CHECK_THROWS_AS(b->rope_qk_scatter_kv(Q, K, K, pos, heads, kv_heads, hd, p, kc, vc, rows), ragkv::Error);  // k is v
   }
   // q overlapping a destination: refused.
   Tensor Q = upload(*b, qv, n, heads * hd), K = upload(*b, kv, n, kv_heads * hd), V = upload(*b, vv, n, kv_heads * hd);

@@ -941,9 +941,10 @@ TEST_CASE("cuda: rope_qk equals rope on q then on k, bit for bit") {
 }
 
 // A layer's Q and K rotated and its new K and V rows written to the cache in one launch: bit for bit
-// rope_qk then scatter_kv_rows — f16 and f32 caches, normal and NeoX pairs, all dimensions rotated
-// or half (the rest copied as they are), one row (decode) and many at scattered cache rows, and
-// rows named twice (the two ops, as the contract says: the last write stays).
+// rope_qk then scatter_kv_rows — f16 and f32 caches, normal and NeoX pairs, each with all
+// dimensions rotated or half (the rest copied as they are), one row (decode) and many at scattered
+// cache rows, positions away from 0, and rows named twice (there the backend runs the two ops: the
+// last write stays).
 TEST_CASE("cuda: rope_qk_scatter_kv equals rope_qk then scatter_kv_rows, bit for bit") {
   if (gpu_missing()) return;
   Backends be;
@@ -954,18 +955,20 @@ TEST_CASE("cuda: rope_qk_scatter_kv equals rope_qk then scatter_kv_rows, bit for
       if (repeat && rows == 1) continue;
       std::vector<int32_t> pos(static_cast<size_t>(rows)), dst(static_cast<size_t>(rows));
       for (int64_t i = 0; i < rows; ++i) {
-        pos[size_t(i)] = int32_t(i * 97 % 5000);
+        pos[size_t(i)] = int32_t(i * 97 % 5000 + 13);
         dst[size_t(i)] = int32_t((i * 53 + 11) % cache_rows);  // distinct for 37 rows
       }
       if (repeat) dst[5] = dst[9];
       for (const DType cache : {DType::f16, DType::f32})
-        for (const bool neox : {false, true}) {
+        for (const auto& [neox, n_rot] : {std::pair(false, head_dim), std::pair(false, head_dim / 2),
+                                          std::pair(true, head_dim), std::pair(true, head_dim / 2)}) {
           CAPTURE(rows);
           CAPTURE(repeat);
           CAPTURE(int(cache));
           CAPTURE(neox);
+          CAPTURE(n_rot);
           ragkv::RopeParams p;
-          p.n_rot = neox ? head_dim : head_dim / 2;
+          p.n_rot = n_rot;
           p.freq_base = 10000.f;
           p.neox = neox;
           const auto qv = random_values(size_t(rows * q_cols), 51), kv = random_values(size_t(rows * kv_cols), 52);

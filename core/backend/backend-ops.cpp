@@ -396,6 +396,7 @@ void Backend::rope_qk_scatter_kv(const Tensor& q, const Tensor& k, const Tensor&
   check_disjoint(q, k_dst, "rope_qk_scatter_kv", "q", "k_dst");
   check_disjoint(q, v_dst, "rope_qk_scatter_kv", "q", "v_dst");
   check_disjoint(q, v, "rope_qk_scatter_kv", "q", "v");
+  check_disjoint(k, v, "rope_qk_scatter_kv", "k", "v");  // k is rotated while v is read
   rope_qk_scatter_kv_impl(q, k, v, positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst, rows);
 }
 

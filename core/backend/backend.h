@@ -323,7 +323,7 @@ class Backend {
   // rope_qk(q, k, positions, …) then scatter_kv_rows(k, v, k_dst, v_dst, rows): a layer's Q and K
   // rotated and its new K and V rows written to the cache, in one pass where the backend fuses
   // them (the CUDA backend: one launch instead of two, K not read back). Exactly those two ops'
-  // results, under both ops' conditions; q overlaps neither destination.
+  // results, under both ops' conditions; q, k and v overlap neither each other nor a destination.
   void rope_qk_scatter_kv(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const int32_t> positions,
                           int n_head, int n_head_kv, int head_dim, const RopeParams& p, const Tensor& k_dst,
                           const Tensor& v_dst, std::span<const int32_t> rows);
