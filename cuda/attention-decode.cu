@@ -20,7 +20,8 @@
 //
 // With n_kv_device (a replayed step graph) the key count is read on the device and the grid covers
 // AttentionArgs::n_kv, a bound on it: a range past the count scores no key (m = −∞, l = 0, O = 0),
-// which the combine adds as exact zeros — the same bits as a grid of the count's own ranges.
+// which the combine adds as exact zeros — the same bits as a grid of the count's own ranges (up
+// to the sign of an output that is exactly zero: −0 + 0 is +0).
 //
 // Numerics: f32 throughout, as attention.cu — the logits are the same dot products in the same
 // order; the softmax is normalised once per range and once in the combine instead of rescaled per

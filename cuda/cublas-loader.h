@@ -1,4 +1,4 @@
-// cuBLAS, loaded at run time: the CUDA backend calls seven cuBLAS functions, and linking the library
+// cuBLAS, loaded at run time: the CUDA backend calls eight cuBLAS functions, and linking the library
 // made every run of the binary — CPU runs included — map libcublas and libcublasLt at start
 // (220 MiB of resident memory for `ragkv --help`, more than the whole SmolLM2 model). They are
 // now looked up with dlopen/dlsym when the first CUDA backend is made; the CUDA runtime is linked

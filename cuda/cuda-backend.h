@@ -259,7 +259,7 @@ class CudaBackend : public Backend {
   // Replay (cuda-step-graph.cpp): between begin_step and end_step the ops run their host side only
   // — their arguments folded into step_signature_, their uploads staged where the graph's copies
   // read them — and launch nothing; end_step launches step_exec_ again when the signature, the
-  // pinned bytes staged and the backend's buffers are the recorded step's.
+  // number of pinned bytes staged and the backend's buffers are the recorded step's.
   bool replaying_ = false;
   bool replay_ready_ = false;        // step_exec_ is the last step recorded, and may be replayed
   int same_captures_ = 0;            // captured steps in a row alike, the last recorded_step_

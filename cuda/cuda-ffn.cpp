@@ -1,8 +1,9 @@
 // The CUDA backend's gated FFN (Backend::glu_ffn): for prefill rows, the two GEMMs around the GLU
 // with no f32 round trip between them (issue 40 item 1). xn becomes the f16 operand once; the gate
-// and up GEMMs write their raw f32 products into gate and up; glu-f16.cu turns them, in one pass,
-// into the down GEMM's f16 operand (the row-scaled GLU values); the down GEMM and its row unscale
-// write proj. Unfused, the products went through the gate and up epilogues, the GLU kernel and
+// and up GEMMs write their raw products into gate and up (f16 by default, below; f32 where the
+// weight does not bound them, or under RAGKV_CUDA_FFN_PRODUCTS=f32); glu-f16.cu turns them, in
+// one pass, into the down GEMM's f16 operand (the row-scaled GLU values); the down GEMM and its
+// row unscale write proj. Unfused, the products went through the gate and up epilogues, the GLU kernel and
 // the down GEMM's operand conversion: on an 8B layer of 4,096 rows the last two moved 1.06 GB (gate
 // and up read, 235 MB of f32 GLU values written and read again, 117 MB of f16 written), the fused
 // kernel 0.59 GB, in one launch instead of four. The values are the unfused ops' bit for bit

@@ -2,9 +2,9 @@
 // the operand rows are scaled so that no product can overflow. A row x̂ (its largest |x̂| ≤ 2^e,
 // convert.cuh) times weight row j gives |x̂ · w_j| ≤ 2^e · Σ_k |w_jk| ≤ 2^e · max_row_l1, the
 // largest absolute row sum of the weight (CudaWeight::max_row_l1, summed on the host at load).
-// With 2^e · max_row_l1 ≤ 2^15, half of f16's largest value, the f32 accumulation's own error
-// (at most in_features · 2^-24 relative) and the rounding of the weight to f16 (2^-11 relative)
-// cannot carry a product past 65504. Powers of two scale exactly, so the scaled operand holds the
+// With 2^e · max_row_l1 ≤ 2^15 (65504, f16's largest finite value, is almost twice that), the f32
+// accumulation's own error (at most in_features · 2^-23 relative: tensor cores align by truncation)
+// and the rounding of the weight to f16 (2^-11 relative) cannot carry a product past 65504. Powers of two scale exactly, so the scaled operand holds the
 // same f16 values as the default scaling (only values 2^-14 below the smallest normal of their row
 // scale become subnormal, an absolute 2^-25 · 2^-e of the row's largest), and the product's only
 // new error is its rounding to f16: 2^-11 of its magnitude (absolute 2^-25 · 2^-e below f16's
@@ -34,7 +34,7 @@ inline int f16_product_top(float max_row_l1) {
 // [rows][cols] block of values: each row summed in eight f32 lanes (the compiler vectorises them;
 // a weight load sums billions of values), then raised by 2^-10 of itself, more than the f32 sums'
 // rounding (at most cols/8 · 2^-24 relative: below 2^-11 for rows of up to 2^16 values; past
-// that, f16_product_top's factor of two still covers it) can take away.
+// that, the factor of almost two between kF16ProductLimit and 65504 still covers it) can take away.
 inline double max_row_abs_sum(const float* w, long long rows, long long cols) {
   double largest = 0;
   for (long long r = 0; r < rows; ++r) {

@@ -4,13 +4,14 @@
 // scaled), read twice and written once by the GLU, then read again and written as f16 by the down
 // GEMM's operand conversion. Here one block per row reads gate and up once, keeps the row's GLU
 // values in registers while it finds their largest |a|, and writes the f16 operand and its row
-// scale: a read of 2·ff f32 values and a write of ff halves per row.
+// scale: a read of 2·ff products (f32, or halves: below) and a write of ff halves per row.
 //
 // The arithmetic is the unfused kernels', operation for operation: g = gate · unscale (the
 // epilogue's product; a row of unscale 1 is untouched there, and g · 1 = g), act(g) · u with the
 // functors of glu-activations.cuh, the largest finite |a| and f16_row_scale's power of two, and
-// __float2half_rn(a · s). So the down GEMM sees the same operand bit for bit
-// (tests/test-cuda-ops.cpp checks the whole FFN against the unfused ops on the GPU).
+// __float2half_rn(a · s). So, from f32 products, the down GEMM sees the same operand bit for bit
+// (tests/test-cuda-ops.cpp checks the whole FFN against the unfused ops on the GPU under
+// RAGKV_CUDA_FFN_PRODUCTS=f32).
 //
 // Products written in f16 (the default where the gate/up weight bounds them: f16-product-bound.h)
 // are read as f16 and widened exactly, then go through the same arithmetic: half the bytes of the

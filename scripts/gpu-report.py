@@ -11,7 +11,7 @@ table says which file was missing):
     bandwidth it implies: (decode_weight_bytes + kv_bytes_per_position x the mean context of the
     timed decode) x tokens/s, as a share of the chip's HBM bandwidth — for the bf16 model and the
     Q4_K_M model (weights kept quantised, and converted to f16 at load), and for the bf16 model with
-    RAGKV_CUDA_ATTENTION=f32 where that step ran;
+    RAGKV_CUDA_ATTENTION=f32 and with RAGKV_CUDA_FFN_PRODUCTS=f32 where those steps ran;
   - each mode's TTFT per KV tier over `full` (bench reuse), with the loading controller on
     (bench-reuse.json, the GPU's default) and off (bench-reuse-no-control.json), and blend with
     every attention on the f32 kernel, mass passes included (bench-reuse-attn-f32.json,

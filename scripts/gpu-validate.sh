@@ -17,7 +17,7 @@
 # bf16 prefill and decode, full, reuse and blend on the device and host tiers, Q4_K_M), llama
 # (llama-bench on both files, when $LLAMA_BUNDLE, default llama-bundle/, holds
 # scripts/llama-bench-bundle.sh's llama-bench.xz), compare (the paths before: f32 attention, the
-# controller off, Q4_K_M converted to f16, Q4_K_M with an f16 copy for prefill, Q4_K_M decode on f32
+# FFN's products in f32, the controller off, Q4_K_M converted to f16, Q4_K_M with an f16 copy for prefill, Q4_K_M decode on f32
 # activations). Name fewer groups to split a run over calls of the
 # device tool: the models stay in $TMPDIR on a warm machine, so a later call finds them. Within 15
 # minutes of device time: `tests bf16 q4km` in the first call, then `graphs llama profile` with

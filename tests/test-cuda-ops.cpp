@@ -780,7 +780,8 @@ RandomFfn random_ffn(Backend& b, const FfnCase& c, uint32_t& seed) {
 // The prefill FFN in one pass over its intermediate, and a decode step's GLU quantised on the way
 // into the down projection's 8-bit blocks (cuda/cuda-ffn.cpp): bit for bit the three ops they
 // replace, f16, Q4_K and Q8_0 weights (both activation block sizes), SwiGLU and GeGLU, f32 and
-// block8 activations, both widths of the fused prefill kernel, rows scaled past f16's range —
+// block8 activations, the two narrower widths of the fused prefill kernel, rows scaled past f16's
+// range —
 // with the gate/up products kept in f32 (RAGKV_CUDA_FFN_PRODUCTS=f32; the default's f16 products
 // are held to their derived bound in the next case).
 TEST_CASE("cuda: glu_ffn with f32 products equals matmul_parts, swiglu or geglu, then matmul, bit for bit") {

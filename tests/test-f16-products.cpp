@@ -190,7 +190,7 @@ TEST_CASE("f16 products: the FFN with f16 products stays within its derived boun
             g.w_gate[size_t(j * f.in + k)] = f.w_gate[size_t(((j + 1) % f.ff) * f.in + k)];
         CHECK_FALSE(ragkv::test::compare_ffn(ragkv::test::ffn_mirror(g, top).p, ref.p, bound).ok());
       }
-      // (d) products in f16 under the default ceiling (as if the weight's row sums were at most 1):
+      // (d) products in f16 under the ceiling 2^15 (f16_product_top's for row sums of at most 1):
       // row 0's products overflow.
       CHECK_FALSE(ragkv::test::compare_ffn(ragkv::test::ffn_mirror(f, 15).p, ref.p, bound).ok());
     }

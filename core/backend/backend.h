@@ -236,8 +236,8 @@ class Backend {
   // and the caller runs the same ops again unrecorded (they must be repeatable); abort_step()
   // drops a recording an op threw out of (the caller then runs the ops unrecorded too). A backend
   // may also replay an earlier recording instead (the CUDA backend, once steps repeat): the ops
-  // then only hand over their per-step data, and may throw where the step departs from the
-  // recording — handled as any throw.
+  // then only hand over their per-step data; where the step departs from the recording an op may
+  // throw (handled as any throw) or end_step() returns false (none of its ops ran).
   virtual bool begin_step() { return false; }
   virtual bool end_step() { return true; }
   virtual void abort_step() {}

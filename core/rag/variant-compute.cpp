@@ -235,8 +235,7 @@ VariantComputeStats precompute_variants(const Model& model, const PromptFormat& 
         Workspace& w = per_batch[size_t(bi)];
         const auto& r = rows[size_t(bi)];
         const int64_t nb = int64_t(r.size());
-        model.layer_qkv(l, nb, r, w);
-        model.backend().scatter_kv_rows(w.k.slice_rows(0, nb), w.v.slice_rows(0, nb), kv.k[l], kv.v[l], r);
+        model.layer_qkv(l, nb, r, w, &kv, r);  // and the new K and V rows into the cache
         model.layer_attend_ffn(l, nb, r, kv, r.back() + 1, w, &mass);
         acc.add(r.front(), nb, out);
       }
