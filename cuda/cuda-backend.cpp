@@ -18,9 +18,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <string_view>
 
 #include "core/util/error.h"
 #include "core/format/fp16.h"
@@ -81,6 +83,17 @@ double for_each_f16_checked_chunk(const GgufTensor& t, F&& each) {
     each(r0, nr, host.data());
   }
   return max_row_l1;
+}
+
+// The value of environment variable `name` when it is set and not empty; fails, naming the
+// variable, its value and what it may be (`expected`), when it is none of `allowed`.
+std::optional<std::string> env_choice(const char* name, std::initializer_list<std::string_view> allowed,
+                                      std::string_view expected) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return std::nullopt;
+  const std::string v = value;
+  if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) fail("{}={}: expected {}", name, v, expected);
+  return v;
 }
 
 // A row sum for CudaWeight::max_row_l1: never below the double it comes from.
@@ -152,46 +165,27 @@ std::string CudaBackend::kernels() const {
 }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
-  if (const char* policy = std::getenv("RAGKV_CUDA_WEIGHTS"); policy && *policy) {
-    const std::string v = policy;
-    if (v != "quant" && v != "f16" && v != "quant+f16")
-      fail("RAGKV_CUDA_WEIGHTS={}: expected 'quant' (quantised matrices stay quantised on the device, the "
-           "default), 'f16' (converted to f16 at load) or 'quant+f16' (kept quantised for decode steps, plus an "
-           "f16 copy for prefill products: 2 bytes more per weight)",
-           v);
-    keep_quantised_ = v != "f16";
-    f16_prefill_copy_ = v == "quant+f16";
+  if (const auto v = env_choice("RAGKV_CUDA_WEIGHTS", {"quant", "f16", "quant+f16"},
+                                "'quant' (quantised matrices stay quantised on the device, the default), 'f16' "
+                                "(converted to f16 at load) or 'quant+f16' (kept quantised for decode steps, plus an "
+                                "f16 copy for prefill products: 2 bytes more per weight)")) {
+    keep_quantised_ = *v != "f16";
+    f16_prefill_copy_ = *v == "quant+f16";
   }
-  if (const char* graphs = std::getenv("RAGKV_CUDA_GRAPHS"); graphs && *graphs) {
-    const std::string v = graphs;
-    if (v != "0" && v != "1")
-      fail("RAGKV_CUDA_GRAPHS={}: expected 1 (decode steps launched as CUDA graphs) or 0 (op by op, the default)", v);
-    graphs_ = v == "1";
-  }
-  if (const char* acts = std::getenv("RAGKV_CUDA_DECODE_ACTS"); acts && *acts) {
-    const std::string v = acts;
-    if (v != "int8" && v != "f32")
-      fail("RAGKV_CUDA_DECODE_ACTS={}: expected 'int8' (decode steps on quantised weights meet 8-bit activation "
-           "blocks in integer dot products, as on the CPU; the default) or 'f32' (f32 activations times the "
-           "decoded weights)",
-           v);
-    int8_decode_ = v == "int8";
-  }
-  if (const char* products = std::getenv("RAGKV_CUDA_FFN_PRODUCTS"); products && *products) {
-    const std::string v = products;
-    if (v != "f16" && v != "f32")
-      fail("RAGKV_CUDA_FFN_PRODUCTS={}: expected 'f16' (a prefill FFN's gate and up products written in f16 "
-           "where the weight bounds them, the default) or 'f32'",
-           v);
-    f16_ffn_products_ = v == "f16";
-  }
-  if (const char* attention = std::getenv("RAGKV_CUDA_ATTENTION"); attention && *attention) {
-    const std::string v = attention;
-    if (v != "mma" && v != "f32")
-      fail("RAGKV_CUDA_ATTENTION={}: expected 'mma' (tensor-core attention where it applies, the default) or "
-           "'f32' (the f32 kernel everywhere)",
-           v);
-  }
+  if (const auto v = env_choice("RAGKV_CUDA_GRAPHS", {"0", "1"},
+                                "1 (decode steps launched as CUDA graphs) or 0 (op by op, the default)"))
+    graphs_ = *v == "1";
+  if (const auto v = env_choice("RAGKV_CUDA_DECODE_ACTS", {"int8", "f32"},
+                                "'int8' (decode steps on quantised weights meet 8-bit activation blocks in integer dot "
+                                "products, as on the CPU; the default) or 'f32' (f32 activations times the decoded "
+                                "weights)"))
+    int8_decode_ = *v == "int8";
+  if (const auto v = env_choice("RAGKV_CUDA_FFN_PRODUCTS", {"f16", "f32"},
+                                "'f16' (a prefill FFN's gate and up products written in f16 where the weight bounds "
+                                "them, the default) or 'f32'"))
+    f16_ffn_products_ = *v == "f16";
+  (void)env_choice("RAGKV_CUDA_ATTENTION", {"mma", "f32"},
+                   "'mma' (tensor-core attention where it applies, the default) or 'f32' (the f32 kernel everywhere)");
   CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));

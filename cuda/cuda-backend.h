@@ -261,11 +261,12 @@ class CudaBackend : public Backend {
   // read them — and launch nothing; end_step launches step_exec_ again when the signature, the
   // number of pinned bytes staged and the backend's buffers are the recorded step's.
   bool replaying_ = false;
-  bool replay_ready_ = false;        // step_exec_ is the last step recorded, and may be replayed
   int same_captures_ = 0;            // captured steps in a row alike, the last recorded_step_
   int replay_after_ = 2;             // alike captures before a replay: doubled (to 64) by each
                                      // replay missed at once, back to 2 after one launched
   bool replayed_since_ready_ = false;
+  // step_exec_ (the last step recorded) may be replayed.
+  bool replay_ready() const { return same_captures_ >= replay_after_; }
   uint64_t step_signature_ = 0;
   int op_depth_ = 0;                 // ops running inside another (glu_ffn's products): not folded
   struct StepRecord {

@@ -92,7 +92,6 @@ uint64_t CudaBackend::step_key(const Weight& w) {
 void CudaBackend::replay_missed() {
   ++step_stats_.missed;
   if (!replayed_since_ready_) replay_after_ = std::min(64, 2 * replay_after_);
-  replay_ready_ = false;
   same_captures_ = 0;
   recorded_step_ = {};
   forget_repeated_uploads();
@@ -127,11 +126,10 @@ bool CudaBackend::begin_step() {
   capture_host_used_ = 0;
   capture_failed_ = false;
   op_depth_ = 0;
-  if (replay_ready_ && step_exec_ && capture_host_bytes_ >= want && step_buffers() == recorded_step_.buffers) {
+  if (replay_ready() && step_exec_ && capture_host_bytes_ >= want && step_buffers() == recorded_step_.buffers) {
     replaying_ = true;  // the ops stage their uploads; end_step decides
     return true;
   }
-  replay_ready_ = false;
   if (capture_host_bytes_ < want) {
     if (capture_host_) CUDA_CHECK(cudaFreeHost(capture_host_));
     capture_host_ = nullptr;
@@ -168,7 +166,6 @@ bool CudaBackend::end_step() {
         return true;
       }
       (void)cudaGetLastError();
-      replay_ready_ = false;
       step_not_launched();
       return false;
     }
@@ -209,8 +206,7 @@ bool CudaBackend::end_step() {
                      step.buffers == recorded_step_.buffers;
   same_captures_ = alike ? same_captures_ + 1 : 1;
   recorded_step_ = step;
-  replay_ready_ = same_captures_ >= replay_after_;
-  if (replay_ready_) replayed_since_ready_ = false;
+  if (replay_ready()) replayed_since_ready_ = false;
   return true;
 }
 
@@ -232,7 +228,6 @@ void CudaBackend::abort_step() {
 void CudaBackend::step_not_launched() {
   // The lost graph's uploads never ran: the device holds what it held before them.
   forget_repeated_uploads();
-  replay_ready_ = false;
   same_captures_ = 0;
   recorded_step_ = {};
   if (++graph_failures_ == 3) {
