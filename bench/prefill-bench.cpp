@@ -131,6 +131,8 @@ nlohmann::json bench_prefill(Backend& backend, const PrefillBenchOptions& opt) {
       {"model", opt.model_path},
       {"arch", model.config().arch_name},
       {"device", backend.name()},
+      {"kernels", backend.kernels()},
+      {"step_graphs", backend.step_summary()},
       {"threads", opt.threads},
       {"load_ms", load_ms},
       {"prompt_tokens", opt.prompt_tokens},

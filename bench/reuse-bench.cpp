@@ -271,6 +271,7 @@ nlohmann::json bench_reuse(Backend& backend, const ReuseBenchOptions& opt) {
       {"model", opt.model_path},
       {"arch", model.config().arch_name},
       {"device", backend.name()},
+      {"kernels", backend.kernels()},
       {"threads", opt.threads},
       {"chunks", opt.chunks},
       {"chunk_tokens", opt.chunk_tokens},

@@ -161,7 +161,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 std::string CudaBackend::kernels() const {
   return name_ + (!keep_quantised_ ? "+f16-weights" : f16_prefill_copy_ ? "+quant+f16-weights" : "+quant-weights") +
          (attention_mma_enabled() ? "+mma-attention" : "+f32-attention") +
-         (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "") + (f16_ffn_products_ ? "" : "+f32-ffn-products");
+         (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "") + (f16_ffn_products_ ? "" : "+f32-ffn-products") + (op_by_op_steps_ ? "+op-by-op-steps" : "");
 }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -173,8 +173,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     f16_prefill_copy_ = *v == "quant+f16";
   }
   if (const auto v = env_choice("RAGKV_CUDA_GRAPHS", {"0", "1"},
-                                "1 (decode steps launched as CUDA graphs) or 0 (op by op, the default)"))
+                                "1 (decode steps launched as CUDA graphs, the default) or 0 (op by op)")) {
     graphs_ = *v == "1";
+    report_step_graphs_ = true;
+  }
+  op_by_op_steps_ = !graphs_;
   if (const auto v = env_choice("RAGKV_CUDA_DECODE_ACTS", {"int8", "f32"},
                                 "'int8' (decode steps on quantised weights meet 8-bit activation blocks in integer dot "
                                 "products, as on the CPU; the default) or 'f32' (f32 activations times the decoded "
@@ -210,6 +213,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (const char* path = std::getenv("RAGKV_CUDA_PROFILE"); path && *path) {
       profiler_ = std::make_unique<CudaOpProfiler>(path, stream_);
       graphs_ = false;  // the profile times ops one by one
+      op_by_op_steps_ = true;
     }
   } catch (...) {
     // The destructor does not run for a constructor that throws.
@@ -225,7 +229,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   // Destructors must not throw: errors are reported to stderr.
-  if (step_stats_.captured + step_stats_.replayed + step_stats_.missed > 0)  // RAGKV_CUDA_GRAPHS=1: how it went
+  // How the step graphs went, where RAGKV_CUDA_GRAPHS was set (the GPU script's logs).
+  if (report_step_graphs_ && step_stats_.captured + step_stats_.replayed + step_stats_.missed > 0)
     std::fprintf(stderr, "ragkv: %s: decode steps as CUDA graphs: %lld captured, %lld replayed, %lld run op by op "
                  "after a missed replay\n", name_.c_str(), static_cast<long long>(step_stats_.captured),
                  static_cast<long long>(step_stats_.replayed), static_cast<long long>(step_stats_.missed));

@@ -123,12 +123,13 @@ class CudaBackend : public Backend {
   void set_profile_section(std::string_view name) override {
     if (profiler_) profiler_->set_section(name);
   }
-  // RAGKV_CUDA_GRAPHS=1: a step captured as a CUDA graph (stream capture, relaxed mode), the
-  // previous step's executable graph updated in place (cudaGraphExecUpdate; instantiated anew when
-  // the topology changed), then launched once — and the steps after it replayed: their ops stage
+  // Step graphs: a step captured as a CUDA graph (stream capture, relaxed mode), the previous
+  // step's executable graph updated in place (cudaGraphExecUpdate; instantiated anew when the
+  // topology changed), then launched once — and the steps after it replayed: their ops stage
   // only their uploads (token ids, positions, KV rows) into the pinned buffer the graph copies
   // from, and the same graph is launched again, captured once for as long as the ops and their
-  // arguments stay the same (cuda-step-graph.cpp). Off by default, and off under RAGKV_CUDA_PROFILE.
+  // arguments stay the same (cuda-step-graph.cpp). On by default; off under RAGKV_CUDA_GRAPHS=0
+  // and RAGKV_CUDA_PROFILE.
   bool begin_step() override;
   bool end_step() override;
   void abort_step() override;
@@ -139,6 +140,7 @@ class CudaBackend : public Backend {
     int64_t missed = 0;    // tried as a replay, another step: run op by op, the next one captured
   };
   StepGraphStats step_graph_stats() const { return step_stats_; }
+  std::string step_summary() const override;
 
   bool supports(BackendOp op, DType dtype) const override;
 
@@ -254,7 +256,9 @@ class CudaBackend : public Backend {
   // Step graphs (begin_step). While capturing, uploads copy from pinned host memory (a graph's
   // memcpy nodes read their source when the graph runs; pageable memory cannot be captured), and
   // a device buffer that must grow is replaced, the old one freed once the step has run.
-  bool graphs_ = false;              // RAGKV_CUDA_GRAPHS=1 and no profiler
+  bool graphs_ = true;               // not RAGKV_CUDA_GRAPHS=0, no profiler, no failures yet
+  bool op_by_op_steps_ = false;      // steps never recorded (RAGKV_CUDA_GRAPHS=0, the profiler): kernels()
+  bool report_step_graphs_ = false;  // RAGKV_CUDA_GRAPHS set: the step counts on stderr at the end
   bool capturing_ = false;
   // Replay (cuda-step-graph.cpp): between begin_step and end_step the ops run their host side only
   // — their arguments folded into step_signature_, their uploads staged where the graph's copies

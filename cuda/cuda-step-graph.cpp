@@ -3,7 +3,7 @@
 // (cudaGraphExecUpdate) or instantiated anew on another topology, and launched once; the pinned
 // copies the capture's uploads read (staged_source), and the pinned ring eager uploads read. Any
 // step that cannot be captured or launched is reported back (end_step false) and runs op by op;
-// three such steps turn graphs off.
+// three such steps turn graphs off. On by default (RAGKV_CUDA_GRAPHS=0: every step op by op).
 //
 // Captured once (issue 40 item 4): the steps after a capture are replayed. A decode step's
 // kernels and copies keep their parameters from one step to the next — what changes (token ids,
@@ -235,6 +235,12 @@ void CudaBackend::step_not_launched() {
     std::fprintf(stderr, "ragkv: %s: decode steps could not be launched as CUDA graphs 3 times; running them "
                  "unrecorded\n", name_.c_str());
   }
+}
+
+std::string CudaBackend::step_summary() const {
+  const StepGraphStats& s = step_stats_;
+  if (s.captured + s.replayed + s.missed == 0) return {};
+  return fmt::format("{} captured, {} replayed, {} missed", s.captured, s.replayed, s.missed);
 }
 
 void CudaBackend::free_deferred() {

@@ -11,7 +11,10 @@ table says which file was missing):
     bandwidth it implies: (decode_weight_bytes + kv_bytes_per_position x the mean context of the
     timed decode) x tokens/s, as a share of the chip's HBM bandwidth — for the bf16 model and the
     Q4_K_M model (weights kept quantised, and converted to f16 at load), and for the bf16 model with
-    RAGKV_CUDA_ATTENTION=f32 and with RAGKV_CUDA_FFN_PRODUCTS=f32 where those steps ran;
+    RAGKV_CUDA_ATTENTION=f32, with RAGKV_CUDA_FFN_PRODUCTS=f32 and with decode op by op
+    (RAGKV_CUDA_GRAPHS=0) where those steps ran, each with its backend paths and how its decode
+    steps ran as graphs (captured, replayed, missed); where a bench of the default paths failed,
+    its rerun on the paths before (NAME-safe.json), said so in the row;
   - each mode's TTFT per KV tier over `full` (bench reuse), with the loading controller on
     (bench-reuse.json, the GPU's default) and off (bench-reuse-no-control.json), and blend with
     every attention on the f32 kernel, mass passes included (bench-reuse-attn-f32.json,
@@ -48,9 +51,10 @@ PREFILL_RUNS = [  # (file, label)
     ("bench-prefill-q4km-f16.json", "8B-shaped Q4_K_M, RAGKV_CUDA_WEIGHTS=f16"),
     ("bench-prefill-q4km-quant-f16.json", "8B-shaped Q4_K_M, RAGKV_CUDA_WEIGHTS=quant+f16"),
     ("bench-prefill-q4km-f32-acts.json", "8B-shaped Q4_K_M, RAGKV_CUDA_DECODE_ACTS=f32"),
-    ("bench-prefill-graphs.json", "8B-shaped bf16, RAGKV_CUDA_GRAPHS=1"),
-    ("bench-prefill-q4km-graphs.json", "8B-shaped Q4_K_M, RAGKV_CUDA_GRAPHS=1"),
+    ("bench-prefill-op-by-op.json", "8B-shaped bf16, decode op by op (RAGKV_CUDA_GRAPHS=0)"),
+    ("bench-prefill-q4km-op-by-op.json", "8B-shaped Q4_K_M, decode op by op (RAGKV_CUDA_GRAPHS=0)"),
 ]
+SAFE_NOTE = " — FAILED on the default paths; rerun on the paths before"
 
 
 def load(out, name, missing):
@@ -64,6 +68,17 @@ def load(out, name, missing):
     except json.JSONDecodeError as e:
         missing.append(f"{name} (not JSON: {e})")
         return None
+
+
+def load_run(out, name, missing):
+    """A bench's JSON, or where it failed the rerun on the paths before that gpu-validate.sh left
+    beside it (NAME-safe.json), then with a note for the label."""
+    safe = name[:-len(".json")] + "-safe.json"
+    if os.path.exists(os.path.join(out, safe)):
+        data = load(out, safe, missing)
+        missing.append(f"{name} (failed; {safe} used)")
+        return data, SAFE_NOTE
+    return load(out, name, missing), ""
 
 
 def chip(out):
@@ -80,7 +95,8 @@ def chip(out):
 def prefill_row(label, result, peak_tflops, peak_bw, limits):
     tflops = result["prefill_tflops"]
     row = {"run": label, "prompt_tokens": result["prompt_tokens"], "prefill_ms": result["prefill_ms_best"],
-           "prefill_tflops": tflops, "decode_tokens_per_s": result["decode_tokens_per_s"]}
+           "prefill_tflops": tflops, "decode_tokens_per_s": result["decode_tokens_per_s"],
+           "kernels": result.get("kernels"), "step_graphs": result.get("step_graphs") or None}
     if peak_tflops:
         row["prefill_pct_of_peak"] = 100.0 * tflops / peak_tflops
     if limits and limits.get("gemm_f16_f32out_tflops"):
@@ -122,7 +138,7 @@ def llama_ratios(out, rows, missing):
     ratios = []
     for lb_file, ours_file in LLAMA_PAIRS.items():
         mine = [r for r in rows if r["file"] == lb_file]
-        ours = (load(out, ours_file, []) or {}).get("results", [])
+        ours = (load_run(out, ours_file, [])[0] or {}).get("results", [])
         if not mine or not ours:
             continue
         o = ours[0]
@@ -182,12 +198,16 @@ def markdown(report):
                   + f"; device copy {fmt(lim['copy_gb_s'])} GB/s"
                   + (f" ({fmt(100 * lim['copy_gb_s'] * 1e9 / bw)} % of HBM)" if bw else "") + ".", ""]
     lines += ["| run | prefill ms | TFLOP/s | % of bf16 peak | % of cuBLAS | decode tok/s | decode GB/s | % of HBM "
-              "| % of copy |", "|---|---|---|---|---|---|---|---|---|"]
+              "| % of copy | step graphs |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["prefill"]:
         lines.append(f"| {r['run']} | {fmt(r['prefill_ms'])} | {fmt(r['prefill_tflops'])} | "
                      f"{fmt(r.get('prefill_pct_of_peak'))} | {fmt(r.get('prefill_pct_of_cublas'))} | "
                      f"{fmt(r['decode_tokens_per_s'])} | {fmt(r.get('decode_bandwidth_gb_s'))} | "
-                     f"{fmt(r.get('decode_pct_of_bandwidth'))} | {fmt(r.get('decode_pct_of_copy'))} |")
+                     f"{fmt(r.get('decode_pct_of_bandwidth'))} | {fmt(r.get('decode_pct_of_copy'))} | "
+                     f"{r.get('step_graphs') or '–'} |")
+    kernels = sorted({r["kernels"] for r in report["prefill"] if r.get("kernels")})
+    if kernels:
+        lines += ["", "Backend paths (`Backend::kernels()`): " + "; ".join(f"`{k}`" for k in kernels)]
     if report["reuse"]:
         lines += ["", "| loading controller | attention | mode | KV tier | TTFT ms | / full | segments recomputed | "
                   "first token = full | logits bit-identical |", "|---|---|---|---|---|---|---|---|---|"]
@@ -238,13 +258,13 @@ def build_report(out):
               "missing": missing}
     report["limits"] = load(out, "bench-device.json", missing)
     for name, label in PREFILL_RUNS:
-        data = load(out, name, missing)
+        data, note = load_run(out, name, missing)
         for result in (data or {}).get("results", []):
-            report["prefill"].append(prefill_row(label, result, peak_tflops, peak_bw, report["limits"]))
+            report["prefill"].append(prefill_row(label + note, result, peak_tflops, peak_bw, report["limits"]))
     for name, control, attention in (("bench-reuse.json", "on", "tensor cores"),
                                      ("bench-reuse-no-control.json", "off", "tensor cores"),
                                      ("bench-reuse-attn-f32.json", "on", "f32")):
-        reuse = load(out, name, missing)
+        reuse, note = load_run(out, name, missing)
         if reuse and not reuse.get("load_control", control == "off"):
             control = "off"  # a CPU run, or a bench from before the controller's default
         for r in (reuse or {}).get("results", []):
@@ -252,7 +272,7 @@ def build_report(out):
                                          "first_token_matches_full", "first_logits_identical_to_full",
                                          "compute_fraction")}
             row["load_control"] = control
-            row["attention"] = attention
+            row["attention"] = attention + note
             row["recomputed_segments"] = (r.get("load_control") or {}).get("recomputed_segments")
             report["reuse"].append(row)
     report["device_check"] = load(out, "device-check.json", missing)

@@ -172,8 +172,8 @@ TEST_CASE("cuda e2e: prefill over a cached prefix continues the whole prompt's p
   }
 }
 
-// RAGKV_CUDA_GRAPHS=1 (Backend::begin_step): each decode step captured as a CUDA graph and launched
-// once, or replayed — the recorded graph launched again, the step's ops only staging their uploads
+// Step graphs (Backend::begin_step, on unless RAGKV_CUDA_GRAPHS=0): each decode step captured as
+// a CUDA graph and launched once, or replayed — the recorded graph launched again, the step's ops only staging their uploads
 // — runs the same kernels with the same arguments as op by op, so the logits must be the same bit
 // for bit: over steps that cross from the tensor-core kernel to split-K (more than 256 keys:
 // another graph topology, instantiated anew), over steps that cross a multiple of 1,024 keys

@@ -230,7 +230,7 @@ class Backend {
   virtual void unpin_host_memory(const void* p) { (void)p; }
   // Steps recorded and launched as one unit (issue 40 item 4: decode without launch overhead): a
   // backend may record the ops queued between begin_step() and end_step() and launch them
-  // together (the CUDA backend under RAGKV_CUDA_GRAPHS=1: a CUDA graph per decode step). Between
+  // together (the CUDA backend, unless RAGKV_CUDA_GRAPHS=0: a CUDA graph per decode step). Between
   // the two, ops must not read results back to the host. begin_step() says whether it records.
   // end_step() returns false when the recording could not be launched — then none of its ops ran,
   // and the caller runs the same ops again unrecorded (they must be repeatable); abort_step()
@@ -241,6 +241,9 @@ class Backend {
   virtual bool begin_step() { return false; }
   virtual bool end_step() { return true; }
   virtual void abort_step() {}
+  // How the recorded steps ran so far, for a bench's report (the CUDA backend: "C captured, R
+  // replayed, M missed"); empty where none was recorded.
+  virtual std::string step_summary() const { return {}; }
   // Names the work that follows in a per-op profile (the CUDA backend's RAGKV_CUDA_PROFILE,
   // cuda/op-profile.h): the benches name their prefill and decode runs, modes and tiers. No effect
   // where nothing is profiled.
