@@ -41,6 +41,7 @@
 #include "cuda/elementwise.cuh"
 #include "cuda/embed.cuh"
 #include "cuda/f16-product-bound.h"
+#include "cuda/int8-gemv.cuh"
 #include "cuda/layer-norm.cuh"
 #include "cuda/quant-decode.cuh"
 #include "cuda/quant-matmul.cuh"
@@ -265,6 +266,7 @@ CudaBackend::~CudaBackend() {
   for (const RepeatedUpload* u : repeated_uploads())
     if (u->device) CUDA_CHECK_NOTHROW(cudaFree(u->device));
   if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
+  if (operand_q8_) CUDA_CHECK_NOTHROW(cudaFree(operand_q8_));
   for (const PendingMass& m : mass_buffers_)
     if (m.device) CUDA_CHECK_NOTHROW(cudaFree(m.device));
   CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
@@ -301,6 +303,7 @@ void CudaBackend::raw_free(void* p) {
 
 void CudaBackend::upload(const Tensor& dst, const void* host_src) {
   no_replay("an upload");
+  prepared_ = {};  // the memory written may be the prepared operand's
   const size_t bytes = dst.bytes();
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), host_src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -340,6 +343,7 @@ CudaBackend::PinnedSlot& CudaBackend::free_slot(size_t bytes) {
 
 void CudaBackend::upload_async(const Tensor& dst, const void* host_src) {
   no_replay("a layer-wise upload");
+  prepared_ = {};
   const size_t bytes = dst.bytes();
   if (bytes == 0) return;
   if (!batch_open_) {
@@ -406,6 +410,7 @@ void CudaBackend::download(const Tensor& src, void* host_dst) {
 
 void CudaBackend::fill_zero(const Tensor& t) {
   no_replay("fill_zero");
+  prepared_ = {};
   const size_t bytes = t.bytes();
   if (bytes == 0) return;
   const auto timed = profile("fill_zero", t.rows);
@@ -414,6 +419,7 @@ void CudaBackend::fill_zero(const Tensor& t) {
 
 void CudaBackend::copy_impl(const Tensor& src, const Tensor& dst) {
   no_replay("a copy");
+  prepared_ = {};
   if (src.bytes() == 0) return;
   const auto timed = profile("copy", src.rows);
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
@@ -469,7 +475,7 @@ void CudaBackend::grow_device_buffer(void*& buffer, size_t& capacity, size_t byt
 
 void* CudaBackend::scratch_upload(size_t bytes) {
   grow_device_buffer(scratch_, scratch_bytes_, bytes, /*geometric=*/true);
-  (void)step_op({step_key(StepOp::upload), bytes, step_key(scratch_)});
+  (void)step_op(StepOp::upload, {bytes, step_key(scratch_)});
   // The copy reads host_staging_'s bytes from the upload ring (or, pageable, has staged them by
   // the time cudaMemcpyAsync returns), so the next op may refill host_staging_ at once; stream
   // order protects scratch_ on the device.
@@ -481,7 +487,7 @@ void* CudaBackend::scratch_upload(size_t bytes) {
 const void* CudaBackend::upload_if_changed(RepeatedUpload& u) {
   if (host_staging_.empty()) return nullptr;
   const bool same = host_staging_ == u.host;  // every layer after the first
-  (void)step_op({step_key(StepOp::repeated_upload), step_key(&u), same, host_staging_.size()});
+  (void)step_op(StepOp::repeated_upload, {step_key(&u), same, host_staging_.size()});
   if (same) return u.device;
   grow_device_buffer(u.device, u.capacity, host_staging_.size(), /*geometric=*/true);
   // From the upload ring (or pageable, staged by the time the call returns); the copy is ordered
@@ -640,7 +646,7 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n == 0) return;
   check_grid_rows(n, "embed");
-  const bool replay = step_op({step_key(StepOp::embed), step_key(table), step_key(out), step_key(scale)});
+  const bool replay = step_op(StepOp::embed, {step_key(table), step_key(out), step_key(scale)});
   const auto timed = profile("embed", n);
 
   host_staging_.resize(ids.size_bytes());
@@ -657,7 +663,7 @@ void CudaBackend::embed_impl(const Weight& table, std::span<const int32_t> ids, 
 void CudaBackend::rms_norm_impl(const Tensor& x, const Weight& w, float eps, const Tensor& y) {
   const CudaWeight& cw = cuda_vector(w, "rms_norm");
   check_grid_rows(x.rows, "rms_norm");
-  if (step_op({step_key(StepOp::rms_norm), step_key(x), step_key(w), step_key(eps), step_key(y)})) return;
+  if (step_op(StepOp::rms_norm, {step_key(x), step_key(w), step_key(eps), step_key(y)})) return;
   const auto timed = profile("rms_norm", x.rows);
   rms_norm_f32_cuda(x.as<float>(), cw.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
@@ -692,7 +698,7 @@ CudaBackend::RopeLaunch CudaBackend::rope_launch(std::span<const int32_t> positi
 void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions, int n_heads, int head_dim,
                             const RopeParams& p, bool inverse) {
   if (p.n_rot / 2 == 0 || x.rows == 0) return;
-  const bool replay = step_op({step_key(StepOp::rope), step_key(x), uint64_t(n_heads), uint64_t(head_dim), inverse,
+  const bool replay = step_op(StepOp::rope, {step_key(x), uint64_t(n_heads), uint64_t(head_dim), inverse,
                                uint64_t(p.n_rot), step_key(p.freq_scale), p.neox});
   const auto timed = profile("rope", x.rows);
   const RopeLaunch r = rope_launch(positions, x.rows, n_heads, head_dim, p, inverse);
@@ -704,7 +710,7 @@ void CudaBackend::rope_impl(const Tensor& x, std::span<const int32_t> positions,
 void CudaBackend::rope_qk_impl(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head,
                                int n_head_kv, int head_dim, const RopeParams& p) {
   if (p.n_rot / 2 == 0 || q.rows == 0) return;
-  const bool replay = step_op({step_key(StepOp::rope_qk), step_key(q), step_key(k), uint64_t(n_head),
+  const bool replay = step_op(StepOp::rope_qk, {step_key(q), step_key(k), uint64_t(n_head),
                                uint64_t(n_head_kv), uint64_t(head_dim), uint64_t(p.n_rot), step_key(p.freq_scale),
                                p.neox});
   const auto timed = profile("rope_qk", q.rows);
@@ -720,41 +726,58 @@ void CudaBackend::layer_norm_impl(const Tensor& x, const Weight& w, const Weight
   const CudaWeight& cw = cuda_vector(w, "layer_norm");
   const CudaWeight& cb = cuda_vector(b, "layer_norm");
   check_grid_rows(x.rows, "layer_norm");
-  if (step_op({step_key(StepOp::layer_norm), step_key(x), step_key(w), step_key(b), step_key(eps), step_key(y)}))
+  if (step_op(StepOp::layer_norm, {step_key(x), step_key(w), step_key(b), step_key(eps), step_key(y)}))
     return;
   const auto timed = profile("layer_norm", x.rows);
   layer_norm_f32_cuda(x.as<float>(), cw.f32(), cb.f32(), y.as<float>(), x.rows, x.cols, eps, stream_);
 }
 
 void CudaBackend::gelu_erf_impl(const Tensor& x, const Tensor& y) {
-  if (step_op({step_key(StepOp::gelu_erf), step_key(x), step_key(y)})) return;
+  if (step_op(StepOp::gelu_erf, {step_key(x), step_key(y)})) return;
   const auto timed = profile("gelu_erf", x.rows);
   gelu_erf_f32_cuda(x.as<float>(), y.as<float>(), x.numel(), stream_);
 }
 
 void CudaBackend::swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  if (step_op({step_key(StepOp::swiglu), step_key(gate), step_key(up), step_key(out)})) return;
+  if (step_op(StepOp::swiglu, {step_key(gate), step_key(up), step_key(out)})) return;
   const auto timed = profile("swiglu", gate.rows);
   swiglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
 }
 
 void CudaBackend::geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  if (step_op({step_key(StepOp::geglu), step_key(gate), step_key(up), step_key(out)})) return;
+  if (step_op(StepOp::geglu, {step_key(gate), step_key(up), step_key(out)})) return;
   const auto timed = profile("geglu", gate.rows);
   geglu_f32_cuda(gate.as<float>(), up.as<float>(), out.as<float>(), gate.numel(), stream_);
 }
 
 void CudaBackend::add_impl(const Tensor& a, const Tensor& b) {
-  if (step_op({step_key(StepOp::add), step_key(a), step_key(b)})) return;
+  if (step_op(StepOp::add, {step_key(a), step_key(b)})) return;
   const auto timed = profile("add", a.rows);
   add_f32_cuda(a.as<float>(), b.as<float>(), a.numel(), stream_);
 }
 
-void CudaBackend::add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
+void CudaBackend::add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn,
+                                    NextProduct next) {
   const CudaWeight& cw = cuda_vector(w, "add_rms_norm");
   check_grid_rows(x.rows, "add_rms_norm");
-  if (step_op({step_key(StepOp::add_rms_norm), step_key(x), step_key(y), step_key(w), step_key(eps), step_key(xn)}))
+  // A decode product on 8-bit blocks comes next: xn's blocks for it in the same pass.
+  const int block = next.weight ? int8_operand_block(cuda_weight(*next.weight), *next.weight, x.rows, next.act) : 0;
+  if (block) {  // room for the most rows a decode product takes: the buffer does not grow step by step
+    const size_t bytes = act_q8_bytes(block, kQuantGemvMaxRows, x.cols);
+    grow_device_buffer(operand_q8_, operand_q8_bytes_, bytes);
+  }
+  const bool replay = step_op(StepOp::add_rms_norm, {step_key(x), step_key(y), step_key(w), step_key(eps),
+                                                     step_key(xn), uint64_t(block)});
+  if (block) {
+    const quant_dot::ActQ8Out q8 = act_q8_outputs(block, x.rows, x.cols, operand_q8_);
+    prepared_ = {xn.data(), xn.rows, xn.cols, next.weight, block, act_q8_view(q8, x.cols)};
+    if (replay) return;
+    const auto timed = profile("add_rms_norm+q8", x.rows);
+    add_rms_norm_q8_cuda(x.as<float>(), y.as<float>(), cw.f32(), xn.as<float>(), x.rows, x.cols, eps, block, q8,
+                         stream_);
     return;
+  }
+  if (replay) return;
   const auto timed = profile("add_rms_norm", x.rows);
   add_rms_norm_f32_cuda(x.as<float>(), y.as<float>(), cw.f32(), xn.as<float>(), x.rows, x.cols, eps, stream_);
 }
@@ -783,10 +806,10 @@ CudaBackend::ScatterRows CudaBackend::scatter_rows_on_device(std::span<const int
 
 void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
-  const bool replay = step_op({step_key(StepOp::scatter_rows), step_key(src), step_key(dst)});
+  const bool replay = step_op(StepOp::scatter_rows, {step_key(src), step_key(dst)});
   const auto timed = profile("scatter_rows", int64_t(rows.size()));
   const ScatterRows r = scatter_rows_on_device(rows);
-  (void)step_op({uint64_t(r.n), r.src != nullptr});  // repeated rows: fewer writes, from other rows
+  step_fold({uint64_t(r.n), r.src != nullptr});  // repeated rows: fewer writes, from other rows
   if (replay) return;
   if (dst.dtype == DType::f16)
     copy_rows_f32_to_f16_cuda(src.as<float>(), r.src, dst.as<__half>(), r.dst, r.n, src.cols, stream_);
@@ -797,11 +820,11 @@ void CudaBackend::scatter_rows_impl(const Tensor& src, const Tensor& dst, std::s
 void CudaBackend::scatter_kv_rows_impl(const Tensor& k, const Tensor& v, const Tensor& k_dst, const Tensor& v_dst,
                                        std::span<const int32_t> rows) {
   if (rows.empty() || k.cols == 0) return;
-  const bool replay = step_op({step_key(StepOp::scatter_kv_rows), step_key(k), step_key(v), step_key(k_dst),
+  const bool replay = step_op(StepOp::scatter_kv_rows, {step_key(k), step_key(v), step_key(k_dst),
                                step_key(v_dst)});
   const auto timed = profile("scatter_kv_rows", int64_t(rows.size()));
   const ScatterRows r = scatter_rows_on_device(rows);
-  (void)step_op({uint64_t(r.n), r.src != nullptr});  // repeated rows: fewer writes, from other rows
+  step_fold({uint64_t(r.n), r.src != nullptr});  // repeated rows: fewer writes, from other rows
   if (replay) return;
   if (k_dst.dtype == DType::f16)
     copy_rows_pair_f32_to_f16_cuda(k.as<float>(), v.as<float>(), r.src, k_dst.as<__half>(), v_dst.as<__half>(), r.dst,
@@ -822,13 +845,13 @@ void CudaBackend::rope_qk_scatter_kv_impl(const Tensor& q, const Tensor& k, cons
     return;
   }
   check_grid_rows(int64_t(rows.size()), "rope_qk_scatter_kv");
-  const bool replay = step_op({step_key(StepOp::rope_qk_scatter_kv), step_key(q), step_key(k), step_key(v),
+  const bool replay = step_op(StepOp::rope_qk_scatter_kv, {step_key(q), step_key(k), step_key(v),
                                step_key(k_dst), step_key(v_dst), uint64_t(n_head), uint64_t(n_head_kv),
                                uint64_t(head_dim), uint64_t(p.n_rot), step_key(p.freq_scale), p.neox});
   const auto timed = profile("rope_qk_scatter_kv", q.rows);
   const RopeLaunch r = rope_launch(positions, q.rows, n_head, head_dim, p, /*inverse=*/false);
   const ScatterRows dst = scatter_rows_on_device(rows);
-  (void)step_op({uint64_t(dst.n)});
+  step_fold({uint64_t(dst.n)});
   if (replay) return;
   rope_qk_scatter_kv_cuda(q.as<float>(), k.as<float>(), v.as<float>(), n_head_kv, r.positions, r.inv_freq, r.shape,
                           dst.dst, k_dst.data(), v_dst.data(), k_dst.dtype == DType::f16, stream_);
@@ -837,7 +860,7 @@ void CudaBackend::rope_qk_scatter_kv_impl(const Tensor& q, const Tensor& k, cons
 void CudaBackend::gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {
   if (rows.empty() || src.cols == 0) return;
   check_grid_rows(out.rows, "gather_rows");
-  const bool replay = step_op({step_key(StepOp::gather_rows), step_key(src), step_key(out)});
+  const bool replay = step_op(StepOp::gather_rows, {step_key(src), step_key(out)});
   const auto timed = profile("gather_rows", out.rows);
 
   host_staging_.resize(rows.size_bytes());
@@ -851,7 +874,7 @@ void CudaBackend::row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<c
                                    const Tensor& out) {
   if (rows.empty()) return;
   check_grid_rows(a.rows, "row_sq_dist");
-  const bool replay = step_op({step_key(StepOp::row_sq_dist), step_key(a), step_key(b), step_key(out)});
+  const bool replay = step_op(StepOp::row_sq_dist, {step_key(a), step_key(b), step_key(out)});
   const auto timed = profile("row_sq_dist", a.rows);
 
   host_staging_.resize(rows.size_bytes());
@@ -913,7 +936,7 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   // on the device, so that the step's kernels and copies keep their parameters for that many steps.
   const bool device_count = (capturing_ || replaying_) && route == AttentionRoute::split_k;
   const int64_t n_kv_bound = device_count ? (n_kv + kStepKeyBucket - 1) / kStepKeyBucket * kStepKeyBucket : n_kv;
-  const bool replay = step_op({step_key(StepOp::attention), step_key(q), step_key(k), step_key(v), step_key(out),
+  const bool replay = step_op(StepOp::attention, {step_key(q), step_key(k), step_key(v), step_key(out),
                                uint64_t(q_pos.size()), uint64_t(n_kv_bound), uint64_t(p.n_head),
                                uint64_t(p.n_kv_head), uint64_t(p.head_dim), step_key(p.scale), step_key(p.softcap),
                                uint64_t(p.sliding_window), p.causal, uint64_t(route)});

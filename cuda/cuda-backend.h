@@ -140,6 +140,8 @@ class CudaBackend : public Backend {
     int64_t missed = 0;    // tried as a replay, another step: run op by op, the next one captured
   };
   StepGraphStats step_graph_stats() const { return step_stats_; }
+  // For tests: how many products took the operand add_rms_norm prepared for them (NextProduct).
+  int64_t prepared_operands_used() const { return prepared_used_; }
   std::string step_summary() const override;
 
   bool supports(BackendOp op, DType dtype) const override;
@@ -174,7 +176,10 @@ class CudaBackend : public Backend {
   void swiglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void geglu_impl(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void add_impl(const Tensor& a, const Tensor& b) override;
-  void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) override;
+  // With a hint of a decode product on 8-bit blocks (int8_operand_block), xn is quantised for it in
+  // the same pass (rms-norm.cu's add_rms_norm_q8): prepared_.
+  void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn,
+                         NextProduct next) override;
   // cuda-ffn.cpp: prefill rows in one pass over the intermediate (glu-f16.cu); else unfused.
   void glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const Weight& w_down, const Tensor& gate,
                     const Tensor& up, const Tensor& proj, bool gelu, Activations act) override;
@@ -253,6 +258,11 @@ class CudaBackend : public Backend {
   // Split-K decode attention in a step graph covers the key count rounded up to this many keys,
   // read on the device (AttentionArgs::n_kv_device): the step's parameters hold for 1,024 steps.
   static constexpr int64_t kStepKeyBucket = 1024;
+  // The words ops fold (step_op): which op, and their arguments.
+  enum class StepOp : uint64_t {
+    embed = 1, matmul, rms_norm, rope, rope_qk, layer_norm, gelu_erf, swiglu, geglu, add, add_rms_norm, glu_ffn,
+    scatter_rows, scatter_kv_rows, gather_rows, row_sq_dist, attention, upload, repeated_upload, rope_qk_scatter_kv
+  };
   // Step graphs (begin_step). While capturing, uploads copy from pinned host memory (a graph's
   // memcpy nodes read their source when the graph runs; pageable memory cannot be captured), and
   // a device buffer that must grow is replaced, the old one freed once the step has run.
@@ -276,16 +286,38 @@ class CudaBackend : public Backend {
   struct StepRecord {
     uint64_t signature = 0;
     size_t pinned_used = 0;
-    std::array<const void*, 6> buffers{};  // work, scratch, the three repeated uploads, pinned
+    std::array<const void*, 7> buffers{};  // work, scratch, the three repeated uploads, pinned, operand
   } recorded_step_;
   StepGraphStats step_stats_;
-  std::array<const void*, 6> step_buffers() const {
-    return {work_, scratch_, attention_params_.device, rope_params_.device, scatter_params_.device, capture_host_};
+  std::array<const void*, 7> step_buffers() const {
+    return {work_,          scratch_,     attention_params_.device, rope_params_.device, scatter_params_.device,
+            capture_host_, operand_q8_};
   }
   // Called first by every op: while a step is recorded or replayed, folds the op and its
   // arguments into step_signature_ (not for an op inside another); true when the op must launch
   // nothing (a replay). Ops that upload stage their uploads first and return before launching.
-  bool step_op(std::initializer_list<uint64_t> key);
+  // Drops the prepared operand (below) for every op but a product.
+  bool step_op(StepOp op, std::initializer_list<uint64_t> args);
+  void step_fold(std::initializer_list<uint64_t> words);  // more words of the op, as step_op
+  // A decode product's operand made by the op before it (add_rms_norm with a NextProduct hint):
+  // xn's 8-bit activation blocks of `block` values in operand_q8_, valid for the one next op — the
+  // product of exactly that tensor by that weight takes them (matmul_impl) instead of quantising
+  // xn again; any other op drops them (step_op, and the ops that write device memory without it).
+  struct PreparedOperand {
+    const void* data = nullptr;  // xn
+    int64_t rows = 0, cols = 0;
+    const Weight* weight = nullptr;
+    int block = 0;               // 32 or 256; 0: none
+    quant_dot::ActQ8 acts;
+  };
+  PreparedOperand prepared_;
+  int64_t prepared_used_ = 0;
+  void* operand_q8_ = nullptr;  // device bytes [operand_q8_bytes_]: the prepared blocks
+  size_t operand_q8_bytes_ = 0;
+  // The activation block size of cw's decode product by n ≤ kQuantGemvMaxRows rows on 8-bit blocks
+  // (the integer GEMV of matmul_impl), 0 where that product takes another path or its parts read
+  // blocks of both sizes.
+  int int8_operand_block(const CudaWeight& cw, const Weight& w, int64_t n, Activations act) const;
   // Ops an op runs inside itself (glu_ffn's products) are not folded: a replay skips them.
   struct NestedOps {
     int& depth;
@@ -293,11 +325,6 @@ class CudaBackend : public Backend {
     ~NestedOps() { --depth; }
     NestedOps(const NestedOps&) = delete;
     NestedOps& operator=(const NestedOps&) = delete;
-  };
-  // The words ops fold: which op (StepOp), and their arguments.
-  enum class StepOp : uint64_t {
-    embed = 1, matmul, rms_norm, rope, rope_qk, layer_norm, gelu_erf, swiglu, geglu, add, add_rms_norm, glu_ffn,
-    scatter_rows, scatter_kv_rows, gather_rows, row_sq_dist, attention, upload, repeated_upload, rope_qk_scatter_kv
   };
   static uint64_t step_key(StepOp op) { return static_cast<uint64_t>(op); }
   static uint64_t step_key(const void* p) { return reinterpret_cast<uintptr_t>(p); }

@@ -57,9 +57,14 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   check_int_dim(in, "in_features", "matmul");
   check_int_dim(out, "out_features", "matmul");
   check_grid_rows(n, "matmul");
-  const bool replay = step_op({step_key(StepOp::matmul), step_key(x), step_key(w), uint64_t(act), outs.size()});
+  // x's blocks made by the op just before (add_rms_norm's hint), where they are this product's.
+  const PreparedOperand prepared = std::exchange(prepared_, {});
+  const int block = int8_operand_block(cw, w, n, act);
+  const bool use_prepared = block != 0 && prepared.block == block && prepared.data == x.data() &&
+                            prepared.rows == n && prepared.cols == in && prepared.weight == &w;
+  const bool replay = step_op(StepOp::matmul, {step_key(x), step_key(w), uint64_t(act), outs.size(), use_prepared});
   for (size_t p = 0; p < outs.size(); ++p)
-    (void)step_op({step_key(outs[p]), p < biases.size() && biases[p] ? step_key(*biases[p]) : 0});
+    step_fold({step_key(outs[p]), p < biases.size() && biases[p] ? step_key(*biases[p]) : 0});
   if (replay) return;
   const bool gemv_f16 = cw.dtype() == DType::f16 && !cw.quantised() && n <= kQuantGemvMaxRows && in % 8 == 0;
   const bool int8_acts = act == Activations::block8 && int8_decode_ && !w.wide_activations;
@@ -76,9 +81,15 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
       matmul_quant_gemv(x, cw, outs, biases, nullptr);
       return;
     }
-    const Int8Acts acts = int8_acts_for(cw, n, [&](int block, void* work) {
-      return quantize_act_q8_cuda(x.as<float>(), n, in, block, work, stream_);
-    });
+    Int8Acts acts;
+    if (use_prepared) {
+      acts[block == 256] = prepared.acts;
+      ++prepared_used_;
+    } else {
+      acts = int8_acts_for(cw, n, [&](int b, void* work) {
+        return quantize_act_q8_cuda(x.as<float>(), n, in, b, work, stream_);
+      });
+    }
     matmul_quant_gemv(x, cw, outs, biases, &acts);
     return;
   }
@@ -226,6 +237,19 @@ void CudaBackend::gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const
   CUBLAS_CHECK(cublas::api().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(in), &one, w,
                                      CUDA_R_16F, int(in), xh, CUDA_R_16F, int(in), &zero, y, y_type, int(ldy),
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+int CudaBackend::int8_operand_block(const CudaWeight& cw, const Weight& w, int64_t n, Activations act) const {
+  // matmul_impl's integer GEMV: quantised, a decode product's rows, 8-bit blocks allowed.
+  if (!cw.quantised() || n > kQuantGemvMaxRows || act != Activations::block8 || !int8_decode_ || w.wide_activations)
+    return 0;
+  int block = 0;
+  for (const QuantPart& p : cw.parts()) {
+    const int b = quant_dot::act_block(p.type);
+    if (block && b != block) return 0;  // both sizes: quantised by int8_acts_for
+    block = b;
+  }
+  return block;
 }
 
 // A quantised weight times a few rows: each part's GEMV writes its output and adds its bias —

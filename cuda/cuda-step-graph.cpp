@@ -97,14 +97,21 @@ void CudaBackend::replay_missed() {
   forget_repeated_uploads();
 }
 
-bool CudaBackend::step_op(std::initializer_list<uint64_t> key) {
+bool CudaBackend::step_op(StepOp op, std::initializer_list<uint64_t> args) {
+  // Any op but a product may write the memory a prepared operand was made from.
+  if (op != StepOp::matmul && op != StepOp::glu_ffn) prepared_ = {};
   if (!capturing_ && !replaying_) return false;
-  if (op_depth_ == 0)
-    for (const uint64_t v : key) {  // FNV-1a over the words
-      step_signature_ ^= v;
-      step_signature_ *= 1099511628211ull;
-    }
+  step_fold({step_key(op)});
+  step_fold(args);
   return replaying_;
+}
+
+void CudaBackend::step_fold(std::initializer_list<uint64_t> words) {
+  if ((!capturing_ && !replaying_) || op_depth_ > 0) return;
+  for (const uint64_t v : words) {  // FNV-1a over the words
+    step_signature_ ^= v;
+    step_signature_ *= 1099511628211ull;
+  }
 }
 
 void CudaBackend::no_replay(const char* what) const {

@@ -3,10 +3,7 @@
 //
 // quantize_act: one warp per activation block (32 values: a value per lane; 256: eight per lane),
 // of x, or of a decode step's GLU computed on the way (the down projection's input, without the
-// GLU's own pass).
-// The block's largest |x| comes from a shuffle reduction (max is exact in any order), then each
-// lane rounds its values with quant-dot.cuh's act_scale / act_round — the CPU's operations — and
-// the integer sums (per 32 for dsum = d · Σq, per 16 for bsum) from shuffles, exact.
+// GLU's own pass): act-quantize.cuh's quantize_act_block, which rms-norm.cu's fused norm shares.
 //
 // int8_gemv: one warp per output row, four per block of 128 threads, as quant_gemv; one launch may
 // cover up to three parts of a stack of one type (QKV, gate/up), each in its own buffer. A weight block
@@ -18,6 +15,7 @@
 // nibble masks, where the f32 GEMV decodes 32 values and issues 32 FMAs per activation row.
 #include <algorithm>
 
+#include "cuda/act-quantize.cuh"
 #include "cuda/block-reduce.cuh"
 #include "cuda/cuda-check.h"
 #include "cuda/gemv-store.cuh"
@@ -49,8 +47,7 @@ struct GluValues {
 };
 
 template <int B, typename Values>
-__global__ void quantize_act_kernel(const Values values, int64_t blocks, int8_t* __restrict__ q,
-                                    float* __restrict__ d, float* __restrict__ dsum, int16_t* __restrict__ bsum) {
+__global__ void quantize_act_kernel(const Values values, int64_t blocks, const ActQ8Out out) {
   constexpr int V = B / 32;  // values per lane
   const int lane = threadIdx.x % 32;
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * kQuantizeWarps + threadIdx.x / 32;
@@ -58,37 +55,9 @@ __global__ void quantize_act_kernel(const Values values, int64_t blocks, int8_t*
   // x and q are [n][cols] with cols a multiple of B: block blk is B consecutive values of both.
   const int64_t first = blk * B + lane * V;
   float v[V];
-  float amax = 0.f;
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
-    v[i] = values(first + i);
-    amax = fmaxf(amax, fabsf(v[i]));
-  }
-  amax = warp_reduce(amax, MaxOp{});
-  float dd, id;
-  qt::act_scale(amax, &dd, &id);
-  int sum = 0;
-  int8_t qv[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    qv[i] = qt::act_round(v[i] * id);
-    sum += qv[i];
-  }
-  int8_t* qb = q + blk * B + lane * V;
-#pragma unroll
-  for (int i = 0; i < V; ++i) qb[i] = qv[i];
-  if constexpr (B == 32) {
-    sum = warp_reduce(sum);
-    if (lane == 0) {
-      d[blk] = dd;
-      dsum[blk] = dd * float(sum);
-    }
-  } else {
-    static_assert(B == 256, "activation blocks are 32 or 256 values");
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // lanes 2g, 2g + 1: values 16g..16g+15
-    if (lane % 2 == 0) bsum[blk * 16 + lane / 2] = static_cast<int16_t>(sum);
-    if (lane == 0) d[blk] = dd;
-  }
+  for (int i = 0; i < V; ++i) v[i] = values(first + i);
+  quantize_act_block<B>(v, lane, blk, out);
 }
 
 template <GgmlType T, int N>
@@ -158,34 +127,46 @@ ActLayout act_layout(int block, int64_t n, int64_t cols) {
 
 size_t act_q8_bytes(int block, int64_t n, int64_t cols) { return act_layout(block, n, cols).total; }
 
+ActQ8Out act_q8_outputs(int block, int64_t n, int64_t cols, void* work) {
+  if ((block != 32 && block != 256) || cols % block != 0)
+    cuda_internal_fail("act_q8_outputs: blocks of 32 or 256 values dividing the row");
+  const ActLayout l = act_layout(block, n, cols);
+  auto* base = static_cast<uint8_t*>(work);
+  ActQ8Out o;
+  o.q = reinterpret_cast<int8_t*>(base + l.q);
+  o.d = reinterpret_cast<float*>(base + l.d);
+  if (block == 32)
+    o.dsum = reinterpret_cast<float*>(base + l.sums);
+  else
+    o.bsum = reinterpret_cast<int16_t*>(base + l.sums);
+  return o;
+}
+
+qt::ActQ8 act_q8_view(const ActQ8Out& o, int64_t cols) {
+  qt::ActQ8 a;
+  a.q = o.q;
+  a.d = o.d;
+  a.dsum = o.dsum;
+  a.bsum = o.bsum;
+  a.cols = cols;
+  return a;
+}
+
 namespace {
 
 template <typename Values>
 qt::ActQ8 quantize_values(const Values& values, int64_t n, int64_t cols, int block, void* work, cudaStream_t stream) {
-  if ((block != 32 && block != 256) || cols % block != 0)
-    cuda_internal_fail("quantize_act_q8_cuda: blocks of 32 or 256 values dividing the row");
-  const ActLayout l = act_layout(block, n, cols);
-  auto* base = static_cast<uint8_t*>(work);
-  qt::ActQ8 a;
-  a.cols = cols;
-  auto* q = reinterpret_cast<int8_t*>(base + l.q);
-  auto* d = reinterpret_cast<float*>(base + l.d);
-  a.q = q;
-  a.d = d;
+  const ActQ8Out o = act_q8_outputs(block, n, cols, work);
   const int64_t blocks = n * cols / block;
-  if (blocks == 0) return a;
-  const auto grid = static_cast<unsigned>((blocks + kQuantizeWarps - 1) / kQuantizeWarps);
-  if (block == 32) {
-    auto* dsum = reinterpret_cast<float*>(base + l.sums);
-    a.dsum = dsum;
-    quantize_act_kernel<32><<<grid, kQuantizeWarps * 32, 0, stream>>>(values, blocks, q, d, dsum, nullptr);
-  } else {
-    auto* bsum = reinterpret_cast<int16_t*>(base + l.sums);
-    a.bsum = bsum;
-    quantize_act_kernel<256><<<grid, kQuantizeWarps * 32, 0, stream>>>(values, blocks, q, d, nullptr, bsum);
+  if (blocks > 0) {
+    const auto grid = static_cast<unsigned>((blocks + kQuantizeWarps - 1) / kQuantizeWarps);
+    if (block == 32)
+      quantize_act_kernel<32><<<grid, kQuantizeWarps * 32, 0, stream>>>(values, blocks, o);
+    else
+      quantize_act_kernel<256><<<grid, kQuantizeWarps * 32, 0, stream>>>(values, blocks, o);
+    CUDA_CHECK(cudaGetLastError());
   }
-  CUDA_CHECK(cudaGetLastError());
-  return a;
+  return act_q8_view(o, cols);
 }
 
 }  // namespace

@@ -18,6 +18,11 @@ namespace ragkv {
 // (quant_dot::act_block of the weight's type; cols a multiple of it).
 size_t act_q8_bytes(int block, int64_t n, int64_t cols);
 
+// The arrays of those blocks in `work` (256-byte aligned), and the same read-only: for kernels that
+// write the blocks themselves (rms-norm.cu's fused norm).
+quant_dot::ActQ8Out act_q8_outputs(int block, int64_t n, int64_t cols, void* work);
+quant_dot::ActQ8 act_q8_view(const quant_dot::ActQ8Out& blocks, int64_t cols);
+
 // x [n][cols] f32 → activation blocks in `work` (act_q8_bytes of it, 256-byte aligned): q, d and
 // dsum (block 32) or bsum (block 256), exactly the CPU's quantize_act32 / quantize_act256 values.
 quant_dot::ActQ8 quantize_act_q8_cuda(const float* x, int64_t n, int64_t cols, int block, void* work,

@@ -150,6 +150,15 @@ RAGKV_HD int8_t act_round(float v) {
 #endif
 }
 
+// The arrays of ActQ8 (below) as a kernel writes them (int8-gemv.cuh's act_q8_outputs,
+// act-quantize.cuh).
+struct ActQ8Out {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  float* dsum = nullptr;
+  int16_t* bsum = nullptr;
+};
+
 // The activation blocks of one matrix on the device (layout above). One format per weight type:
 // 32-value blocks with dsum for the legacy types, 256-value blocks with bsum for the K-quants.
 struct ActQ8 {

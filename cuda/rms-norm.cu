@@ -10,11 +10,15 @@
 // them only after the block-wide sum is complete. For the same reason x and y carry no
 // __restrict__.
 //
-// add_rms_norm_f32_cuda fuses the residual add before it (x += y, then the norm of the new x).
+// add_rms_norm_f32_cuda fuses the residual add before it (x += y, then the norm of the new x);
+// add_rms_norm_q8_cuda also quantises xn, as it is written, into the 8-bit activation blocks of the
+// decode product that reads it next (act-quantize.cuh, the blocks int8-gemv.cu's quantize_act would
+// make of xn): one launch instead of two, twice per layer of a decode step on quantised weights.
 //
 // Numerics against the CPU reference (core/backend/cpu-backend.cpp, which sums in double): the sum of
 // squares is a float tree reduction here, within a few ulp of the double sum for the row lengths
 // the models use; then inv = 1 / sqrt(ss / n + eps) and y = x · inv · w in the same order.
+#include "cuda/act-quantize.cuh"
 #include "cuda/block-reduce.cuh"
 #include "cuda/cuda-check.h"
 #include "cuda/rms-norm.cuh"
@@ -68,7 +72,69 @@ __global__ void add_rms_norm_f32_kernel(float* x, const float* __restrict__ y, c
   for (int64_t j = threadIdx.x; j < cols; j += kBlock) nr[j] = xr[j] * inv * w[j];
 }
 
+// add_rms_norm_f32_kernel, then xn's values in blocks of B (32 or 256; cols a multiple of B): warp
+// k of the block takes blocks k, k + kBlock / 32, … of the row, each lane computing its B / 32
+// values of xn with the expression above (the same bits), storing them and quantising the block
+// (quantize_act_block: the blocks quantize_act makes of the stored xn, bit for bit). A value is
+// read from x and written to xn by the same lane, so xn may alias x.
+template <int kBlock, int B>
+__global__ void add_rms_norm_q8_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w, float* xn,
+                                       int64_t cols, float eps, const ActQ8Out q8) {
+  static_assert(kBlock % 32 == 0 && kBlock <= 1024, "block must be whole warps");
+  constexpr int V = B / 32;
+  const int64_t row = blockIdx.x;
+  float* xr = x + row * cols;
+  const float* yr = y + row * cols;
+  float* nr = xn + row * cols;
+
+  float ss = 0.f;
+  for (int64_t j = threadIdx.x; j < cols; j += kBlock) {
+    const float v = xr[j] + yr[j];
+    xr[j] = v;
+    ss += v * v;
+  }
+  __shared__ float partial[kBlock / 32];
+  ss = block_reduce<kBlock>(ss, partial);
+  __syncthreads();  // x's new values, stored by other threads, are read below
+
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+  const int lane = threadIdx.x % 32;
+  const int64_t blocks = cols / B;
+  for (int64_t b = threadIdx.x / 32; b < blocks; b += kBlock / 32) {  // whole warps: the shuffles see 32 lanes
+    const int64_t first = b * B + lane * V;
+    float v[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      v[i] = xr[first + i] * inv * w[first + i];
+      nr[first + i] = v[i];
+    }
+    quantize_act_block<B>(v, lane, row * blocks + b, q8);
+  }
+}
+
+template <int B>
+void add_rms_norm_q8_launch(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
+                            const ActQ8Out& q8, cudaStream_t stream) {
+  // The thread count of add_rms_norm_f32_cuda: the sum of squares in the same order.
+  if (cols < 1024)
+    add_rms_norm_q8_kernel<32, B><<<static_cast<unsigned>(rows), 32, 0, stream>>>(x, y, w, xn, cols, eps, q8);
+  else
+    add_rms_norm_q8_kernel<256, B><<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, y, w, xn, cols, eps, q8);
+}
+
 }  // namespace
+
+void add_rms_norm_q8_cuda(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
+                          int block, const quant_dot::ActQ8Out& q8, cudaStream_t stream) {
+  if ((block != 32 && block != 256) || cols % block != 0)
+    cuda_internal_fail("add_rms_norm_q8_cuda: blocks of 32 or 256 values dividing the row");
+  if (rows == 0 || cols == 0) return;
+  if (block == 32)
+    add_rms_norm_q8_launch<32>(x, y, w, xn, rows, cols, eps, q8, stream);
+  else
+    add_rms_norm_q8_launch<256>(x, y, w, xn, rows, cols, eps, q8, stream);
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void add_rms_norm_f32_cuda(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
                            cudaStream_t stream) {

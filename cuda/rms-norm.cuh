@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "cuda/quant-dot.cuh"
+
 namespace ragkv {
 
 // y[r][j] = x[r][j] / sqrt(mean_j(x[r][j]²) + eps) · w[j] for every row r of a row-major
@@ -15,5 +17,11 @@ void rms_norm_f32_cuda(const float* x, const float* w, float* y, int64_t rows, i
 // rms_norm_f32_cuda. y overlaps neither x nor xn; xn may alias x.
 void add_rms_norm_f32_cuda(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
                            cudaStream_t stream);
+
+// The same x and xn, and xn's 8-bit activation blocks of `block` values (32 or 256, dividing cols)
+// into q8 (int8-gemv.cuh's act_q8_outputs for rows × cols): what quantize_act_q8_cuda then makes
+// of xn, bit for bit, in the same pass.
+void add_rms_norm_q8_cuda(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
+                          int block, const quant_dot::ActQ8Out& q8, cudaStream_t stream);
 
 }  // namespace ragkv

@@ -135,6 +135,15 @@ TEST_CASE("cpu backend: rms_norm, glu and add equal their formulas") {
   CHECK_THROWS_AS(b->add_rms_norm(B2.slice_rows(0, rows), B2.slice_rows(1, rows), *W, 1e-6f, AN), ragkv::Error);
   CHECK_THROWS_AS(b->add_rms_norm(A, B2.slice_rows(0, rows), *W, 1e-6f, B2.slice_rows(1, rows)), ragkv::Error);
   CHECK_THROWS_AS(b->add_rms_norm(A, U.slice_rows(0, rows - 1), *W, 1e-6f, AN), ragkv::Error);
+  // The next product named (a hint the CPU backend does not use): the same results; a weight that
+  // does not take xn's rows is refused.
+  auto next_values = random_vec(3 * cols, 10), wrong_values = random_vec(cols + 1, 11);
+  const auto next = weight_from(*b, next_values, 3, cols), wrong = weight_from(*b, wrong_values, 1, cols + 1);
+  Tensor H = upload(*b, x, rows, cols), HN = b->alloc(DType::f32, rows, cols);
+  b->add_rms_norm(H, U, *W, 1e-6f, HN, {next.get(), ragkv::Activations::block8});
+  CHECK(download(*b, H) == download(*b, S));
+  CHECK(download(*b, HN) == download(*b, SN));
+  CHECK_THROWS_AS(b->add_rms_norm(H, U, *W, 1e-6f, HN, {wrong.get(), ragkv::Activations::block8}), ragkv::Error);
 }
 
 TEST_CASE("cpu backend: glu_ffn is matmul_parts, swiglu or geglu, then matmul, exactly, and checks its weights") {

@@ -777,6 +777,106 @@ RandomFfn random_ffn(Backend& b, const FfnCase& c, uint32_t& seed) {
 
 }  // namespace
 
+// add_rms_norm told the decode product that reads xn next (NextProduct) quantises xn for it as it
+// writes it (cuda/rms-norm.cu's add_rms_norm_q8), and the product takes those blocks instead of
+// quantising xn again: x, xn and the product must be the unhinted ops' bit for bit — 32- and
+// 256-value blocks, the one-warp and 256-thread norms (rows under and over 1,024 values), 1 to 8
+// rows, xn in place, a stack (QKV-like, a Q6_K part after Q4_K ones), and glu_ffn's gate/up product.
+// The blocks must be used where they apply, and never after an op that may have changed xn, by
+// another weight's product, or where a stack's parts read both block sizes.
+TEST_CASE("cuda: add_rms_norm with the next product named prepares that product's operand, bit for bit") {
+  if (gpu_missing()) return;
+  Backends be;
+  const auto& cuda = static_cast<const ragkv::CudaBackend&>(*be.gpu);
+  const auto block8 = ragkv::Activations::block8;
+  uint32_t seed = 5100;
+  struct Case {
+    std::vector<GgmlType> parts;
+    int64_t in, n;
+    bool fused;  // one block size: the prepared blocks apply
+  };
+  const Case cases[] = {{{GgmlType::Q4_K}, 256, 1, true},           {{GgmlType::Q4_K}, 2048, 3, true},
+                        {{GgmlType::Q4_0}, 256, 8, true},           {{GgmlType::Q8_0}, 1024, 2, true},
+                        {{GgmlType::Q6_K}, 512, 5, true},           {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, 1024, 1, true},
+                        {{GgmlType::Q4_0, GgmlType::Q4_K}, 256, 2, false}, {{GgmlType::Q4_K}, 256, 9, false}};
+  for (const Case& c : cases) {
+    CAPTURE(c.in);
+    CAPTURE(c.n);
+    CAPTURE(c.parts.size());
+    const std::string first_type = ragkv::ggml_type_name(c.parts[0]);
+    CAPTURE(first_type);
+    const auto x = random_values(size_t(c.n * c.in), ++seed), y = random_values(size_t(c.n * c.in), ++seed);
+    const auto norm_values = random_values(size_t(c.in), ++seed);
+    const std::unique_ptr<Weight> norm = be.gpu->load_weight(f32_vector("blk.0.attn_norm.weight", norm_values));
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<ragkv::GgufTensor> tensors;
+    const int64_t rows = 96;
+    for (size_t p = 0; p < c.parts.size(); ++p) bytes.push_back(random_matrix_bytes(c.parts[p], rows, c.in, ++seed));
+    for (size_t p = 0; p < c.parts.size(); ++p)
+      tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p) + ".weight", c.parts[p], rows, c.in, bytes[p]));
+    std::vector<const ragkv::GgufTensor*> parts;
+    for (const auto& t : tensors) parts.push_back(&t);
+    const std::unique_ptr<Weight> w = be.gpu->load_weight_stack(parts, "blk.0.stack");
+    const auto other_bytes = random_matrix_bytes(c.parts[0], rows, c.in, ++seed);
+    const std::unique_ptr<Weight> other =
+        be.gpu->load_weight(matrix_tensor("blk.0.other.weight", c.parts[0], rows, c.in, other_bytes));
+    const int64_t out = w->out_features;
+    // between(xn): an op run between the norm and the product (none, or one that changes xn).
+    const auto run = [&](bool hint, bool in_place, const Weight& product,
+                         const std::function<void(const Tensor&)>& between) {
+      Tensor tx = make_tensor(*be.gpu, DType::f32, c.n, c.in, x), ty = make_tensor(*be.gpu, DType::f32, c.n, c.in, y);
+      Tensor tn = in_place ? tx : be.gpu->alloc(DType::f32, c.n, c.in);
+      Tensor ty_out = be.gpu->alloc(DType::f32, c.n, out);
+      be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, tn, hint ? ragkv::NextProduct{w.get(), block8} : ragkv::NextProduct{});
+      if (between) between(tn);
+      be.gpu->matmul(tn, product, ty_out, nullptr, block8);
+      return std::vector<std::vector<float>>{download_values(*be.gpu, tx), download_values(*be.gpu, tn),
+                                             download_values(*be.gpu, ty_out)};
+    };
+    const std::function<void(const Tensor&)> none;
+    for (const bool in_place : {false, true}) {
+      CAPTURE(in_place);
+      const int64_t used = cuda.prepared_operands_used();
+      const auto hinted = run(true, in_place, *w, none);
+      CHECK(cuda.prepared_operands_used() - used == (c.fused ? 1 : 0));
+      const auto plain = run(false, in_place, *w, none);
+      CHECK(hinted == plain);
+    }
+    // An op between them that changes xn: the product quantises xn again.
+    const auto doubled = [&](const Tensor& tn) { be.gpu->add(tn, tn); };
+    const int64_t used = cuda.prepared_operands_used();
+    const auto changed = run(true, false, *w, doubled);
+    CHECK(changed == run(false, false, *w, doubled));
+    // Another weight's product (the same shape): not its operand.
+    const auto elsewhere = run(true, false, *other, none);
+    CHECK(elsewhere == run(false, false, *other, none));
+    CHECK(cuda.prepared_operands_used() == used);
+  }
+  // glu_ffn's gate/up product takes the blocks prepared for the stack.
+  for (const FfnCase& c : {FfnCase{GgmlType::Q4_K, 256, 768, 1}, FfnCase{GgmlType::Q8_0, 256, 512, 4}}) {
+    const std::string type_name = ragkv::ggml_type_name(c.type);
+    CAPTURE(type_name);
+    const RandomFfn f = random_ffn(*be.gpu, c, seed);
+    const auto x = random_values(size_t(c.n * c.in), ++seed), y = random_values(size_t(c.n * c.in), ++seed);
+    const std::unique_ptr<Weight> norm =
+        be.gpu->load_weight(f32_vector("blk.0.ffn_norm.weight", random_values(size_t(c.in), ++seed)));
+    const auto run = [&](bool hint) {
+      Tensor tx = make_tensor(*be.gpu, DType::f32, c.n, c.in, x), ty = make_tensor(*be.gpu, DType::f32, c.n, c.in, y);
+      Tensor tn = be.gpu->alloc(DType::f32, c.n, c.in), proj = be.gpu->alloc(DType::f32, c.n, c.in);
+      Tensor gate = be.gpu->alloc(DType::f32, c.n, c.ff), up = be.gpu->alloc(DType::f32, c.n, c.ff);
+      be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, tn,
+                           hint ? ragkv::NextProduct{f.gate_up.get(), block8} : ragkv::NextProduct{});
+      be.gpu->glu_ffn(tn, *f.gate_up, *f.down, gate, up, proj, false, block8);
+      return std::vector<std::vector<float>>{download_values(*be.gpu, tx), download_values(*be.gpu, tn),
+                                             download_values(*be.gpu, proj)};
+    };
+    const int64_t used = cuda.prepared_operands_used();
+    const auto hinted = run(true);
+    CHECK(cuda.prepared_operands_used() - used == 1);
+    CHECK(hinted == run(false));
+  }
+}
+
 // The prefill FFN in one pass over its intermediate, and a decode step's GLU quantised on the way
 // into the down projection's 8-bit blocks (cuda/cuda-ffn.cpp): bit for bit the three ops they
 // replace, f16, Q4_K and Q8_0 weights (both activation block sizes), SwiGLU and GeGLU, f32 and

@@ -342,7 +342,8 @@ void Backend::add(const Tensor& a, const Tensor& b) {
   add_impl(a, b);
 }
 
-void Backend::add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
+void Backend::add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn,
+                           NextProduct next) {
   check_f32_pair(y, x, "add_rms_norm", "y", "x");
   check_f32_pair(x, xn, "add_rms_norm", "x", "xn");
   check_weight(w, "add_rms_norm");
@@ -351,7 +352,13 @@ void Backend::add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, fl
   check_disjoint(y, xn, "add_rms_norm", "y", "xn");
   check_supported(BackendOp::add, x.dtype);
   check_supported(BackendOp::rms_norm, x.dtype);
-  add_rms_norm_impl(x, y, w, eps, xn);
+  if (next.weight) {
+    check_weight(*next.weight, "add_rms_norm (next product)");
+    if (next.weight->in_features != x.cols)
+      fail("add_rms_norm: the next product's weight {} takes {} values per row, xn has {}", next.weight->name,
+           next.weight->in_features, x.cols);
+  }
+  add_rms_norm_impl(x, y, w, eps, xn, next);
 }
 
 void Backend::check_scatter(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows, const char* op) const {

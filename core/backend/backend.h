@@ -43,6 +43,16 @@ enum class WeightMemory : uint8_t { copy, in_place, kernel_layout };
 // CPU backend does; weights marked Weight::wide_activations never are).
 enum class Activations : uint8_t { f32, block8 };
 
+class Weight;
+
+// The product that will read an op's output next, named to the op as a hint: a backend may prepare
+// that product's operand in the same pass (the CUDA backend quantises a decode step's xn into the
+// 8-bit blocks of a quantised weight as it writes it). The results are the same with or without.
+struct NextProduct {
+  const Weight* weight = nullptr;  // none: no hint
+  Activations act = Activations::f32;
+};
+
 class Backend;
 
 // Owned memory of one backend; freed through the backend that allocated it.
@@ -313,8 +323,11 @@ class Backend {
   void add(const Tensor& a, const Tensor& b);
   // x += y, then xn = rms_norm(x) · w: add then rms_norm, as one pass where the backend fuses them
   // (the residual add before a layer's FFN norm). Exactly add's and rms_norm's results. y
-  // overlaps neither x nor xn; xn may alias x.
-  void add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn);
+  // overlaps neither x nor xn; xn may alias x. `next`: the product of xn that comes next (its
+  // weight takes x.cols values), where the caller knows it — the next op on this backend, with
+  // xn as its input (matmul, matmul_parts or glu_ffn), at those activations.
+  void add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn,
+                    NextProduct next = {});
   // dst rows[rows[i]] = src row i, converting f32 → dst dtype (KV scatter). A row named twice
   // keeps the last write. src and dst must not overlap.
   void scatter_rows(const Tensor& src, const Tensor& dst, std::span<const int32_t> rows);
@@ -393,8 +406,10 @@ class Backend {
   // Unfused by default: matmul_impl into gate and up, swiglu_impl / geglu_impl into gate, matmul_impl.
   virtual void glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const Weight& w_down, const Tensor& gate,
                             const Tensor& up, const Tensor& proj, bool gelu, Activations act);
-  // Unfused by default: add_impl, then rms_norm_impl.
-  virtual void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn) {
+  // Unfused by default: add_impl, then rms_norm_impl (the hint unused).
+  virtual void add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn,
+                                 NextProduct next) {
+    (void)next;
     add_impl(x, y);
     rms_norm_impl(x, w, eps, xn);
   }

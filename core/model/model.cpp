@@ -170,12 +170,13 @@ void Model::layer_output_ffn(int l, int64_t n, Workspace& ws) const {
   const Tensor x = ws.x.slice_rows(0, n), xn = ws.xn.slice_rows(0, n), proj = ws.proj.slice_rows(0, n);
   b.matmul(ws.attn.slice_rows(0, n), *w.wo, proj, nullptr, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_attn_norm, c.norm_eps, proj);
-  b.add_rms_norm(x, proj, *w.ffn_norm, c.norm_eps, xn);  // x += proj; xn = norm(x)
+  b.add_rms_norm(x, proj, *w.ffn_norm, c.norm_eps, xn, {w.w_gate_up.get(), ws.act});  // x += proj; xn = norm(x)
 
   b.glu_ffn(xn, *w.w_gate_up, *w.w_down, ws.gate.slice_rows(0, n), ws.up.slice_rows(0, n), proj, c.gelu, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_ffn_norm, c.norm_eps, proj);
   if (l + 1 < c.n_layer) {  // the residual add and the next layer's attention norm in one pass
-    b.add_rms_norm(x, proj, *layers_[size_t(l) + 1].attn_norm, c.norm_eps, xn);
+    const LayerWeights& next = layers_[size_t(l) + 1];
+    b.add_rms_norm(x, proj, *next.attn_norm, c.norm_eps, xn, {next.wqkv.get(), ws.act});
     ws.xn_layer = l + 1;
     ws.xn_rows = n;
   } else {
