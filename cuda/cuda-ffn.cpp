@@ -46,6 +46,12 @@ void CudaBackend::glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const 
   const CudaWeight& cgu = cuda_weight(w_gate_up);
   const CudaWeight& cd = cuda_weight(w_down);
   const int64_t n = xn.rows, in = cgu.in_features, ff = cd.in_features, out = cd.out_features;
+  // Operand blocks prepared for the gate/up product (add_rms_norm's hint) are its nested matmul's
+  // to take; whatever path runs, none outlives this op (it writes gate, up and proj).
+  struct DropPrepared {
+    PreparedOperand& p;
+    ~DropPrepared() { p = {}; }
+  } drop{prepared_};
   if (step_op(StepOp::glu_ffn, {step_key(xn), step_key(w_gate_up), step_key(w_down), step_key(gate),
                step_key(up), step_key(proj), gelu, uint64_t(act)}))
     return;

@@ -138,14 +138,15 @@ def llama_ratios(out, rows, missing):
     ratios = []
     for lb_file, ours_file in LLAMA_PAIRS.items():
         mine = [r for r in rows if r["file"] == lb_file]
-        ours = (load_run(out, ours_file, [])[0] or {}).get("results", [])
+        ours_data, note = load_run(out, ours_file, [])
+        ours = (ours_data or {}).get("results", [])
         if not mine or not ours:
             continue
         o = ours[0]
         pp = [r for r in mine if r["test"] == "prefill" and r["n_prompt"] == o["prompt_tokens"] and not r["n_depth"]]
         tg = [r for r in mine if r["test"] == "decode" and r["n_depth"] == o["prompt_tokens"]]
         tg_depth0 = [r for r in mine if r["test"] == "decode" and not r["n_depth"]]
-        entry = {"llama_bench": lb_file, "ours": ours_file}
+        entry = {"llama_bench": lb_file, "ours": ours_file + note}
         if pp:
             entry["prefill_ratio"] = o["prefill_tokens_per_s"] / pp[0]["tokens_per_s"]
         if tg or tg_depth0:

@@ -820,13 +820,12 @@ TEST_CASE("cuda: add_rms_norm with the next product named prepares that product'
     const auto other_bytes = random_matrix_bytes(c.parts[0], rows, c.in, ++seed);
     const std::unique_ptr<Weight> other =
         be.gpu->load_weight(matrix_tensor("blk.0.other.weight", c.parts[0], rows, c.in, other_bytes));
-    const int64_t out = w->out_features;
     // between(xn): an op run between the norm and the product (none, or one that changes xn).
     const auto run = [&](bool hint, bool in_place, const Weight& product,
                          const std::function<void(const Tensor&)>& between) {
       Tensor tx = make_tensor(*be.gpu, DType::f32, c.n, c.in, x), ty = make_tensor(*be.gpu, DType::f32, c.n, c.in, y);
       Tensor tn = in_place ? tx : be.gpu->alloc(DType::f32, c.n, c.in);
-      Tensor ty_out = be.gpu->alloc(DType::f32, c.n, out);
+      Tensor ty_out = be.gpu->alloc(DType::f32, c.n, product.out_features);
       be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, tn, hint ? ragkv::NextProduct{w.get(), block8} : ragkv::NextProduct{});
       if (between) between(tn);
       be.gpu->matmul(tn, product, ty_out, nullptr, block8);
