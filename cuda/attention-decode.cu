@@ -17,6 +17,9 @@
 //   cudaMallocAsync on the stream).
 // Combine kernel, one block per (query row, head), head_dim threads: M = max over ranges of m,
 // L = Σ l_r · exp(m_r − M), O = Σ O_r · exp(m_r − M), out = O / L (0 when no key is visible: L = 0).
+// With AttentionArgs::q8_block (a decode step whose output the O projection reads next on 8-bit
+// blocks), one block per (query row, max(1, B / head_dim) heads): the same values, then quantised
+// block by block as they are stored (act-quantize.cuh) — the product's quantisation launch saved.
 //
 // With n_kv_device (a replayed step graph) the key count is read on the device and the grid covers
 // AttentionArgs::n_kv, a bound on it: a range past the count scores no key (m = −∞, l = 0, O = 0),
@@ -33,6 +36,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/act-quantize.cuh"
 #include "cuda/attention-decode.cuh"
 #include "cuda/cuda-check.h"
 
@@ -176,11 +180,10 @@ __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(AttentionArg
   }
 }
 
+// Output value d of vector vh = row · n_head + head from the ranges' partial sums.
 template <int D>
-__global__ void __launch_bounds__(D) decode_combine_kernel(AttentionArgs p, int n_ranges, const float* __restrict__ part_o,
-                                                           const float* __restrict__ part_ml) {
-  const int64_t vh = blockIdx.x;  // row · n_head + head
-  const int d = threadIdx.x;
+__device__ __forceinline__ float combine_ranges(const AttentionArgs& p, int n_ranges, const float* __restrict__ part_o,
+                                                const float* __restrict__ part_ml, int64_t vh, int d) {
   const int64_t stride = p.n_q * p.n_head;
   float m = -CUDART_INF_F;
   for (int r = 0; r < n_ranges; ++r) m = fmaxf(m, part_ml[2 * (r * stride + vh)]);
@@ -191,8 +194,68 @@ __global__ void __launch_bounds__(D) decode_combine_kernel(AttentionArgs p, int 
     l = fmaf(part_ml[2 * (r * stride + vh) + 1], w, l);
     o = fmaf(part_o[(r * stride + vh) * D + d], w, o);
   }
+  return l > 0.f ? o / l : 0.f;
+}
+
+template <int D>
+__global__ void __launch_bounds__(D) decode_combine_kernel(AttentionArgs p, int n_ranges, const float* __restrict__ part_o,
+                                                           const float* __restrict__ part_ml) {
+  const int64_t vh = blockIdx.x;  // row · n_head + head
+  const int d = threadIdx.x;
   const int64_t row = vh / p.n_head, head = vh % p.n_head;
-  p.out[row * shape_of(p).q_cols + head * D + d] = l > 0.f ? o / l : 0.f;
+  p.out[row * shape_of(p).q_cols + head * D + d] = combine_ranges<D>(p, n_ranges, part_o, part_ml, vh, d);
+}
+
+// Heads per block of the quantising combine: a whole number of B-value blocks per block.
+constexpr int combine_heads(int D, int B) { return B > D ? B / D : 1; }
+
+// The combine with the output quantised (q8_block = B): block b covers vectors
+// [b · H, (b + 1) · H) of one row (n_head · D is a multiple of B, so n_head of H), thread t value
+// t % D of vector b · H + t / D — the row's H · D consecutive output values. B = 32: warp w holds
+// one block, a value per lane, as quantize_act_block<32> takes it; B = 256 (H · D = 256): the
+// values through shared memory to warp 0, eight per lane.
+template <int D, int B>
+__global__ void __launch_bounds__(D * combine_heads(D, B))
+    decode_combine_q8_kernel(AttentionArgs p, int n_ranges, const float* __restrict__ part_o,
+                             const float* __restrict__ part_ml) {
+  constexpr int H = combine_heads(D, B);
+  const int t = threadIdx.x;
+  const int64_t vh = int64_t(blockIdx.x) * H + t / D;
+  const int d = t % D;
+  const int64_t row = vh / p.n_head, head = vh % p.n_head;
+  const float value = combine_ranges<D>(p, n_ranges, part_o, part_ml, vh, d);
+  const int64_t at = row * shape_of(p).q_cols + head * D + d;  // flat index in out [n_q][q_cols]
+  p.out[at] = value;
+  const int lane = t % 32;
+  if constexpr (B == 32) {
+    const float v[1] = {value};
+    quantize_act_block<32>(v, lane, at / 32, p.q8);  // the warp's 32 values: one block
+  } else {
+    static_assert(B == 256 && H * D == 256, "a 256-value block per CUDA block");
+    __shared__ float values[256];
+    values[t] = value;
+    __syncthreads();
+    if (t < 32) {
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = values[lane * 8 + i];
+      quantize_act_block<256>(v, lane, (at - t) / 256, p.q8);
+    }
+  }
+}
+
+template <int D>
+void launch_combine(const AttentionArgs& p, int n_ranges, const float* part_o, const float* part_ml,
+                    cudaStream_t stream) {
+  const int64_t vectors = p.n_q * p.n_head;
+  if (p.q8_block == 0) {
+    decode_combine_kernel<D><<<unsigned(vectors), D, 0, stream>>>(p, n_ranges, part_o, part_ml);
+  } else if (p.q8_block == 32) {
+    decode_combine_q8_kernel<D, 32><<<unsigned(vectors), D, 0, stream>>>(p, n_ranges, part_o, part_ml);
+  } else {
+    constexpr int H = combine_heads(D, 256);
+    decode_combine_q8_kernel<D, 256><<<unsigned(vectors / H), D * H, 0, stream>>>(p, n_ranges, part_o, part_ml);
+  }
 }
 
 template <int D, typename T>
@@ -208,7 +271,7 @@ void launch(const AttentionArgs& p, cudaStream_t stream) {
   float* part_ml = work + slots * D;
   decode_partial_kernel<D, T><<<dim3(unsigned(p.n_kv_head), unsigned(n_ranges)), kSplitKeys, 0, stream>>>(p, part_o, part_ml);
   CUDA_CHECK(cudaGetLastError());
-  decode_combine_kernel<D><<<unsigned(p.n_q * p.n_head), D, 0, stream>>>(p, int(n_ranges), part_o, part_ml);
+  launch_combine<D>(p, int(n_ranges), part_o, part_ml, stream);
   CUDA_CHECK(cudaGetLastError());
   if (own) CUDA_CHECK(cudaFreeAsync(work, stream));
 }

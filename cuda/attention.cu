@@ -509,6 +509,12 @@ void attention_cuda(const AttentionArgs& a, cudaStream_t stream) {
     attention_fail("attention_cuda: key totals and segment mass are exclusive");
   if (a.n_kv_device != nullptr && attention_route(a) != AttentionRoute::split_k)
     attention_fail("attention_cuda: a key count on the device is for the split-K route only");
+  if (a.q8_block != 0 &&
+      (attention_route(a) != AttentionRoute::split_k || (a.q8_block != 32 && a.q8_block != 256) ||
+       (int64_t(a.n_head) * hd) % a.q8_block != 0 || a.q8.q == nullptr || a.q8.d == nullptr ||
+       (a.q8_block == 32 ? a.q8.dsum == nullptr : a.q8.bsum == nullptr)))
+    attention_fail("attention_cuda: 8-bit blocks of %d values of the output need the split-K route, a row of whole "
+                   "blocks and their arrays", a.q8_block);
   if (a.key_mass_first_row < 0 || a.key_mass_first_row > a.n_q || (a.key_mass_first_row > 0 && a.key_mass == nullptr))
     attention_fail("attention_cuda: key totals from query row %lld of %lld%s", (long long)a.key_mass_first_row,
                    (long long)a.n_q, a.key_mass == nullptr ? " without key_mass" : "");

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "cuda/quant-dot.cuh"
+
 namespace ragkv {
 
 // One attention call on device memory; the semantics are those of Backend::attention
@@ -65,6 +67,11 @@ struct AttentionArgs {
   // bound on it (the grid covers n_kv keys, ranges past the device count are empty and add exact
   // zeros), and k_pos must hold n_kv entries (those past the device count unread).
   const int32_t* n_kv_device = nullptr;
+  // Optional, split-K route only (q8_block 32 or 256, dividing n_head · head_dim): out's rows also
+  // quantised into the 8-bit activation blocks of the decode product that reads them next
+  // (act-quantize.cuh: the blocks int8-gemv.cu's quantize_act would make of out), [n_q] rows.
+  quant_dot::ActQ8Out q8;
+  int q8_block = 0;
 };
 
 // The kernel attention_cuda runs a checked call on: split-K (attention-decode.cu) for a few query

@@ -889,7 +889,7 @@ void CudaBackend::row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<c
 
 void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
                                  std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
-                                 const Tensor& out, SegmentMass* seg_mass) {
+                                 const Tensor& out, SegmentMass* seg_mass, NextProduct next) {
   const int64_t n_q = q.rows;
   const bool key_totals = seg_mass && seg_mass->key_totals;
   const int64_t n_seg = seg_mass && !key_totals ? int64_t(seg_mass->seg_begin.size()) - 1 : 0;
@@ -936,10 +936,19 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   // on the device, so that the step's kernels and copies keep their parameters for that many steps.
   const bool device_count = (capturing_ || replaying_) && route == AttentionRoute::split_k;
   const int64_t n_kv_bound = device_count ? (n_kv + kStepKeyBucket - 1) / kStepKeyBucket * kStepKeyBucket : n_kv;
+  // A decode product on 8-bit blocks reads out next: the split-K combine quantises it for that
+  // product as it stores it (room for the most rows such a product takes, as add_rms_norm's).
+  int q8_block = 0;
+  if (next.weight && route == AttentionRoute::split_k) {
+    q8_block = int8_operand_block(cuda_weight(*next.weight), *next.weight, n_q, next.act);
+    if (q8_block && out.cols % q8_block != 0) q8_block = 0;
+  }
+  if (q8_block)
+    grow_device_buffer(operand_q8_, operand_q8_bytes_, act_q8_bytes(q8_block, kQuantGemvMaxRows, out.cols));
   const bool replay = step_op(StepOp::attention, {step_key(q), step_key(k), step_key(v), step_key(out),
                                uint64_t(q_pos.size()), uint64_t(n_kv_bound), uint64_t(p.n_head),
                                uint64_t(p.n_kv_head), uint64_t(p.head_dim), step_key(p.scale), step_key(p.softcap),
-                               uint64_t(p.sliding_window), p.causal, uint64_t(route)});
+                               uint64_t(p.sliding_window), p.causal, uint64_t(route), uint64_t(q8_block)});
   const bool tensor_cores =
       route == AttentionRoute::mma || route == AttentionRoute::mma_key_mass || route == AttentionRoute::mma_segment_mass;
   if (tensor_cores) {  // then the mass pass's workspace, then the key ranges' partial sums of a split
@@ -988,6 +997,11 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   if (route == AttentionRoute::split_k) {  // partial sums in the work buffer (no allocation per call)
     a.decode_work_bytes = attention_decode_work_bytes(a);
     a.decode_work = work_reserve(a.decode_work_bytes);
+  }
+  if (q8_block) {  // after the uploads above, which drop any prepared operand
+    a.q8 = act_q8_outputs(q8_block, n_q, out.cols, operand_q8_);
+    a.q8_block = q8_block;
+    prepared_ = {out.data(), n_q, out.cols, next.weight, q8_block, act_q8_view(a.q8, out.cols)};
   }
   if (replay) return;
   const auto timed = profile(attention_profile_name(route), n_q);

@@ -193,9 +193,11 @@ class CudaBackend : public Backend {
   void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override;
   void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
                         const Tensor& out) override;
+  // On the split-K route, with a hint of a decode product on 8-bit blocks, out is quantised for
+  // it by the combine kernel (attention-decode.cu): prepared_.
   void attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
                       std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
-                      const Tensor& out, SegmentMass* seg_mass) override;
+                      const Tensor& out, SegmentMass* seg_mass, NextProduct next) override;
 
  private:
   int device_ = 0;
@@ -299,7 +301,8 @@ class CudaBackend : public Backend {
   // Drops the prepared operand (below) for every op but a product.
   bool step_op(StepOp op, std::initializer_list<uint64_t> args);
   void step_fold(std::initializer_list<uint64_t> words);  // more words of the op, as step_op
-  // A decode product's operand made by the op before it (add_rms_norm with a NextProduct hint):
+  // A decode product's operand made by the op before it (add_rms_norm or attention with a
+  // NextProduct hint):
   // xn's 8-bit activation blocks of `block` values in operand_q8_, valid for the one next op — the
   // product of exactly that tensor by that weight takes them (matmul_impl) instead of quantising
   // xn again; any other op drops them (step_op, and the ops that write device memory without it).

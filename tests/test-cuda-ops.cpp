@@ -2006,6 +2006,52 @@ TEST_CASE("cuda: attention through the backend matches the CPU (scattered rows, 
   }
 }
 
+// Attention told the decode product that reads its output next (NextProduct: a decode step's O
+// projection) quantises the output in split-K's combine (cuda/attention-decode.cu), and the product
+// takes those blocks: the output and the product must be the unhinted ones bit for bit — head
+// sizes 32 to 256 (one to eight heads per 256-value block), 32- and 256-value blocks, one and two
+// query rows. Under 257 keys (the tensor-core kernel, no combine) the blocks are not made.
+TEST_CASE("cuda: attention with the next product named prepares that product's operand, bit for bit") {
+  if (gpu_missing()) return;
+  using namespace ragkv::test;
+  Backends be;
+  const auto& cuda = static_cast<const ragkv::CudaBackend&>(*be.gpu);
+  const auto block8 = ragkv::Activations::block8;
+  struct Case {
+    ProblemSpec spec;
+    GgmlType type;
+    bool split;  // more than 256 keys: split-K
+  };
+  const Case cases[] = {{{"8B shape", 128, 32, 8, 1, 700}, GgmlType::Q4_K, true},
+                        {{"head 64, two rows", 64, 8, 2, 2, 1100}, GgmlType::Q4_K, true},
+                        {{"head 32, eight heads a block", 32, 16, 4, 1, 300}, GgmlType::Q6_K, true},
+                        {{"head 256", 256, 4, 1, 1, 520}, GgmlType::Q4_K, true},
+                        {{"legacy blocks", 128, 8, 8, 1, 400}, GgmlType::Q4_0, true},
+                        {{"window", 64, 8, 8, 1, 900, false, 128}, GgmlType::Q8_0, true},
+                        {{"tensor cores", 128, 8, 2, 1, 200}, GgmlType::Q4_K, false}};
+  uint32_t seed = 5300;
+  for (const Case& c : cases) {
+    CAPTURE(c.spec.what);
+    const AttentionProblem p = make_problem(c.spec, seed++);
+    const int64_t qc = int64_t(p.n_head) * p.head_dim, kvc = int64_t(p.n_kv_head) * p.head_dim;
+    const Tensor q = make_tensor(*be.gpu, DType::f32, p.n_q, qc, p.q);
+    const Tensor k = make_tensor(*be.gpu, DType::f16, p.n_kv, kvc, p.k), v = make_tensor(*be.gpu, DType::f16, p.n_kv, kvc, p.v);
+    const auto wo_bytes = random_matrix_bytes(c.type, 256, qc, ++seed);
+    const std::unique_ptr<Weight> wo = be.gpu->load_weight(matrix_tensor("blk.0.attn_output.weight", c.type, 256, qc, wo_bytes));
+    const auto run = [&](bool hint) {
+      const Tensor o = be.gpu->alloc(DType::f32, p.n_q, qc), y = be.gpu->alloc(DType::f32, p.n_q, 256);
+      be.gpu->attention(q, p.q_pos, k, v, p.k_pos, p.n_kv, p.params(), o, nullptr,
+                        hint ? ragkv::NextProduct{wo.get(), block8} : ragkv::NextProduct{});
+      be.gpu->matmul(o, *wo, y, nullptr, block8);
+      return std::vector<std::vector<float>>{download_values(*be.gpu, o), download_values(*be.gpu, y)};
+    };
+    const int64_t used = cuda.prepared_operands_used();
+    const auto hinted = run(true);
+    CHECK(cuda.prepared_operands_used() - used == (c.split ? 1 : 0));
+    CHECK(hinted == run(false));
+  }
+}
+
 // Key totals (SegmentMass::key_totals, prophet's question attention) through the backend: f16 K/V
 // go to the tensor-core attention and its key-total pass (cuda/attention-key-mass.cu), held to the
 // bounds derived from f16 rounding for the output (tests/attention-f16-bound.h) and each key's

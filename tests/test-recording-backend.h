@@ -58,7 +58,7 @@ class RecordingBackend : public Backend {
     ++impl_calls;
   }
   void attention_impl(const Tensor&, std::span<const int32_t>, const Tensor&, const Tensor&, std::span<const int32_t>,
-                      int64_t, const AttentionParams&, const Tensor&, SegmentMass*) override {
+                      int64_t, const AttentionParams&, const Tensor&, SegmentMass*, NextProduct) override {
     ++impl_calls;
   }
 };

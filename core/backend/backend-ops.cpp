@@ -115,6 +115,14 @@ void Backend::check_weight(const Weight& w, const char* op) const {
     fail("internal: {}: weight '{}' was not loaded by this backend ({})", op, w.name, name());
 }
 
+void Backend::check_next_product(NextProduct next, const Tensor& x, const char* op) const {
+  if (!next.weight) return;
+  check_weight(*next.weight, op);
+  if (next.weight->in_features != x.cols)
+    fail("internal: {}: the next product's weight '{}' takes {} values per row, the output has {}", op,
+         next.weight->name, next.weight->in_features, x.cols);
+}
+
 void Backend::check_supported(BackendOp op, DType dtype) const {
   if (!supports(op, dtype))
     fail("internal: the {} backend does not support {} on {}", name(), backend_op_name(op), dtype_name(dtype));
@@ -352,12 +360,7 @@ void Backend::add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, fl
   check_disjoint(y, xn, "add_rms_norm", "y", "xn");
   check_supported(BackendOp::add, x.dtype);
   check_supported(BackendOp::rms_norm, x.dtype);
-  if (next.weight) {
-    check_weight(*next.weight, "add_rms_norm (next product)");
-    if (next.weight->in_features != x.cols)
-      fail("add_rms_norm: the next product's weight {} takes {} values per row, xn has {}", next.weight->name,
-           next.weight->in_features, x.cols);
-  }
+  check_next_product(next, xn, "add_rms_norm");
   add_rms_norm_impl(x, y, w, eps, xn, next);
 }
 
@@ -439,7 +442,7 @@ void Backend::row_sq_dist(const Tensor& a, const Tensor& b, std::span<const int3
 
 void Backend::attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
                         std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p, const Tensor& out,
-                        SegmentMass* seg_mass) {
+                        SegmentMass* seg_mass, NextProduct next) {
   check_tensor(q, "attention", "q");
   check_tensor(k, "attention", "k");
   check_tensor(v, "attention", "v");
@@ -470,7 +473,8 @@ void Backend::attention(const Tensor& q, std::span<const int32_t> q_pos, const T
   check_disjoint(k, out, "attention", "k", "out");
   check_disjoint(v, out, "attention", "v", "out");
   check_supported(BackendOp::attention, k.dtype);
-  attention_impl(q, q_pos, k, v, k_pos, n_kv, p, out, seg_mass);
+  check_next_product(next, out, "attention");
+  attention_impl(q, q_pos, k, v, k_pos, n_kv, p, out, seg_mass, next);
 }
 
 }  // namespace ragkv

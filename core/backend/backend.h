@@ -355,10 +355,11 @@ class Backend {
   // Causal by position: a query at p sees keys at positions ≤ p (and inside the sliding window);
   // with p.causal == false every query sees all n_kv keys (positions unused, may be empty).
   // Grouped-query: query head h reads KV head h / (n_head / n_kv_head).
-  // out [n_q][n_head·head_dim] must not overlap q, k or v.
+  // out [n_q][n_head·head_dim] must not overlap q, k or v. `next`: the product of out that comes
+  // next, where the caller knows it (as add_rms_norm's).
   void attention(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
                  std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
-                 const Tensor& out, SegmentMass* seg_mass = nullptr);
+                 const Tensor& out, SegmentMass* seg_mass = nullptr, NextProduct next = {});
 
  protected:
   // What each backend implements. Called by the public functions above only after their checks,
@@ -419,7 +420,8 @@ class Backend {
                                 const Tensor& out) = 0;
   virtual void attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
                               const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
-                              const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) = 0;
+                              const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass,
+                              NextProduct next) = 0;
 
  private:
   // Error unless t is a view of this backend's memory (inside its storage).
@@ -430,6 +432,8 @@ class Backend {
                       const char* out_name) const;
   // Error unless w was loaded by this backend.
   void check_weight(const Weight& w, const char* op) const;
+  // Error unless next names no product, or one of this backend's weights that takes x's rows.
+  void check_next_product(NextProduct next, const Tensor& x, const char* op) const;
   // Error naming this backend unless it supports (op, dtype).
   void check_supported(BackendOp op, DType dtype) const;
   // scatter_rows's checks of one source and destination.

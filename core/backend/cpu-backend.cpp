@@ -294,7 +294,7 @@ class CpuBackend : public Backend {
 
   void attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k, const Tensor& v,
                       std::span<const int32_t> k_pos, int64_t n_kv, const AttentionParams& p,
-                      const Tensor& out, SegmentMass* seg_mass) override;
+                      const Tensor& out, SegmentMass* seg_mass, NextProduct next) override;
 
  private:
   int threads_ = 1;
@@ -328,13 +328,14 @@ class CpuBackend : public Backend {
 // sliding-window layers only their window. Non-causal attention goes to attention_all_visible.
 void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos, const Tensor& k,
                                 const Tensor& v, std::span<const int32_t> k_pos, int64_t n_kv,
-                                const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass) {
+                                const AttentionParams& p, const Tensor& out, SegmentMass* seg_mass,
+                                NextProduct /*next: a hint the CPU does not use*/) {
   if (seg_mass && seg_mass->key_totals) {
     // Every row's attention exactly as without mass (prophet's first pass asks a layer's own
     // attention for the totals). The totals of rows [first_query, n_q) by the reference: one
     // segment per key row over those rows (their output, computed again, dropped: the price of
     // the first computation's bits), then the sum over query rows and heads in double.
-    attention_impl(q, q_pos, k, v, k_pos, n_kv, p, out, nullptr);
+    attention_impl(q, q_pos, k, v, k_pos, n_kv, p, out, nullptr, {});
     const int64_t first = seg_mass->first_query, n_mass = q.rows - first;
     std::vector<double> total(size_t(n_kv), 0.0);
     if (n_mass > 0) {
@@ -345,7 +346,7 @@ void CpuBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos,
       unit.out = &per_key;
       const Tensor scratch = alloc(DType::f32, n_mass, out.cols);
       attention_impl(q.slice_rows(first, n_mass), p.causal ? q_pos.subspan(size_t(first)) : q_pos, k, v, k_pos, n_kv,
-                     p, scratch, &unit);
+                     p, scratch, &unit, {});
       for (int64_t qh = 0; qh < n_mass * p.n_head; ++qh)
         for (int64_t j = 0; j < n_kv; ++j) total[size_t(j)] += per_key[size_t(qh * n_kv + j)];
     }

@@ -153,14 +153,16 @@ void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace&
 
 void Model::layer_attend_ffn(int l, int64_t n, std::span<const int32_t> pos, const KvCache& kv,
                              int64_t n_kv, Workspace& ws, SegmentMass* seg_mass) const {
-  layer_attention(l, 0, n, pos, kv, n_kv, ws, seg_mass);
+  layer_attention(l, 0, n, pos, kv, n_kv, ws, seg_mass, /*projected_next=*/true);
   layer_output_ffn(l, n, ws);
 }
 
 void Model::layer_attention(int l, int64_t first, int64_t n, std::span<const int32_t> pos, const KvCache& kv,
-                            int64_t n_kv, Workspace& ws, SegmentMass* seg_mass) const {
+                            int64_t n_kv, Workspace& ws, SegmentMass* seg_mass, bool projected_next) const {
+  if (projected_next && first != 0) fail("internal: layer_attention: rows from {} are not projected next", first);
+  const NextProduct next = projected_next ? NextProduct{layers_[l].wo.get(), ws.act} : NextProduct{};
   backend_.attention(ws.q.slice_rows(first, n), pos, kv.k[l], kv.v[l], std::span(kv.pos).first(n_kv), n_kv,
-                     cfg_.attention(l), ws.attn.slice_rows(first, n), seg_mass);
+                     cfg_.attention(l), ws.attn.slice_rows(first, n), seg_mass, next);
 }
 
 void Model::layer_output_ffn(int l, int64_t n, Workspace& ws) const {
@@ -251,7 +253,7 @@ std::vector<float> Model::decode_step(std::span<const int32_t> ids, std::span<Kv
       if (n == 1) {  // one sequence: its new K/V row written with the rotation
         const int32_t row[1] = {int32_t(kvs[0]->n_used)};
         layer_qkv(l, 1, pos, ws, kvs[0], row);
-        layer_attention(l, 0, 1, pos, *kvs[0], kvs[0]->n_used + 1, ws);
+        layer_attention(l, 0, 1, pos, *kvs[0], kvs[0]->n_used + 1, ws, nullptr, /*projected_next=*/true);
       } else {
         layer_qkv(l, n, pos, ws);
         for (int64_t i = 0; i < n; ++i) {  // each sequence's new K/V row, then its attention alone

@@ -75,8 +75,11 @@ class Model {
                         int64_t n_kv, Workspace& ws, SegmentMass* seg_mass = nullptr) const;
   // layer_attend_ffn in two halves: attention of ws.q rows [first, first + n) at positions pos
   // into the same rows of ws.attn; then, for rows [0, n), the output projection, residual, FFN.
+  // projected_next: layer_output_ffn on those n rows (first 0) comes next — the backend is told
+  // (Backend::attention's NextProduct).
   void layer_attention(int l, int64_t first, int64_t n, std::span<const int32_t> pos, const KvCache& kv,
-                       int64_t n_kv, Workspace& ws, SegmentMass* seg_mass = nullptr) const;
+                       int64_t n_kv, Workspace& ws, SegmentMass* seg_mass = nullptr,
+                       bool projected_next = false) const;
   void layer_output_ffn(int l, int64_t n, Workspace& ws) const;
   // logits [n][n_vocab] (f32, host) of rows [first, first + n) of ws.x after the final norm.
   std::vector<float> logits(int64_t first, int64_t n, Workspace& ws) const;
