@@ -1,7 +1,7 @@
 // Split-K attention for decode steps and short questions (flash-decoding: Dao et al., "Flash-
 // Decoding for long-context inference", 2023): when a KV head has few query vectors (n_q · group
 // ≤ kDecodeMaxVectors) attention.cu's kernel would give it one block walking every key; here the
-// keys are split into ranges of kSplitKeys rows, one block per (KV head, range), and a second
+// keys, however many, are split into ranges of kSplitKeys rows, one block per (KV head, range), and a second
 // kernel combines the ranges' partial softmax sums. Same semantics and masks as attention.cu
 // (scale · q·k, softcap, then −∞ for keys past n_kv or invisible by position and window); no
 // segment mass or key totals (those calls keep attention.cu's kernel).
@@ -285,7 +285,10 @@ void launch_kv_type(const AttentionArgs& a, cudaStream_t stream) {
 }  // namespace
 
 bool attention_decode_applies(int64_t n_vec, int64_t n_kv, bool with_mass) {
-  return !with_mass && n_vec >= 1 && n_vec <= kDecodeMaxVectors && n_kv > kSplitKeys;
+  // Any number of keys: one range when there are few, so that a decode step takes this path from
+  // its first key to its last (its kernels and parameters stay those of one step graph, and its
+  // output can be quantised for the O projection in the combine).
+  return !with_mass && n_vec >= 1 && n_vec <= kDecodeMaxVectors && n_kv >= 1;
 }
 
 size_t attention_decode_work_bytes(const AttentionArgs& a) {

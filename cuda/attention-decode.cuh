@@ -14,7 +14,7 @@ namespace ragkv {
 constexpr int kDecodeMaxVectors = 8;
 
 // True when the split-K path takes the call: no segment mass or key totals, 1 to
-// kDecodeMaxVectors vectors per KV head, and more keys than one range.
+// kDecodeMaxVectors vectors per KV head, and at least one key.
 bool attention_decode_applies(int64_t n_vec, int64_t n_kv, bool with_mass);
 
 // The workspace the split-K path needs for a call: the ranges' partial outputs and (m, l) pairs.

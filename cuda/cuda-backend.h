@@ -377,7 +377,9 @@ class CudaBackend : public Backend {
   size_t upload_ring_min_ = size_t(1) << 20, upload_ring_max_ = size_t(64) << 20;
   bool upload_ring_failed_ = false;
   std::vector<void*> retired_rings_;  // pinned, freed at the next stream_synced()
-  void step_not_launched();  // forget device contents the lost graph would have written
+  // Forget device contents the lost graph would have written; count_failure: toward the three
+  // failures that turn graphs off.
+  void step_not_launched(bool count_failure = true);
   void free_deferred();
 
   // scatter_rows's and scatter_kv_rows's row indices on the device: destination rows [n], and

@@ -123,7 +123,13 @@ void CudaBackend::forget_repeated_uploads() {
 }
 
 bool CudaBackend::begin_step() {
-  if (!graphs_) return false;
+  if (!graphs_) {
+    if (!deferred_free_.empty()) {  // buffers the last failed captures replaced
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      free_deferred();
+    }
+    return false;
+  }
   // The previous step's graph has finished with the pinned buffer and the replaced buffers.
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   stream_synced();
@@ -199,15 +205,19 @@ bool CudaBackend::end_step() {
   }
   if (ok && cudaGraphLaunch(step_exec_, stream_) != cudaSuccess) ok = false;
   if (!ok) (void)cudaGetLastError();
+  // A pinned buffer too small for the step's uploads is no failure: the next step's capture gets
+  // one twice the size needed (begin_step).
+  const bool only_room = capture_failed_ && ended == cudaSuccess && graph != nullptr;
   if (graph) CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));
   if (!ok) {
-    step_not_launched();
+    step_not_launched(/*count_failure=*/!only_room);
     return false;
   }
   ++step_stats_.captured;
   // Replayed from the next step on once replay_after_ steps in a row were alike (two at first):
   // steps whose parameters change every time (attention on the tensor-core kernel, its key count
-  // a kernel argument, up to 256 keys) keep being captured instead of missing every other replay.
+  // a kernel argument, where more than kDecodeMaxVectors query vectors share a KV head) keep being
+  // captured instead of missing every other replay.
   const StepRecord step{step_signature_, capture_host_used_, step_buffers()};
   const bool alike = step.signature == recorded_step_.signature && step.pinned_used == recorded_step_.pinned_used &&
                      step.buffers == recorded_step_.buffers;
@@ -232,12 +242,12 @@ void CudaBackend::abort_step() {
   step_not_launched();
 }
 
-void CudaBackend::step_not_launched() {
+void CudaBackend::step_not_launched(bool count_failure) {
   // The lost graph's uploads never ran: the device holds what it held before them.
   forget_repeated_uploads();
   same_captures_ = 0;
   recorded_step_ = {};
-  if (++graph_failures_ == 3) {
+  if (count_failure && ++graph_failures_ == 3) {
     graphs_ = false;
     std::fprintf(stderr, "ragkv: %s: decode steps could not be launched as CUDA graphs 3 times; running them "
                  "unrecorded\n", name_.c_str());

@@ -588,8 +588,9 @@ TEST_CASE("cuda attention: per-segment attention mass") {
   run_cases(cases, 6000);
 }
 
-// Calls with at most kDecodeMaxVectors query vectors per KV head over more than 256 keys go to
-// the split-K kernels (attention-decode.cu): ranges of 256 keys, the last one partial or of one key.
+// Calls with at most kDecodeMaxVectors query vectors per KV head go to the split-K kernels
+// (attention-decode.cu), whatever the number of keys: ranges of 256 keys, the last one partial or
+// of one key, or a single range.
 TEST_CASE("cuda attention: split-K decode (few query vectors over many keys)") {
   if (gpu_missing()) return;
   const Case cases[] = {
@@ -602,6 +603,8 @@ TEST_CASE("cuda attention: split-K decode (few query vectors over many keys)") {
       {"non-causal", 64, 8, 8, 5, 1000, false, Layout::encoder},
       {"every key after the query", 64, 2, 2, 1, 300, true, Layout::before, 0, 0.f, false, 1000},
       {"257 keys: a last range of one key", 128, 8, 2, 1, 257, true, Layout::prefill},
+      {"decode of a short prompt: one range", 64, 8, 2, 1, 40, true, Layout::prefill},
+      {"one key", 128, 4, 4, 1, 1, true, Layout::prefill},
   };
   run_cases(cases, 7000);
 }
@@ -624,7 +627,7 @@ TEST_CASE("cuda attention: tensor-core kernel within the derived f16 bound") {
   uint32_t seed = 9000;
   for (const ProblemSpec& s : cases) run_mma_case(s, seed++, false, /*key_splits=*/1);  // unsplit, on any GPU
   // Through attention_cuda's routing: f16 K/V without mass go to the tensor-core kernel (a decode
-  // step's few vectors over more than 256 keys to split-K, which the bound holds too).
+  // step's few vectors to split-K, which the bound holds too).
   run_mma_case({"routed prefill, GQA 4, head_dim 128", 128, 16, 4, 1024, 1024}, seed++, true);
   run_mma_case({"routed recompute rows, GQA 4", 128, 32, 8, 600, 1000, true}, seed++, true);
   run_mma_case({"routed question rows, GQA 4", 128, 8, 2, 12, 700, true}, seed++, true);

@@ -173,13 +173,12 @@ TEST_CASE("cuda e2e: prefill over a cached prefix continues the whole prompt's p
 }
 
 // Step graphs (Backend::begin_step, on unless RAGKV_CUDA_GRAPHS=0): each decode step captured as
-// a CUDA graph and launched once, or replayed — the recorded graph launched again, the step's ops only staging their uploads
-// — runs the same kernels with the same arguments as op by op, so the logits must be the same bit
-// for bit: over steps that cross from the tensor-core kernel to split-K (more than 256 keys:
-// another graph topology, instantiated anew), over steps that cross a multiple of 1,024 keys
-// (split-K's grid bound in a step graph: a replay missed, the step run op by op, then captured
-// again), for one sequence and for a batch of two. The steps on split-K must be replayed, not
-// captured one by one.
+// a CUDA graph and launched once, or replayed — the recorded graph launched again, the step's ops
+// only staging their uploads — runs the same kernels with the same arguments as op by op, so the
+// logits must be the same bit for bit: over steps that cross 256 keys (split-K's second range of
+// keys), over steps that cross a multiple of 1,024 keys (split-K's grid bound in a step graph: a
+// replay missed, the step run op by op, then captured again), for one sequence and for a batch of
+// two. The steps must be replayed, not captured one by one.
 TEST_CASE("cuda graphs: decode steps launched as CUDA graphs give the op-by-op logits bit for bit") {
   if (gpu_missing()) return;
   const test::TempDir tmp("cuda-graphs");
@@ -235,8 +234,7 @@ TEST_CASE("cuda graphs: decode steps launched as CUDA graphs give the op-by-op l
         MESSAGE(type_name << ", " << prompt_tokens << " tokens, batch " << batch << ": " << captured << " steps captured, "
                           << replayed << " replayed, " << missed << " missed");
         CHECK(captured + replayed <= steps);  // the missed ones ran op by op
-        // Split-K from 257 keys on: the 1,000-token prompt's steps all but the first two and
-        // those around 1,024 keys, the 240-token one's past 258 keys.
+        // Split-K at every step: all but the first two steps and those around 1,024 keys.
         CHECK(replayed >= (prompt_tokens == 240 ? 18 : 30));
         CHECK(missed <= 3);  // the first step (another run's graph recorded) and one per 1,024 keys crossed
       }

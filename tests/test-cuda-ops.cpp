@@ -2010,7 +2010,8 @@ TEST_CASE("cuda: attention through the backend matches the CPU (scattered rows, 
 // projection) quantises the output in split-K's combine (cuda/attention-decode.cu), and the product
 // takes those blocks: the output and the product must be the unhinted ones bit for bit — head
 // sizes 32 to 256 (one to eight heads per 256-value block), 32- and 256-value blocks, one and two
-// query rows. Under 257 keys (the tensor-core kernel, no combine) the blocks are not made.
+// query rows, one key range and several. With more than 8 query vectors per KV head (the
+// tensor-core kernel, no combine) the blocks are not made.
 TEST_CASE("cuda: attention with the next product named prepares that product's operand, bit for bit") {
   if (gpu_missing()) return;
   using namespace ragkv::test;
@@ -2020,7 +2021,7 @@ TEST_CASE("cuda: attention with the next product named prepares that product's o
   struct Case {
     ProblemSpec spec;
     GgmlType type;
-    bool split;  // more than 256 keys: split-K
+    bool split;  // at most 8 query vectors per KV head: split-K
   };
   const Case cases[] = {{{"8B shape", 128, 32, 8, 1, 700}, GgmlType::Q4_K, true},
                         {{"head 64, two rows", 64, 8, 2, 2, 1100}, GgmlType::Q4_K, true},
@@ -2028,7 +2029,8 @@ TEST_CASE("cuda: attention with the next product named prepares that product's o
                         {{"head 256", 256, 4, 1, 1, 520}, GgmlType::Q4_K, true},
                         {{"legacy blocks", 128, 8, 8, 1, 400}, GgmlType::Q4_0, true},
                         {{"window", 64, 8, 8, 1, 900, false, 128}, GgmlType::Q8_0, true},
-                        {{"tensor cores", 128, 8, 2, 1, 200}, GgmlType::Q4_K, false}};
+                        {{"one key range", 64, 8, 2, 1, 100}, GgmlType::Q4_K, true},
+                        {{"tensor cores", 128, 8, 2, 3, 200}, GgmlType::Q4_K, false}};
   uint32_t seed = 5300;
   for (const Case& c : cases) {
     CAPTURE(c.spec.what);

@@ -80,9 +80,12 @@ AgreementFigures teacher_forced_agreement(const Model& reference, const Model& c
       f.top1_equal += argmax(l_cand) == next;
       ++f.steps;
       if (s + 1 == opt.steps) break;
-      // Both fed the reference's token (teacher forcing).
-      l_ref = reference.forward(std::span(&next, 1), kv_ref, ws_ref);
-      l_cand = candidate.forward(std::span(&next, 1), kv_cand, ws_cand);
+      // Both fed the reference's token (teacher forcing), as decoding runs it: Model::decode_step
+      // (8-bit activation blocks on quantised weights; on the CUDA backend the step graphs).
+      KvCache* const ref_seq[1] = {&kv_ref};
+      KvCache* const cand_seq[1] = {&kv_cand};
+      l_ref = reference.decode_step(std::span(&next, 1), ref_seq, ws_ref);
+      l_cand = candidate.decode_step(std::span(&next, 1), cand_seq, ws_cand);
     }
     if (on_prompt) on_prompt(p);
   }

@@ -1,8 +1,9 @@
 // Teacher-forced agreement of one model on two backends: the model-level check of a device
 // backend against the CPU reference (issue 40: "top-1 equal on ≥ 95 % of steps; first-token KL ≤
 // 1e-3", 64 tokens × 20 prompts). Each prompt is prefilled on both; then every step feeds both the
-// reference's greedy token, so one early disagreement cannot send the two down different texts
-// and every step compares the two next-token distributions after the same context.
+// reference's greedy token (a decode step, Model::decode_step, as decoding runs), so one early
+// disagreement cannot send the two down different texts and every step compares the two
+// next-token distributions after the same context.
 #pragma once
 #include <cstdint>
 #include <functional>

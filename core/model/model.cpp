@@ -13,7 +13,7 @@ namespace ragkv {
 
 void Workspace::ensure(Backend& b, const ModelConfig& c, int64_t n) {
   if (n <= rows) return;
-  rows = n;
+  rows = 0;  // until every buffer is there: a failed allocation leaves none counted
   x = b.alloc(DType::f32, n, c.n_embd);
   xn = b.alloc(DType::f32, n, c.n_embd);
   q = b.alloc(DType::f32, n, c.q_dim());
@@ -23,6 +23,7 @@ void Workspace::ensure(Backend& b, const ModelConfig& c, int64_t n) {
   proj = b.alloc(DType::f32, n, c.n_embd);
   gate = b.alloc(DType::f32, n, c.n_ff);
   up = b.alloc(DType::f32, n, c.n_ff);
+  rows = n;
 }
 
 Model::Model(const std::string& gguf_path, Backend& backend)
