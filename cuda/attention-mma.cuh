@@ -12,14 +12,15 @@
 
 namespace ragkv {
 
-// Whether the tensor-core kernel is on: yes unless RAGKV_CUDA_ATTENTION=f32 (the f32 FMA kernel of
-// attention.cu everywhere, for comparison). Read once per process.
+// Whether the tensor-core kernel (and split-K) are on: yes unless RAGKV_CUDA_ATTENTION=f32 (the f32
+// FMA kernel of attention.cu everywhere, for comparison). Read once per process.
 bool attention_mma_enabled();
 
 // True when the tensor-core path takes a checked call: enabled (and a.tensor_cores), K/V f16, no
 // segment mass or key totals, at least one key. Any number of query vectors: even a block with few
 // of its 64 vectors in use computes a key tile on tensor cores several times faster than the f32
-// kernel's FMAs (calls of a few vectors over many keys went to split-K before).
+// kernel's FMAs (attention_route sends calls of at most kDecodeMaxVectors vectors per KV head to
+// split-K first).
 bool attention_mma_applies(const AttentionArgs& a, bool with_mass);
 
 // The most key ranges a call is split into (AttentionArgs::key_splits caps there too).

@@ -473,8 +473,10 @@ bool misaligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 
 
 AttentionRoute attention_route(const AttentionArgs& a) {
   const bool mass = (a.seg_mass != nullptr && a.n_seg > 0 && a.n_q > 0) || (a.key_mass != nullptr && a.n_kv > 0);
-  // Few query vectors per KV head over many keys (decode, short questions): split-K.
-  if (a.n_head > 0 && a.n_kv_head > 0 && attention_decode_applies(a.n_q * (a.n_head / a.n_kv_head), a.n_kv, mass))
+  // Few query vectors per KV head (decode, short questions): split-K — but under
+  // RAGKV_CUDA_ATTENTION=f32, which keeps every call on the f32 kernel.
+  if (attention_mma_enabled() && a.n_head > 0 && a.n_kv_head > 0 &&
+      attention_decode_applies(a.n_q * (a.n_head / a.n_kv_head), a.n_kv, mass))
     return AttentionRoute::split_k;
   // f16 K/V and no mass (prefill, recompute rows, questions): the tensor-core kernel.
   if (attention_mma_applies(a, mass)) return AttentionRoute::mma;

@@ -75,7 +75,7 @@ struct AttentionArgs {
 };
 
 // The kernel attention_cuda runs a checked call on: split-K (attention-decode.cu) for a few query
-// vectors per KV head over many keys without mass; the tensor-core kernel (attention-mma.cu) for
+// vectors per KV head without mass (any number of keys; not under RAGKV_CUDA_ATTENTION=f32); the tensor-core kernel (attention-mma.cu) for
 // f16 K/V, followed by the key-total pass (attention-key-mass.cu) or the segment-mass pass
 // (attention-segment-mass.cu) when either is wanted; else the f32 kernel of attention.cu, with or
 // without segment mass / key totals.

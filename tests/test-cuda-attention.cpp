@@ -11,8 +11,8 @@
 // to 2000 keys, f16 and f32 K/V, causal prefill with ascending positions, selective recompute
 // (key rows in shuffled position order, queries a subset of the prompt's rows at arbitrary
 // positions), sliding windows, softcap, non-causal encoders, queries that see no key, no keys at
-// all, per-segment attention mass, and the split-K decode path (few query vectors per KV head
-// over many keys).
+// all, per-segment attention mass, and the split-K decode path (few query vectors per KV head,
+// which takes every such call).
 //
 // Tolerance, element-wise on the output and the segment mass:
 //   |cuda − cpu| ≤ 5e-5 · (1 + |cpu|)
@@ -306,7 +306,9 @@ void run_case(const Case& c, uint32_t seed) {
   a.sliding_window = c.window;
   a.causal = c.causal();
   a.out = dout.as<float>() + out_guard;
-  a.tensor_cores = false;  // this table holds the f32 kernel to 5e-5; the tensor-core one has its own cases
+  // This table holds the f32 kernels (attention.cu's, and split-K's for at most kDecodeMaxVectors
+  // vectors per KV head) to 5e-5; the tensor-core one has its own cases.
+  a.tensor_cores = false;
   if (c.seg) {
     a.seg_begin = dseg.as<int64_t>();
     a.n_seg = n_seg;
