@@ -192,10 +192,22 @@ TEST_CASE("cuda graphs: decode steps launched as CUDA graphs give the op-by-op l
     graphs = make_cuda_backend(0);
   }
   const auto stats = [&] { return static_cast<const CudaBackend&>(*graphs).step_graph_stats(); };
-  for (GgmlType weight_type : {GgmlType::F16, GgmlType::Q4_1}) {
-    const std::string type_name = ggml_type_name(weight_type);
+  // SmolLM2's shape in f16 and Q4_1 (32-value activation blocks), and a shape of whole K-quant
+  // super-blocks in the Q4_K_M mix (256-value blocks, the attention output's four heads a block,
+  // Q6_K V parts in some layers).
+  for (const char* weights : {"F16", "Q4_1", "Q4_K_M"}) {
+    const std::string type_name = weights;
     CAPTURE(type_name);
-    const std::string path = default_shaped_model(tmp, "llama", weight_type);
+    std::string path;
+    if (type_name == "Q4_K_M") {
+      path = (tmp.path / "cuda-graphs-q4_k_m.gguf").string();
+      RandomModelSpec s;
+      s.n_layer = 8, s.n_embd = 512, s.n_head = 8, s.n_head_kv = 2, s.n_ff = 1536, s.n_ctx = 1024;
+      s.q4_k_m = true;
+      write_random_model(s, path);
+    } else {
+      path = default_shaped_model(tmp, "llama", type_name == "F16" ? GgmlType::F16 : GgmlType::Q4_1);
+    }
     Model me(path, *eager), mg(path, *graphs);
     // Prompts of 240 tokens (decode crosses 256 keys) and 1,000 (it crosses 1,024).
     for (const int prompt_tokens : {240, 1000}) {
