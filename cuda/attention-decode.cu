@@ -15,11 +15,16 @@
 //   4. threads over (vector, dimension) accumulate O = Σ_j P_j · V_j (V rows read coalesced).
 //   m, l and the unnormalised O of the range go to a workspace (the caller's decode_work, else
 //   cudaMallocAsync on the stream).
-// Combine kernel, one block per (query row, head), head_dim threads: M = max over ranges of m,
-// L = Σ l_r · exp(m_r − M), O = Σ O_r · exp(m_r − M), out = O / L (0 when no key is visible: L = 0).
-// With AttentionArgs::q8_block (a decode step whose output the O projection reads next on 8-bit
-// blocks), one block per (query row, max(1, B / head_dim) heads): the same values, then quantised
-// block by block as they are stored (act-quantize.cuh) — the product's quantisation launch saved.
+// Combine: M = max over ranges of m, L = Σ l_r · exp(m_r − M), O = Σ O_r · exp(m_r − M), out = O / L
+// (0 when no key is visible: L = 0). By the partial kernel itself: each block, its sums stored,
+// counts itself on its KV head's counter (AttentionArgs::decode_done; __threadfence before the
+// atomicAdd, the CUDA programming guide's threadFenceReduction pattern), and the last one of the
+// head reads every range's sums from L2 and combines its head's vectors — no second launch (one
+// per layer of a decode step), the same arithmetic. With AttentionArgs::q8_block (a decode step
+// whose output the O projection reads next on 8-bit blocks) it also quantises them
+// (act-quantize.cuh), where a head group's values are whole blocks of each row. Else a combine
+// kernel: one block per (query row, head), head_dim threads; with q8_block one block per (query
+// row, max(1, B / head_dim) heads), the values quantised block by block as they are stored.
 //
 // With n_kv_device (a replayed step graph) the key count is read on the device and the grid covers
 // AttentionArgs::n_kv, a bound on it: a range past the count scores no key (m = −∞, l = 0, O = 0),
@@ -78,7 +83,74 @@ __host__ __device__ inline Shape shape_of(const AttentionArgs& a) {
   return {int64_t(a.n_head) * a.head_dim, int64_t(a.n_kv_head) * a.head_dim, group, int(a.n_q) * group};
 }
 
-template <int D, typename T>
+// Output value d of vector vh = row · n_head + head from the ranges' partial sums, read through
+// Load (plain in the combine kernel; from L2 in the partial kernel's last block, whose sums other
+// blocks of the same launch wrote: the same values).
+struct PlainLoad {
+  __device__ __forceinline__ float operator()(const float* p) const { return *p; }
+};
+struct L2Load {
+  __device__ __forceinline__ float operator()(const float* p) const { return __ldcg(p); }
+};
+template <int D, typename Load = PlainLoad>
+__device__ __forceinline__ float combine_ranges(const AttentionArgs& p, int n_ranges, const float* __restrict__ part_o,
+                                                const float* __restrict__ part_ml, int64_t vh, int d) {
+  const Load load;
+  const int64_t stride = p.n_q * p.n_head;
+  float m = -CUDART_INF_F;
+  for (int r = 0; r < n_ranges; ++r) m = fmaxf(m, load(part_ml + 2 * (r * stride + vh)));
+  const float m_ref = m == -CUDART_INF_F ? 0.f : m;
+  float l = 0.f, o = 0.f;
+  for (int r = 0; r < n_ranges; ++r) {
+    const float w = expf(load(part_ml + 2 * (r * stride + vh)) - m_ref);
+    l = fmaf(load(part_ml + 2 * (r * stride + vh) + 1), w, l);
+    o = fmaf(load(part_o + (r * stride + vh) * D + d), w, o);
+  }
+  return l > 0.f ? o / l : 0.f;
+}
+
+// The combine of KV head g's vectors (rows × its query heads) by the partial kernel's last block:
+// each value as the combine kernel computes it, stored to out; with B > 0 they pass through
+// `values` (the block's score tile, free by now) and each row's group · D values — whole blocks of
+// B (launch checks it) — are quantised warp by warp as decode_combine_q8_kernel quantises them.
+template <int D, int B>
+__device__ void combine_in_last_block(const AttentionArgs& p, int g, const float* part_o, const float* part_ml,
+                                      float (&values)[kDecodeMaxVectors][kSplitKeys]) {
+  const Shape sh = shape_of(p);
+  const int tid = threadIdx.x, n_ranges = int(gridDim.y);
+  for (int idx = tid; idx < sh.n_vec * D; idx += kSplitKeys) {
+    const int t = idx / D, d = idx % D;
+    const int64_t row = t / sh.group;
+    const int head = g * sh.group + t % sh.group;
+    const float value = combine_ranges<D, L2Load>(p, n_ranges, part_o, part_ml, row * p.n_head + head, d);
+    p.out[row * sh.q_cols + int64_t(head) * D + d] = value;
+    if constexpr (B > 0) values[t][d] = value;
+  }
+  if constexpr (B > 0) {
+    __syncthreads();
+    constexpr int V = B / 32;
+    const int lane = tid % 32;
+    const int per_row = sh.group * D / B;  // blocks of a row's group · D values
+    for (int qb = tid / 32; qb < int(p.n_q) * per_row; qb += kSplitKeys / 32) {
+      const int64_t row = qb / per_row;
+      const int first = (qb % per_row) * B;  // in the row's group · D values, ordered (head, d)
+      float v[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int c = first + lane * V + i;
+        v[i] = values[row * sh.group + c / D][c % D];
+      }
+      quantize_act_block<B>(v, lane, (row * sh.q_cols + int64_t(g) * sh.group * D + first) / B, p.q8);
+    }
+  }
+}
+
+// kCombine: kSeparate (the combine kernel follows), or the last block of each KV head to finish
+// combines its vectors (combine_in_last_block), quantising them in blocks of kCombine values
+// (32 or 256; 0: not quantised).
+constexpr int kSeparate = -1;
+
+template <int D, typename T, int kCombine>
 __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(AttentionArgs p, float* __restrict__ part_o,
                                                                     float* __restrict__ part_ml) {
   __shared__ float q_s[kDecodeMaxVectors][D];
@@ -178,23 +250,18 @@ __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(AttentionArg
     const int head = g * group + t % group;
     part_o[((int64_t(r) * p.n_q + row) * p.n_head + head) * D + d] = o;
   }
-}
-
-// Output value d of vector vh = row · n_head + head from the ranges' partial sums.
-template <int D>
-__device__ __forceinline__ float combine_ranges(const AttentionArgs& p, int n_ranges, const float* __restrict__ part_o,
-                                                const float* __restrict__ part_ml, int64_t vh, int d) {
-  const int64_t stride = p.n_q * p.n_head;
-  float m = -CUDART_INF_F;
-  for (int r = 0; r < n_ranges; ++r) m = fmaxf(m, part_ml[2 * (r * stride + vh)]);
-  const float m_ref = m == -CUDART_INF_F ? 0.f : m;
-  float l = 0.f, o = 0.f;
-  for (int r = 0; r < n_ranges; ++r) {
-    const float w = expf(part_ml[2 * (r * stride + vh)] - m_ref);
-    l = fmaf(part_ml[2 * (r * stride + vh) + 1], w, l);
-    o = fmaf(part_o[(r * stride + vh) * D + d], w, o);
+  if constexpr (kCombine != kSeparate) {
+    // Counted once this block's sums are visible to every block; the last one counted combines.
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (tid == 0) last = atomicAdd(&p.decode_done[g], 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (tid == 0) p.decode_done[g] = 0;  // zero again for the next call (a later launch sees it)
+    combine_in_last_block<D, kCombine>(p, g, part_o, part_ml, p_s);
   }
-  return l > 0.f ? o / l : 0.f;
 }
 
 template <int D>
@@ -269,9 +336,30 @@ void launch(const AttentionArgs& p, cudaStream_t stream) {
   if (own) CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&work), bytes, stream));
   float* part_o = work;
   float* part_ml = work + slots * D;
-  decode_partial_kernel<D, T><<<dim3(unsigned(p.n_kv_head), unsigned(n_ranges)), kSplitKeys, 0, stream>>>(p, part_o, part_ml);
-  CUDA_CHECK(cudaGetLastError());
-  launch_combine<D>(p, int(n_ranges), part_o, part_ml, stream);
+  const dim3 grid(unsigned(p.n_kv_head), unsigned(n_ranges));
+  // The combine in each KV head's last block where its vectors' values are whole activation
+  // blocks of each row (always, without quantisation); else the combine kernel.
+  const int group_values = (p.n_head / p.n_kv_head) * D;
+  if (p.separate_combine || (p.q8_block != 0 && group_values % p.q8_block != 0)) {
+    decode_partial_kernel<D, T, kSeparate><<<grid, kSplitKeys, 0, stream>>>(p, part_o, part_ml);
+    CUDA_CHECK(cudaGetLastError());
+    launch_combine<D>(p, int(n_ranges), part_o, part_ml, stream);
+  } else {
+    AttentionArgs a = p;
+    const bool own_done = a.decode_done == nullptr;  // counters of its own, zeroed (tests)
+    if (own_done) {
+      CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&a.decode_done), size_t(p.n_kv_head) * sizeof(unsigned),
+                                 stream));
+      CUDA_CHECK(cudaMemsetAsync(a.decode_done, 0, size_t(p.n_kv_head) * sizeof(unsigned), stream));
+    }
+    if (p.q8_block == 0)
+      decode_partial_kernel<D, T, 0><<<grid, kSplitKeys, 0, stream>>>(a, part_o, part_ml);
+    else if (p.q8_block == 32)
+      decode_partial_kernel<D, T, 32><<<grid, kSplitKeys, 0, stream>>>(a, part_o, part_ml);
+    else
+      decode_partial_kernel<D, T, 256><<<grid, kSplitKeys, 0, stream>>>(a, part_o, part_ml);
+    if (own_done) CUDA_CHECK(cudaFreeAsync(a.decode_done, stream));
+  }
   CUDA_CHECK(cudaGetLastError());
   if (own) CUDA_CHECK(cudaFreeAsync(work, stream));
 }

@@ -267,6 +267,7 @@ CudaBackend::~CudaBackend() {
     if (u->device) CUDA_CHECK_NOTHROW(cudaFree(u->device));
   if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
   if (operand_q8_) CUDA_CHECK_NOTHROW(cudaFree(operand_q8_));
+  if (decode_done_) CUDA_CHECK_NOTHROW(cudaFree(decode_done_));
   for (const PendingMass& m : mass_buffers_)
     if (m.device) CUDA_CHECK_NOTHROW(cudaFree(m.device));
   CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
@@ -945,6 +946,11 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   }
   if (q8_block)
     grow_device_buffer(operand_q8_, operand_q8_bytes_, act_q8_bytes(q8_block, kQuantGemvMaxRows, out.cols));
+  if (route == AttentionRoute::split_k && decode_done_bytes_ < size_t(p.n_kv_head) * sizeof(unsigned)) {
+    // The split-K blocks' counters (AttentionArgs::decode_done): zero, and left zero by each call.
+    grow_device_buffer(decode_done_, decode_done_bytes_, size_t(p.n_kv_head) * sizeof(unsigned));
+    CUDA_CHECK(cudaMemsetAsync(decode_done_, 0, decode_done_bytes_, stream_));
+  }
   const bool replay = step_op(StepOp::attention, {step_key(q), step_key(k), step_key(v), step_key(out),
                                uint64_t(q_pos.size()), uint64_t(n_kv_bound), uint64_t(p.n_head),
                                uint64_t(p.n_kv_head), uint64_t(p.head_dim), step_key(p.scale), step_key(p.softcap),
@@ -997,6 +1003,7 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   if (route == AttentionRoute::split_k) {  // partial sums in the work buffer (no allocation per call)
     a.decode_work_bytes = attention_decode_work_bytes(a);
     a.decode_work = work_reserve(a.decode_work_bytes);
+    a.decode_done = static_cast<unsigned*>(decode_done_);
   }
   if (q8_block) {  // after the uploads above, which drop any prepared operand
     a.q8 = act_q8_outputs(q8_block, n_q, out.cols, operand_q8_);

@@ -46,6 +46,7 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -609,6 +610,57 @@ TEST_CASE("cuda attention: split-K decode (few query vectors over many keys)") {
       {"one key", 128, 4, 4, 1, 1, true, Layout::prefill},
   };
   run_cases(cases, 7000);
+}
+
+// Split-K's ranges combined by the partial kernel's last block of each KV head (the default)
+// against the combine kernel (separate_combine): the same output bit for bit, one range and many,
+// with the caller's counters (reused: each call must leave them zero) and the launch's own, and
+// both with the output quantised into 8-bit blocks (q8_block 32 and 256) — the same blocks too.
+TEST_CASE("cuda attention: split-K's combine in the last block equals the combine kernel, bit for bit") {
+  if (gpu_missing()) return;
+  using ragkv::test::ProblemSpec;
+  const ProblemSpec cases[] = {
+      {"decode, GQA 4, 16 ranges", 128, 32, 8, 1, 4000},   {"one range", 64, 8, 2, 1, 100},
+      {"two rows, GQA 4, window", 64, 8, 2, 2, 1500, false, 300}, {"shuffled keys, MHA", 32, 8, 8, 1, 777, true},
+      {"head_dim 256, GQA 4, softcap", 256, 4, 1, 1, 600, false, 0, 2.f},
+  };
+  DeviceBuffer counters(std::vector<uint32_t>(64, 0u));
+  uint32_t seed = 7700;
+  for (const ProblemSpec& s : cases) {
+    const ragkv::test::AttentionProblem p = make_problem(s, seed++);
+    const int64_t q_cols = int64_t(p.n_head) * p.head_dim;
+    const size_t n_out = size_t(p.n_q * q_cols);
+    DeviceProblem dp(p);
+    for (const int block : {0, 32, 256}) {
+      CAPTURE(s.what);
+      CAPTURE(block);
+      // [n_q][q_cols] values, their blocks' scales and sums (as int8-gemv.cu lays them out).
+      const auto run = [&](bool separate, bool own_counters) {
+        DeviceBuffer out(std::vector<float>(n_out, kGuard)), q(std::vector<int8_t>(n_out, 0));
+        DeviceBuffer d(std::vector<float>(n_out / 32, 0.f)), sums(std::vector<float>(n_out / 16, 0.f));
+        ragkv::AttentionArgs a = dp.args;
+        a.out = out.as<float>();
+        a.separate_combine = separate;
+        a.decode_done = own_counters ? nullptr : counters.as<uint32_t>();
+        if (block) {
+          a.q8_block = block;
+          a.q8.q = q.as<int8_t>();
+          a.q8.d = d.as<float>();
+          if (block == 32) a.q8.dsum = sums.as<float>();
+          else a.q8.bsum = reinterpret_cast<int16_t*>(sums.as<float>());
+        }
+        ragkv::attention_cuda(a, nullptr);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        return std::make_tuple(out.download<float>(n_out), q.download<int8_t>(n_out), d.download<float>(n_out / 32),
+                               sums.download<float>(n_out / 16));
+      };
+      const auto separate = run(true, false);
+      CHECK(run(false, false) == separate);
+      CHECK(run(false, false) == separate);  // the counters were left zero
+      CHECK(run(false, true) == separate);
+    }
+  }
+  CHECK(counters.download<uint32_t>(64) == std::vector<uint32_t>(64, 0u));
 }
 
 // The tensor-core kernel: every head_dim, GQA, vectors not a multiple of the block's 64, keys
