@@ -149,6 +149,7 @@ __device__ void combine_in_last_block(const AttentionArgs& p, int g, const float
 // combines its vectors (combine_in_last_block), quantising them in blocks of kCombine values
 // (32 or 256; 0: not quantised).
 constexpr int kSeparate = -1;
+constexpr int64_t kLastBlockMaxRanges = 64;  // 16,384 keys
 
 template <int D, typename T, int kCombine>
 __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(AttentionArgs p, float* __restrict__ part_o,
@@ -339,8 +340,10 @@ void launch(const AttentionArgs& p, cudaStream_t stream) {
   const dim3 grid(unsigned(p.n_kv_head), unsigned(n_ranges));
   // The combine in each KV head's last block where its vectors' values are whole activation
   // blocks of each row (always, without quantisation); else the combine kernel.
+  // Over many ranges the separate kernel's n_q · n_head blocks share the combine's work better than
+  // the n_kv_head last blocks.
   const int group_values = (p.n_head / p.n_kv_head) * D;
-  if (p.separate_combine || (p.q8_block != 0 && group_values % p.q8_block != 0)) {
+  if (p.separate_combine || n_ranges > kLastBlockMaxRanges || (p.q8_block != 0 && group_values % p.q8_block != 0)) {
     decode_partial_kernel<D, T, kSeparate><<<grid, kSplitKeys, 0, stream>>>(p, part_o, part_ml);
     CUDA_CHECK(cudaGetLastError());
     launch_combine<D>(p, int(n_ranges), part_o, part_ml, stream);

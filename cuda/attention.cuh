@@ -72,9 +72,9 @@ struct AttentionArgs {
   // (act-quantize.cuh: the blocks int8-gemv.cu's quantize_act would make of out), [n_q] rows.
   quant_dot::ActQ8Out q8;
   int q8_block = 0;
-  // Split-K: one counter per KV head, zero, for the partial kernel's blocks to find the last of
-  // their head (which combines the ranges; the counters are left zero). Without them (or too few:
-  // n_kv_head needed) the launch allocates and zeroes its own on the stream, as decode_work.
+  // Split-K: n_kv_head counters (at least), zero, for the partial kernel's blocks to find the last
+  // of their head (which combines the ranges; the counters are left zero). Without them the launch
+  // allocates and zeroes its own on the stream, as decode_work.
   unsigned* decode_done = nullptr;
   // Split-K: the ranges combined by a kernel of their own (the path before the last block did it),
   // for tests.

@@ -209,6 +209,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     CUBLAS_CHECK(cublas::api().set_math_mode(
         cublas_, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    // Split-K's counters (AttentionArgs::decode_done), one per KV head a call may have: zeroed
+    // here, outside any step graph, and left zero by every call.
+    CUDA_CHECK(cudaMalloc(&decode_done_, kDecodeDoneCounters * sizeof(unsigned)));
+    CUDA_CHECK(cudaMemset(decode_done_, 0, kDecodeDoneCounters * sizeof(unsigned)));
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));
     if (const char* path = std::getenv("RAGKV_CUDA_PROFILE"); path && *path) {
@@ -223,6 +227,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (copy_stream_) CUDA_CHECK_NOTHROW(cudaStreamDestroy(copy_stream_));
     if (cublas_) (void)cublas::api().destroy(cublas_);
     if (cublas_workspace_) CUDA_CHECK_NOTHROW(cudaFree(cublas_workspace_));
+    if (decode_done_) CUDA_CHECK_NOTHROW(cudaFree(decode_done_));
     CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
     throw;
   }
@@ -946,11 +951,6 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   }
   if (q8_block)
     grow_device_buffer(operand_q8_, operand_q8_bytes_, act_q8_bytes(q8_block, kQuantGemvMaxRows, out.cols));
-  if (route == AttentionRoute::split_k && decode_done_bytes_ < size_t(p.n_kv_head) * sizeof(unsigned)) {
-    // The split-K blocks' counters (AttentionArgs::decode_done): zero, and left zero by each call.
-    grow_device_buffer(decode_done_, decode_done_bytes_, size_t(p.n_kv_head) * sizeof(unsigned));
-    CUDA_CHECK(cudaMemsetAsync(decode_done_, 0, decode_done_bytes_, stream_));
-  }
   const bool replay = step_op(StepOp::attention, {step_key(q), step_key(k), step_key(v), step_key(out),
                                uint64_t(q_pos.size()), uint64_t(n_kv_bound), uint64_t(p.n_head),
                                uint64_t(p.n_kv_head), uint64_t(p.head_dim), step_key(p.scale), step_key(p.softcap),

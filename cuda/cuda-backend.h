@@ -288,13 +288,12 @@ class CudaBackend : public Backend {
   struct StepRecord {
     uint64_t signature = 0;
     size_t pinned_used = 0;
-    std::array<const void*, 8> buffers{};  // work, scratch, the three repeated uploads, pinned, operand,
-                                           // split-K's counters
+    std::array<const void*, 7> buffers{};  // work, scratch, the three repeated uploads, pinned, operand
   } recorded_step_;
   StepGraphStats step_stats_;
-  std::array<const void*, 8> step_buffers() const {
-    return {work_,          scratch_,    attention_params_.device, rope_params_.device, scatter_params_.device,
-            capture_host_, operand_q8_, decode_done_};
+  std::array<const void*, 7> step_buffers() const {
+    return {work_,          scratch_,     attention_params_.device, rope_params_.device, scatter_params_.device,
+            capture_host_, operand_q8_};
   }
   // Called first by every op: while a step is recorded or replayed, folds the op and its
   // arguments into step_signature_ (not for an op inside another); true when the op must launch
@@ -318,8 +317,10 @@ class CudaBackend : public Backend {
   int64_t prepared_used_ = 0;
   void* operand_q8_ = nullptr;  // device bytes [operand_q8_bytes_]: the prepared blocks
   size_t operand_q8_bytes_ = 0;
-  void* decode_done_ = nullptr;  // split-K's counters per KV head (AttentionArgs::decode_done), zero
-  size_t decode_done_bytes_ = 0;
+  // Split-K's counters per KV head (AttentionArgs::decode_done): as many as attention_cuda allows
+  // KV heads, zeroed at construction and left zero by every call.
+  static constexpr size_t kDecodeDoneCounters = 65536;
+  void* decode_done_ = nullptr;
   // The activation block size of cw's decode product by n ≤ kQuantGemvMaxRows rows on 8-bit blocks
   // (the integer GEMV of matmul_impl), 0 where that product takes another path or its parts read
   // blocks of both sizes.
