@@ -16,9 +16,11 @@
 // 2^-11 of each; tests/ffn-f16-products-bound.h bounds what it does to the layer's output.
 //
 // A decode step on a quantised down projection (8-bit activation blocks) computes the GLU while it
-// quantises it for that projection (one pass fewer, the same blocks bit for bit). Other calls of up
-// to kQuantGemvMaxRows rows, f32 weights, and intermediates wider than kGluF16MaxCols take the
-// unfused ops.
+// quantises it for that projection (one pass fewer, the same blocks bit for bit); on an f16 gate/up
+// stack the GEMV computes each GLU value's gate and up rows in one warp and stores the GLU (one
+// launch and the products' f32 round trip fewer, the same values bit for bit). Other calls of up to
+// kQuantGemvMaxRows rows, f32 weights, and intermediates wider than kGluF16MaxCols take the unfused
+// ops.
 #include <algorithm>
 #include <limits>
 
@@ -68,6 +70,18 @@ void CudaBackend::glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const 
       return quantize_glu_act_q8_cuda(gate.as<float>(), up.as<float>(), n, ff, gelu, block, work, stream_);
     });
     matmul_quant_gemv(gate, cd, std::span(&proj, 1), std::span(no_bias).first(1), &acts);
+    return;
+  }
+  if (n <= kQuantGemvMaxRows && cgu.dtype() == DType::f16 && !cgu.quantised() && in % 8 == 0 &&
+      cgu.out_features == 2 * ff) {
+    // A decode step on an f16 gate/up stack: each GLU value's two rows in one warp of the f16 GEMV
+    // and the GLU stored at once (quant-matmul.cu), then the down product.
+    {
+      const auto timed = profile("matmul/gemv-f16+glu", n);
+      f16_gemv_glu_cuda(cgu.f16(), ff, in, xn.as<float>(), n, gelu, gate.as<float>(), stream_);
+    }
+    const Weight* no_bias[1] = {nullptr};
+    matmul_impl(gate, w_down, std::span(&proj, 1), no_bias, act);
     return;
   }
   if (n <= kQuantGemvMaxRows || !gemm_operand(cgu) || !gemm_operand(cd) || ff > kGluF16MaxCols) {

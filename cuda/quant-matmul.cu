@@ -25,6 +25,7 @@
 
 #include "cuda/cuda-check.h"
 #include "cuda/gemv-store.cuh"
+#include "cuda/glu-activations.cuh"
 #include "cuda/quant-decode.cuh"
 #include "cuda/quant-matmul.cuh"
 
@@ -65,14 +66,13 @@ size_t row_bytes_of(int64_t cols) {
   return static_cast<size_t>(cols / B::kElems) * B::kBytes;
 }
 
+// acc[r] = x[r] · row for r < N (every lane gets the sums): lane l takes groups of eight elements
+// l, l + 32, … of the row, each decoded once and multiplied into the N activation rows (fmaf in
+// element order), then the lanes' partial sums are added by butterfly shuffles. The whole warp
+// must call it.
 template <typename B, int N>
-__global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
-                                  const float* __restrict__ x, const GemvOutputs out) {
-  const int lane = threadIdx.x % 32;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (o >= rows) return;  // whole warps leave together: the shuffles below see all 32 lanes
-  const uint8_t* wr = w + o * row_bytes;
-  float acc[N];
+__device__ __forceinline__ void gemv_row(const uint8_t* __restrict__ wr, int64_t cols, const float* __restrict__ x,
+                                         int lane, float (&acc)[N]) {
 #pragma unroll
   for (int r = 0; r < N; ++r) acc[r] = 0.f;
   // For one or two rows (decode), unrolled so that a lane has several 16-byte weight loads in
@@ -105,7 +105,37 @@ __global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_byte
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
   }
+}
+
+template <typename B, int N>
+__global__ void quant_gemv_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
+                                  const float* __restrict__ x, const GemvOutputs out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (o >= rows) return;  // whole warps leave together: the shuffles below see all 32 lanes
+  float acc[N];
+  gemv_row<B, N>(w + o * row_bytes, cols, x, lane, acc);
   if (lane == 0) store_gemv_row<N>(out, o, acc);
+}
+
+// A decode step's gate/up products and GLU on an f16 stack [2 ff][cols] (gate rows, then up rows):
+// warp j computes gate row j and up row ff + j as quant_gemv_kernel computes each row, and lane 0
+// stores act(gate) · up (elementwise.cu's expression) — the values the GEMV, then the GLU kernel
+// store, bit for bit, without the products' f32 round trip or the GLU's launch.
+template <int N, typename Act>
+__global__ void f16_gemv_glu_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t ff, int64_t cols,
+                                    const float* __restrict__ x, float* __restrict__ out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (j >= ff) return;  // whole warps leave together
+  float gate[N], up[N];
+  gemv_row<F16Group, N>(w + j * row_bytes, cols, x, lane, gate);
+  gemv_row<F16Group, N>(w + (ff + j) * row_bytes, cols, x, lane, up);
+  if (lane == 0) {
+    const Act act;
+#pragma unroll
+    for (int r = 0; r < N; ++r) out[r * ff + j] = act(gate[r]) * up[r];
+  }
 }
 
 // kVector: dst is 16-byte aligned, so a group's eight halves go out in one 16-byte store (the
@@ -217,6 +247,24 @@ void f16_gemv_parts_cuda(const __half* w, int64_t rows, int64_t cols, const floa
   if (out.parts < 1 || out.parts > GemvOutputs::kMaxParts || out.first[0] != 0 || out.first[out.parts] != rows)
     cuda_internal_fail("f16_gemv_parts_cuda: the outputs do not split the matrix's rows");
   gemv_rows<F16Group>(reinterpret_cast<const uint8_t*>(w), rows, cols, x, n, out, stream);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void f16_gemv_glu_cuda(const __half* w_gate_up, int64_t ff, int64_t cols, const float* x, int64_t n, bool gelu,
+                       float* out, cudaStream_t stream) {
+  if (ff == 0 || n == 0) return;
+  if (n > kQuantGemvMaxRows || cols % 8 != 0)
+    cuda_internal_fail("f16_gemv_glu_cuda: more activation rows than kQuantGemvMaxRows, or a row not of whole groups");
+  const auto* w = reinterpret_cast<const uint8_t*>(w_gate_up);
+  const size_t row_bytes = row_bytes_of<F16Group>(cols);
+  const auto blocks = static_cast<unsigned>((ff + kWarps - 1) / kWarps);
+  with_row_count(n, [&](auto count) {
+    constexpr int N = decltype(count)::value;
+    if (gelu)
+      f16_gemv_glu_kernel<N, GeluTanh><<<blocks, kWarps * 32, 0, stream>>>(w, row_bytes, ff, cols, x, out);
+    else
+      f16_gemv_glu_kernel<N, Silu><<<blocks, kWarps * 32, 0, stream>>>(w, row_bytes, ff, cols, x, out);
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -46,6 +46,11 @@ void f16_gemv_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, 
 // f16_gemv_cuda into a stack's outputs, one launch (a decode step's QKV and gate/up).
 void f16_gemv_parts_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n,
                          const GemvOutputs& out, cudaStream_t stream);
+// A decode step's gated FFN input on an f16 gate/up stack w_gate_up [2 ff][cols]: out [n][ff] =
+// act(x · gateᵀ) ⊙ (x · upᵀ), act silu or (gelu) gelu_tanh — what f16_gemv_parts_cuda into gate and
+// up, then swiglu / geglu store, bit for bit, in one launch.
+void f16_gemv_glu_cuda(const __half* w_gate_up, int64_t ff, int64_t cols, const float* x, int64_t n, bool gelu,
+                       float* out, cudaStream_t stream);
 
 // out[i][j] = W[ids[i]][j] · scale for i < n, j < cols: one f32 multiply of the decoded value, as
 // the CPU backend's embed (bit-identical). ids checked on the host (each in [0, rows)).
