@@ -388,6 +388,8 @@ size_t attention_decode_work_bytes(const AttentionArgs& a) {
 }
 
 void attention_decode_cuda(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.n_q == 0) return;  // no block to launch
+  if (a.n_kv < 1) cuda_internal_fail("attention_decode_cuda: no keys (attention_cuda gives such queries 0)");
   switch (a.head_dim) {
     case 32: launch_kv_type<32>(a, stream); break;
     case 64: launch_kv_type<64>(a, stream); break;

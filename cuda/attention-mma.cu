@@ -383,6 +383,8 @@ size_t attention_mma_work_bytes(const AttentionArgs& a) { return split_work_byte
 
 void attention_mma_cuda(const AttentionArgs& a, cudaStream_t stream, float2* row_stats) {
   if (a.causal && !a.k_tile_bounds) cuda_internal_fail("attention_mma_cuda: causal attention without k_tile_bounds");
+  if (a.n_q == 0) return;  // no block to launch
+  if (a.n_kv < 1) cuda_internal_fail("attention_mma_cuda: no keys (attention_cuda gives such queries 0)");
   MmaParams p{};
   static_cast<mma_attention::QueryKeyParams&>(p) = mma_attention::query_key_params(a);
   p.v = static_cast<const __half*>(a.v);

@@ -212,7 +212,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     // Split-K's counters (AttentionArgs::decode_done), one per KV head a call may have: zeroed
     // here, outside any step graph, and left zero by every call.
     CUDA_CHECK(cudaMalloc(&decode_done_, kDecodeDoneCounters * sizeof(unsigned)));
-    CUDA_CHECK(cudaMemset(decode_done_, 0, kDecodeDoneCounters * sizeof(unsigned)));
+    CUDA_CHECK(cudaMemsetAsync(decode_done_, 0, kDecodeDoneCounters * sizeof(unsigned), stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // (the legacy stream's cudaMemset is not ordered with stream_)
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));
     if (const char* path = std::getenv("RAGKV_CUDA_PROFILE"); path && *path) {
