@@ -89,7 +89,8 @@ class CudaBackend : public Backend {
   // HBM3)+quant-weights+mma-attention"; "+f16-weights" under RAGKV_CUDA_WEIGHTS=f16,
   // "+f32-attention" under RAGKV_CUDA_ATTENTION=f32, "+f32-decode-acts" under
   // RAGKV_CUDA_DECODE_ACTS=f32, "+f32-ffn-products" under RAGKV_CUDA_FFN_PRODUCTS=f32): each choice
-  // rounds differently.
+  // rounds differently. "+op-by-op-steps" under RAGKV_CUDA_GRAPHS=0 or RAGKV_CUDA_PROFILE: the same
+  // values, another path (a device record vouches for the path it ran).
   std::string kernels() const override;
   void set_threads(int n) override;
   // 4,096 rows: an 8B model's 4,096-token prompt in one pass (its activations take about 1 GB, the
