@@ -47,18 +47,12 @@ __global__ void rms_norm_f32_kernel(const float* x, const float* __restrict__ w,
   for (int64_t j = threadIdx.x; j < cols; j += kBlock) yr[j] = xr[j] * inv * w[j];
 }
 
-// add then rms_norm in one pass: each thread adds its slice of y into x (the add kernel's one f32
-// add per element) and sums the squares of the new values in the same order as the kernel above,
-// so x and xn equal add_f32_cuda followed by rms_norm_f32_kernel bit for bit. xn may alias x.
+// The residual add of a row and its norm's scale: each thread adds its slice of yr into xr (the add
+// kernel's one f32 add per element) and sums the squares of the new values in the same order as the
+// kernel above; returns 1 / sqrt(mean square + eps), every thread the same.
 template <int kBlock>
-__global__ void add_rms_norm_f32_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w, float* xn,
-                                        int64_t cols, float eps) {
+__device__ __forceinline__ float add_row_inv_rms(float* xr, const float* __restrict__ yr, int64_t cols, float eps) {
   static_assert(kBlock % 32 == 0 && kBlock <= 1024, "block must be whole warps");
-  const int64_t row = blockIdx.x;
-  float* xr = x + row * cols;
-  const float* yr = y + row * cols;
-  float* nr = xn + row * cols;
-
   float ss = 0.f;
   for (int64_t j = threadIdx.x; j < cols; j += kBlock) {
     const float v = xr[j] + yr[j];
@@ -67,8 +61,18 @@ __global__ void add_rms_norm_f32_kernel(float* x, const float* __restrict__ y, c
   }
   __shared__ float partial[kBlock / 32];
   ss = block_reduce<kBlock>(ss, partial);
+  return 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+}
 
-  const float inv = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
+// add then rms_norm in one pass (add_row_inv_rms, then the scaling): x and xn equal add_f32_cuda
+// followed by rms_norm_f32_kernel bit for bit. xn may alias x.
+template <int kBlock>
+__global__ void add_rms_norm_f32_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w, float* xn,
+                                        int64_t cols, float eps) {
+  const int64_t row = blockIdx.x;
+  float* xr = x + row * cols;
+  float* nr = xn + row * cols;
+  const float inv = add_row_inv_rms<kBlock>(xr, y + row * cols, cols, eps);
   for (int64_t j = threadIdx.x; j < cols; j += kBlock) nr[j] = xr[j] * inv * w[j];
 }
 
@@ -80,24 +84,12 @@ __global__ void add_rms_norm_f32_kernel(float* x, const float* __restrict__ y, c
 template <int kBlock, int B>
 __global__ void add_rms_norm_q8_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w, float* xn,
                                        int64_t cols, float eps, const ActQ8Out q8) {
-  static_assert(kBlock % 32 == 0 && kBlock <= 1024, "block must be whole warps");
   constexpr int V = B / 32;
   const int64_t row = blockIdx.x;
   float* xr = x + row * cols;
-  const float* yr = y + row * cols;
   float* nr = xn + row * cols;
-
-  float ss = 0.f;
-  for (int64_t j = threadIdx.x; j < cols; j += kBlock) {
-    const float v = xr[j] + yr[j];
-    xr[j] = v;
-    ss += v * v;
-  }
-  __shared__ float partial[kBlock / 32];
-  ss = block_reduce<kBlock>(ss, partial);
+  const float inv = add_row_inv_rms<kBlock>(xr, y + row * cols, cols, eps);
   __syncthreads();  // x's new values, stored by other threads, are read below
-
-  const float inv = 1.f / sqrtf(ss / static_cast<float>(cols) + eps);
   const int lane = threadIdx.x % 32;
   const int64_t blocks = cols / B;
   for (int64_t b = threadIdx.x / 32; b < blocks; b += kBlock / 32) {  // whole warps: the shuffles see 32 lanes
