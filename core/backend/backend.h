@@ -323,9 +323,9 @@ class Backend {
   void add(const Tensor& a, const Tensor& b);
   // x += y, then xn = rms_norm(x) · w: add then rms_norm, as one pass where the backend fuses them
   // (the residual add before a layer's FFN norm). Exactly add's and rms_norm's results. y
-  // overlaps neither x nor xn; xn may alias x. `next`: the product of xn that comes next (its
-  // weight takes x.cols values), where the caller knows it — the next op on this backend, with
-  // xn as its input (matmul, matmul_parts or glu_ffn), at those activations.
+  // overlaps neither x nor xn; xn may alias x. `next`: the product of xn expected next (its
+  // weight takes x.cols values) — matmul, matmul_parts or glu_ffn with xn as input, at those
+  // activations; a backend that prepares its operand uses it only if that op is the next one.
   void add_rms_norm(const Tensor& x, const Tensor& y, const Weight& w, float eps, const Tensor& xn,
                     NextProduct next = {});
   // dst rows[rows[i]] = src row i, converting f32 → dst dtype (KV scatter). A row named twice
