@@ -292,14 +292,22 @@ void CudaBackend::matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::
                       part_bias(p), stream_);
     return;
   }
-  // Consecutive parts of one type (Q and K of a Q4_K_M file, gate and up) in one launch.
+  // Consecutive parts of one type (Q and K of a Q4_K_M file, gate and up) in one launch, and the
+  // parts of a second type after them where the pair has a launch (Q4_K_M's Q6_K V parts).
+  const auto run_end = [&](size_t from, size_t p0) {
+    size_t p = from + 1;
+    while (p < parts.size() && p - p0 < size_t(GemvOutputs::kMaxParts) && parts[p].type == parts[from].type) ++p;
+    return p;
+  };
   for (size_t p0 = 0; p0 < parts.size();) {
-    size_t p1 = p0 + 1;
-    while (p1 < parts.size() && p1 - p0 < size_t(GemvOutputs::kMaxParts) && parts[p1].type == parts[p0].type) ++p1;
+    const size_t p1 = run_end(p0, p0);
+    const bool pair = p1 < parts.size() && p1 - p0 < size_t(GemvOutputs::kMaxParts) &&
+                      int8_gemv_pairs(parts[p0].type, parts[p1].type);
+    const size_t p2 = pair ? run_end(p1, p0) : p1;
     GemvOutputs go;
     GemvWeights gw;
-    go.parts = int(p1 - p0);
-    for (size_t p = p0; p < p1; ++p) {
+    go.parts = int(p2 - p0);
+    for (size_t p = p0; p < p2; ++p) {
       const size_t i = p - p0;
       go.first[i + 1] = go.first[i] + parts[p].rows;
       go.y[i] = part_y(p);
@@ -307,8 +315,12 @@ void CudaBackend::matmul_quant_gemv(const Tensor& x, const CudaWeight& cw, std::
       go.bias[i] = part_bias(p);
       gw.part[i] = parts[p].data;
     }
-    int8_gemv_cuda(parts[p0].type, gw, in, (*acts)[quant_dot::act_block(parts[p0].type) == 256], n, go, stream_);
-    p0 = p1;
+    const quant_dot::ActQ8& a = (*acts)[quant_dot::act_block(parts[p0].type) == 256];
+    if (pair)
+      int8_gemv_pair_cuda(parts[p0].type, parts[p1].type, go.first[p1 - p0], gw, in, a, n, go, stream_);
+    else
+      int8_gemv_cuda(parts[p0].type, gw, in, a, n, go, stream_);
+    p0 = p2;
   }
 }
 

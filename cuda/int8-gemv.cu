@@ -6,7 +6,8 @@
 // GLU's own pass): act-quantize.cuh's quantize_act_block, which rms-norm.cu's fused norm shares.
 //
 // int8_gemv: one warp per output row, four per block of 128 threads, as quant_gemv; one launch may
-// cover up to three parts of a stack of one type (QKV, gate/up), each in its own buffer. A weight block
+// cover up to three parts of a stack of one type (QKV, gate/up), each in its own buffer, or of a
+// type and then its pair (int8_gemv_pair: Q4_K or Q5_K parts, then Q6_K — the K-quant mixes' V). A weight block
 // is read by Lane<T>::kLanes lanes (8 for a K-quant super-block, 1 for a 32-value legacy block),
 // so a warp covers 4 super-blocks or 32 legacy blocks per step, consecutive in memory. Each lane
 // loads its part of the block once (load) and meets the n ≤ 8 activation rows (dot), adding each
@@ -60,26 +61,29 @@ __global__ void quantize_act_kernel(const Values values, int64_t blocks, const A
   quantize_act_block<B>(v, lane, blk, out);
 }
 
-template <GgmlType T, int N>
-__global__ void int8_gemv_kernel(const GemvWeights w, size_t row_bytes, int64_t rows, int64_t nb, const qt::ActQ8 a,
-                                 const GemvOutputs out) {
-  using L = qt::Lane<T>;
-  constexpr int kPerStep = 32 / L::kLanes;  // weight blocks per warp step
-  const int lane = threadIdx.x % 32;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (o >= rows) return;  // whole warps leave together: the shuffles below see all 32 lanes
-  // The part holding row o, picked with constant indices (as store_gemv_row does).
+// Where row o of a launch's parts lies: its part's memory and its row in the part, picked with
+// constant indices (as store_gemv_row does).
+__device__ __forceinline__ const uint8_t* part_row(const GemvWeights& w, const GemvOutputs& out, int64_t o,
+                                                   int64_t& r_in_part) {
   const uint8_t* base = w.part[0];
-  int64_t r_in_part = o;
+  r_in_part = o;
 #pragma unroll
   for (int p = 1; p < GemvOutputs::kMaxParts; ++p)
     if (p < out.parts && o >= out.first[p]) {
       base = w.part[p];
       r_in_part = o - out.first[p];
     }
-  const uint8_t* wr = base + r_in_part * row_bytes;
+  return base;
+}
+
+// acc[r] = a[r] · the weight row wr of type T (nb blocks), every lane getting the sums: lane parts
+// of the blocks loaded once and met with the N activation rows, then butterfly shuffles. The whole
+// warp calls it.
+template <GgmlType T, int N>
+__device__ __forceinline__ void int8_row(const uint8_t* wr, int64_t nb, const qt::ActQ8& a, int lane, float (&acc)[N]) {
+  using L = qt::Lane<T>;
+  constexpr int kPerStep = 32 / L::kLanes;  // weight blocks per warp step
   const int part = lane % L::kLanes;
-  float acc[N];
 #pragma unroll
   for (int r = 0; r < N; ++r) acc[r] = 0.f;
 #pragma unroll(N <= 2 ? 2 : 1)
@@ -90,6 +94,41 @@ __global__ void int8_gemv_kernel(const GemvWeights w, size_t row_bytes, int64_t 
   }
 #pragma unroll
   for (int r = 0; r < N; ++r) acc[r] = warp_reduce(acc[r]);
+}
+
+template <GgmlType T, int N>
+__global__ void int8_gemv_kernel(const GemvWeights w, size_t row_bytes, int64_t rows, int64_t nb, const qt::ActQ8 a,
+                                 const GemvOutputs out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (o >= rows) return;  // whole warps leave together: the shuffles below see all 32 lanes
+  int64_t r_in_part = 0;
+  const uint8_t* base = part_row(w, out, o, r_in_part);
+  float acc[N];
+  int8_row<T, N>(base + r_in_part * row_bytes, nb, a, lane, acc);
+  if (lane == 0) store_gemv_row<N>(out, o, acc);
+}
+
+// Parts of type T0, then parts of type T1 from row first1 on (Q4_K_M's Q and K, then a Q6_K V):
+// each row as int8_gemv_kernel of its type computes it (a warp's rows are of one type), one launch.
+template <GgmlType T0, GgmlType T1, int N>
+__global__ void int8_gemv_pair_kernel(const GemvWeights w, int64_t first1, int64_t rows, int64_t cols,
+                                      const qt::ActQ8 a, const GemvOutputs out) {
+  using L0 = qt::Lane<T0>;
+  using L1 = qt::Lane<T1>;
+  const int lane = threadIdx.x % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (o >= rows) return;
+  int64_t r_in_part = 0;
+  const uint8_t* base = part_row(w, out, o, r_in_part);
+  float acc[N];
+  if (o < first1) {
+    const int64_t nb = cols / L0::kElems;
+    int8_row<T0, N>(base + r_in_part * nb * L0::kBytes, nb, a, lane, acc);
+  } else {
+    const int64_t nb = cols / L1::kElems;
+    int8_row<T1, N>(base + r_in_part * nb * L1::kBytes, nb, a, lane, acc);
+  }
   if (lane == 0) store_gemv_row<N>(out, o, acc);
 }
 
@@ -107,6 +146,16 @@ template <GgmlType T>
 void gemv_rows(const GemvWeights& w, int64_t rows, int64_t cols, const qt::ActQ8& a, int64_t n,
                const GemvOutputs& out, cudaStream_t stream) {
   with_row_count(n, [&](auto count) { gemv_launch<T, decltype(count)::value>(w, rows, cols, a, out, stream); });
+}
+
+template <GgmlType T0, GgmlType T1>
+void pair_rows(const GemvWeights& w, int64_t first1, int64_t rows, int64_t cols, const qt::ActQ8& a, int64_t n,
+               const GemvOutputs& out, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  with_row_count(n, [&](auto count) {
+    int8_gemv_pair_kernel<T0, T1, decltype(count)::value><<<blocks, kWarps * 32, 0, stream>>>(w, first1, rows, cols,
+                                                                                              a, out);
+  });
 }
 
 // The three arrays' byte offsets in the work memory.
@@ -179,6 +228,29 @@ qt::ActQ8 quantize_glu_act_q8_cuda(const float* gate, const float* up, int64_t n
                                    void* work, cudaStream_t stream) {
   if (gelu) return quantize_values(GluValues<GeluTanh>{gate, up}, n, cols, block, work, stream);
   return quantize_values(GluValues<Silu>{gate, up}, n, cols, block, work, stream);
+}
+
+bool int8_gemv_pairs(GgmlType t0, GgmlType t1) {
+  return (t0 == GgmlType::Q4_K || t0 == GgmlType::Q5_K) && t1 == GgmlType::Q6_K;
+}
+
+void int8_gemv_pair_cuda(GgmlType t0, GgmlType t1, int64_t first1, const GemvWeights& w, int64_t cols,
+                         const qt::ActQ8& a, int64_t n, const GemvOutputs& out, cudaStream_t stream) {
+  if (out.parts < 2 || out.parts > GemvOutputs::kMaxParts || out.first[0] != 0 || first1 <= 0 ||
+      first1 >= out.first[out.parts])
+    cuda_internal_fail("int8_gemv_pair_cuda: the outputs do not split the weight's rows at the second type");
+  const int64_t rows = out.first[out.parts];
+  if (n == 0) return;
+  if (n > kQuantGemvMaxRows) cuda_internal_fail("int8_gemv_pair_cuda: more activation rows than kQuantGemvMaxRows");
+  if (a.cols != cols || cols % 256 != 0 || a.bsum == nullptr)
+    cuda_internal_fail("int8_gemv_pair_cuda: activation blocks of 256 values over the weight's rows");
+  if (t0 == GgmlType::Q4_K && t1 == GgmlType::Q6_K)
+    pair_rows<GgmlType::Q4_K, GgmlType::Q6_K>(w, first1, rows, cols, a, n, out, stream);
+  else if (t0 == GgmlType::Q5_K && t1 == GgmlType::Q6_K)
+    pair_rows<GgmlType::Q5_K, GgmlType::Q6_K>(w, first1, rows, cols, a, n, out, stream);
+  else
+    cuda_internal_fail("int8_gemv_pair_cuda: a pair of types without a launch of their own");
+  CUDA_CHECK(cudaGetLastError());
 }
 
 void int8_gemv_cuda(GgmlType t, const GemvWeights& w, int64_t cols, const qt::ActQ8& a, int64_t n,

@@ -46,4 +46,12 @@ struct GemvWeights {
 void int8_gemv_cuda(GgmlType t, const GemvWeights& w, int64_t cols, const quant_dot::ActQ8& a, int64_t n,
                     const GemvOutputs& out, cudaStream_t stream);
 
+// Whether parts of type t0 followed by parts of type t1 have a launch of their own (the K-quant
+// mixes' Q and K, then a Q6_K V: Q4_K or Q5_K, then Q6_K; both on 256-value activation blocks).
+bool int8_gemv_pairs(GgmlType t0, GgmlType t1);
+// int8_gemv_cuda over parts of type t0 (rows before first1) and of type t1 (from first1), in one
+// launch: each row what int8_gemv_cuda of its type gives, bit for bit.
+void int8_gemv_pair_cuda(GgmlType t0, GgmlType t1, int64_t first1, const GemvWeights& w, int64_t cols,
+                         const quant_dot::ActQ8& a, int64_t n, const GemvOutputs& out, cudaStream_t stream);
+
 }  // namespace ragkv

@@ -193,4 +193,46 @@ TEST_CASE("cuda: a decode step's products (block8) on a Q4_K/Q4_K/Q6_K/Q8_0 stac
   }
 }
 
+// A stack of Q4_K or Q5_K parts then Q6_K ones (the K-quant mixes' Q, K, then V) takes one launch
+// (int8_gemv_pair_cuda): each part's rows must be those of the part loaded as a weight of its own
+// and multiplied alone (one type per launch), bit for bit, for 1 to 8 rows and both first types.
+TEST_CASE("cuda: a Q4_K/Q5_K then Q6_K stack in one launch equals its parts multiplied alone, bit for bit") {
+  if (gpu_missing()) return;
+  auto gpu = ragkv::make_cuda_backend(0);
+  const int64_t in = 512;
+  for (const GgmlType first : {GgmlType::Q4_K, GgmlType::Q5_K}) {
+    const std::string type_name = ragkv::ggml_type_name(first);
+    CAPTURE(type_name);
+    const GgmlType types[] = {first, first, GgmlType::Q6_K};
+    const int64_t part_rows[] = {64, 16, 16};
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<ragkv::GgufTensor> tensors;
+    for (size_t p = 0; p < 3; ++p) bytes.push_back(rt::random_quant_matrix(types[p], part_rows[p], in, 6300 + uint32_t(p)));
+    for (size_t p = 0; p < 3; ++p)
+      tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p), types[p], part_rows[p], in, bytes[p]));
+    const ragkv::GgufTensor* ptrs[] = {&tensors[0], &tensors[1], &tensors[2]};
+    auto stack = gpu->load_weight_stack(ptrs, "blk.0.attn_qkv");
+    std::vector<std::unique_ptr<ragkv::Weight>> alone;
+    for (size_t p = 0; p < 3; ++p) alone.push_back(gpu->load_weight(tensors[p]));
+    for (int64_t n : {int64_t(1), int64_t(3), int64_t(8)}) {
+      CAPTURE(n);
+      const auto x = rt::random_activations(size_t(n * in), 6400 + uint32_t(n));
+      const ragkv::Tensor tx = gpu->alloc(ragkv::DType::f32, n, in);
+      gpu->upload(tx, x.data());
+      std::vector<ragkv::Tensor> outs;
+      for (size_t p = 0; p < 3; ++p) outs.push_back(gpu->alloc(ragkv::DType::f32, n, part_rows[p]));
+      gpu->matmul_parts(tx, *stack, outs, {}, ragkv::Activations::block8);
+      for (size_t p = 0; p < 3; ++p) {
+        CAPTURE(p);
+        const ragkv::Tensor y = gpu->alloc(ragkv::DType::f32, n, part_rows[p]);
+        gpu->matmul(tx, *alone[p], y, nullptr, ragkv::Activations::block8);
+        std::vector<float> together(size_t(n * part_rows[p])), apart(together.size());
+        gpu->download(outs[p], together.data());
+        gpu->download(y, apart.data());
+        CHECK(together == apart);
+      }
+    }
+  }
+}
+
 #endif  // RAGKV_HAVE_CUDA
