@@ -5,7 +5,7 @@
 //     type the device keeps quantised, rows of 1 to 34 blocks, 1 to 8 activation rows, the rows
 //     in one buffer or as three parts of a stack in buffers and outputs of their own;
 //   * through the backend, a decode step's products (Activations::block8) on a stack of Q4_K,
-//     Q4_K, Q6_K and Q8_0 parts (both activation block sizes, two parts in one launch) equal the CPU backend's block8 products
+//     Q4_K, Q6_K and Q8_0 parts (both activation block sizes, three parts in one launch) equal the CPU backend's block8 products
 //     within tests/test-quant-dot.cpp's bound (1e-6 · Σ|w·x| + 1e-6 · |cpu|): the mirrors meet it
 //     against the CPU's portable table there, the CPU backend here adds in its SIMD order.
 // Without a GPU each case says it is skipped and returns.
@@ -195,7 +195,8 @@ TEST_CASE("cuda: a decode step's products (block8) on a Q4_K/Q4_K/Q6_K/Q8_0 stac
 
 // A stack of Q4_K or Q5_K parts then Q6_K ones (the K-quant mixes' Q, K, then V) takes one launch
 // (int8_gemv_pair_cuda): each part's rows must be those of the part loaded as a weight of its own
-// and multiplied alone (one type per launch), bit for bit, for 1 to 8 rows and both first types.
+// and multiplied alone (one type per launch), bit for bit, for 1 to 8 rows and both first types,
+// into the parts' own outputs and, multiplied whole, into the columns of one output.
 TEST_CASE("cuda: a Q4_K/Q5_K then Q6_K stack in one launch equals its parts multiplied alone, bit for bit") {
   if (gpu_missing()) return;
   auto gpu = ragkv::make_cuda_backend(0);
@@ -230,6 +231,16 @@ TEST_CASE("cuda: a Q4_K/Q5_K then Q6_K stack in one launch equals its parts mult
         gpu->download(outs[p], together.data());
         gpu->download(y, apart.data());
         CHECK(together == apart);
+        // The stack multiplied whole: the part's columns of the one output.
+        const ragkv::Tensor whole = gpu->alloc(ragkv::DType::f32, n, stack->out_features);
+        gpu->matmul(tx, *stack, whole, nullptr, ragkv::Activations::block8);
+        std::vector<float> all(size_t(n * stack->out_features));
+        gpu->download(whole, all.data());
+        int64_t first = 0;
+        for (size_t q = 0; q < p; ++q) first += part_rows[q];
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < part_rows[p]; ++c)
+            CHECK(all[size_t(r * stack->out_features + first + c)] == apart[size_t(r * part_rows[p] + c)]);
       }
     }
   }

@@ -891,7 +891,8 @@ TEST_CASE("cuda: glu_ffn with f32 products equals matmul_parts, swiglu or geglu,
   uint32_t seed = 4400;
   const FfnCase cases[] = {{GgmlType::F16, 256, 768, 40}, {GgmlType::F16, 256, 4608, 9}, {GgmlType::Q4_K, 256, 768, 17},
                            {GgmlType::Q4_K, 512, 4608, 12}, {GgmlType::F16, 256, 768, 3}, {GgmlType::Q4_K, 256, 768, 1},
-                           {GgmlType::Q4_K, 512, 1536, 4}, {GgmlType::Q8_0, 256, 768, 2}, {GgmlType::Q8_0, 256, 768, 8}};
+                           {GgmlType::Q4_K, 512, 1536, 4}, {GgmlType::Q8_0, 256, 768, 2}, {GgmlType::Q8_0, 256, 768, 8},
+                           {GgmlType::F16, 256, 768, 1},   {GgmlType::F16, 512, 1536, 2}};
   for (const FfnCase& c : cases) {
     const std::string type_name = ragkv::ggml_type_name(c.type);
     CAPTURE(type_name);
