@@ -162,7 +162,8 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
 std::string CudaBackend::kernels() const {
   return name_ + (!keep_quantised_ ? "+f16-weights" : f16_prefill_copy_ ? "+quant+f16-weights" : "+quant-weights") +
          (attention_mma_enabled() ? "+mma-attention" : "+f32-attention") +
-         (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "") + (f16_ffn_products_ ? "" : "+f32-ffn-products") + (op_by_op_steps_ ? "+op-by-op-steps" : "");
+         (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "") + (f16_ffn_products_ ? "" : "+f32-ffn-products") +
+         (op_by_op_steps_ ? "+op-by-op-steps" : "");
 }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -237,10 +238,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   // Destructors must not throw: errors are reported to stderr.
   // How the step graphs went, where RAGKV_CUDA_GRAPHS was set (the GPU script's logs).
-  if (report_step_graphs_ && step_stats_.captured + step_stats_.replayed + step_stats_.missed > 0)
-    std::fprintf(stderr, "ragkv: %s: decode steps as CUDA graphs: %lld captured, %lld replayed, %lld run op by op "
-                 "after a missed replay\n", name_.c_str(), static_cast<long long>(step_stats_.captured),
-                 static_cast<long long>(step_stats_.replayed), static_cast<long long>(step_stats_.missed));
+  if (const std::string steps = step_summary(); report_step_graphs_ && !steps.empty())
+    std::fprintf(stderr, "ragkv: %s: decode steps as CUDA graphs: %s\n", name_.c_str(), steps.c_str());
   if (profiler_) {
     try {
       profiler_->write(name_, kernels());
@@ -309,8 +308,7 @@ void CudaBackend::raw_free(void* p) {
 }
 
 void CudaBackend::upload(const Tensor& dst, const void* host_src) {
-  no_replay("an upload");
-  prepared_ = {};  // the memory written may be the prepared operand's
+  untracked_write("an upload");
   const size_t bytes = dst.bytes();
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), host_src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -349,8 +347,7 @@ CudaBackend::PinnedSlot& CudaBackend::free_slot(size_t bytes) {
 }
 
 void CudaBackend::upload_async(const Tensor& dst, const void* host_src) {
-  no_replay("a layer-wise upload");
-  prepared_ = {};
+  untracked_write("a layer-wise upload");
   const size_t bytes = dst.bytes();
   if (bytes == 0) return;
   if (!batch_open_) {
@@ -416,8 +413,7 @@ void CudaBackend::download(const Tensor& src, void* host_dst) {
 }
 
 void CudaBackend::fill_zero(const Tensor& t) {
-  no_replay("fill_zero");
-  prepared_ = {};
+  untracked_write("fill_zero");
   const size_t bytes = t.bytes();
   if (bytes == 0) return;
   const auto timed = profile("fill_zero", t.rows);
@@ -425,8 +421,7 @@ void CudaBackend::fill_zero(const Tensor& t) {
 }
 
 void CudaBackend::copy_impl(const Tensor& src, const Tensor& dst) {
-  no_replay("a copy");
-  prepared_ = {};
+  untracked_write("a copy");
   if (src.bytes() == 0) return;
   const auto timed = profile("copy", src.rows);
   CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
@@ -506,6 +501,26 @@ const void* CudaBackend::upload_if_changed(RepeatedUpload& u) {
     CUDA_CHECK(cudaMemcpyAsync(u.device, src, host_staging_.size(), cudaMemcpyHostToDevice, stream_));
   u.host = host_staging_;
   return u.device;
+}
+
+int CudaBackend::operand_block_for(NextProduct next, int64_t rows, int64_t cols) {
+  if (!next.weight) return 0;
+  const int block = int8_operand_block(cuda_weight(*next.weight), *next.weight, rows, next.act);
+  if (block == 0 || cols % block != 0) return 0;
+  // Room for the most rows a decode product takes: the buffer does not grow step by step.
+  grow_device_buffer(operand_q8_, operand_q8_bytes_, act_q8_bytes(block, kQuantGemvMaxRows, cols));
+  return block;
+}
+
+quant_dot::ActQ8Out CudaBackend::prepare_operand(const Tensor& out, const Weight* weight, int block) {
+  const quant_dot::ActQ8Out q8 = act_q8_outputs(block, out.rows, out.cols, operand_q8_);
+  prepared_ = {out.data(), out.rows, out.cols, weight, block, act_q8_view(q8, out.cols)};
+  return q8;
+}
+
+void CudaBackend::untracked_write(const char* what) {
+  no_replay(what);
+  prepared_ = {};  // the memory written may be the prepared operand's
 }
 
 void* CudaBackend::work_reserve(size_t bytes) {
@@ -768,16 +783,11 @@ void CudaBackend::add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weig
   const CudaWeight& cw = cuda_vector(w, "add_rms_norm");
   check_grid_rows(x.rows, "add_rms_norm");
   // A decode product on 8-bit blocks comes next: xn's blocks for it in the same pass.
-  const int block = next.weight ? int8_operand_block(cuda_weight(*next.weight), *next.weight, x.rows, next.act) : 0;
-  if (block) {  // room for the most rows a decode product takes: the buffer does not grow step by step
-    const size_t bytes = act_q8_bytes(block, kQuantGemvMaxRows, x.cols);
-    grow_device_buffer(operand_q8_, operand_q8_bytes_, bytes);
-  }
+  const int block = operand_block_for(next, x.rows, x.cols);
   const bool replay = step_op(StepOp::add_rms_norm, {step_key(x), step_key(y), step_key(w), step_key(eps),
                                                      step_key(xn), uint64_t(block)});
   if (block) {
-    const quant_dot::ActQ8Out q8 = act_q8_outputs(block, x.rows, x.cols, operand_q8_);
-    prepared_ = {xn.data(), xn.rows, xn.cols, next.weight, block, act_q8_view(q8, x.cols)};
+    const quant_dot::ActQ8Out q8 = prepare_operand(xn, next.weight, block);
     if (replay) return;
     const auto timed = profile("add_rms_norm+q8", x.rows);
     add_rms_norm_q8_cuda(x.as<float>(), y.as<float>(), cw.f32(), xn.as<float>(), x.rows, x.cols, eps, block, q8,
@@ -944,14 +954,8 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
   const bool device_count = (capturing_ || replaying_) && route == AttentionRoute::split_k;
   const int64_t n_kv_bound = device_count ? (n_kv + kStepKeyBucket - 1) / kStepKeyBucket * kStepKeyBucket : n_kv;
   // A decode product on 8-bit blocks reads out next: the split-K combine quantises it for that
-  // product as it stores it (room for the most rows such a product takes, as add_rms_norm's).
-  int q8_block = 0;
-  if (next.weight && route == AttentionRoute::split_k) {
-    q8_block = int8_operand_block(cuda_weight(*next.weight), *next.weight, n_q, next.act);
-    if (q8_block && out.cols % q8_block != 0) q8_block = 0;
-  }
-  if (q8_block)
-    grow_device_buffer(operand_q8_, operand_q8_bytes_, act_q8_bytes(q8_block, kQuantGemvMaxRows, out.cols));
+  // product as it stores it.
+  const int q8_block = route == AttentionRoute::split_k ? operand_block_for(next, n_q, out.cols) : 0;
   const bool replay = step_op(StepOp::attention, {step_key(q), step_key(k), step_key(v), step_key(out),
                                uint64_t(q_pos.size()), uint64_t(n_kv_bound), uint64_t(p.n_head),
                                uint64_t(p.n_kv_head), uint64_t(p.head_dim), step_key(p.scale), step_key(p.softcap),
@@ -1007,9 +1011,8 @@ void CudaBackend::attention_impl(const Tensor& q, std::span<const int32_t> q_pos
     a.decode_done = static_cast<unsigned*>(decode_done_);
   }
   if (q8_block) {  // after the uploads above, which drop any prepared operand
-    a.q8 = act_q8_outputs(q8_block, n_q, out.cols, operand_q8_);
+    a.q8 = prepare_operand(out, next.weight, q8_block);
     a.q8_block = q8_block;
-    prepared_ = {out.data(), n_q, out.cols, next.weight, q8_block, act_q8_view(a.q8, out.cols)};
   }
   if (replay) return;
   const auto timed = profile(attention_profile_name(route), n_q);

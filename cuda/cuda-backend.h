@@ -326,6 +326,15 @@ class CudaBackend : public Backend {
   // (the integer GEMV of matmul_impl), 0 where that product takes another path or its parts read
   // blocks of both sizes.
   int int8_operand_block(const CudaWeight& cw, const Weight& w, int64_t n, Activations act) const;
+  // The block size in which the op running writes its [rows][cols] output's 8-bit blocks for the
+  // product `next` (0: it does not), with room for them in operand_q8_ — called before step_op (a
+  // buffer that must grow is no replay). prepare_operand then records them as that product's
+  // operand and says where to write them — after step_op and the op's uploads, which drop it.
+  int operand_block_for(NextProduct next, int64_t rows, int64_t cols);
+  quant_dot::ActQ8Out prepare_operand(const Tensor& out, const Weight* weight, int block);
+  // An upload, fill or copy (device memory written outside the ops' bookkeeping): not in a replay,
+  // and the prepared operand dropped.
+  void untracked_write(const char* what);
   // Ops an op runs inside itself (glu_ffn's products) are not folded: a replay skips them.
   struct NestedOps {
     int& depth;

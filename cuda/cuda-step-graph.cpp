@@ -11,8 +11,8 @@
 // split-K attention's grid covering the key count rounded up to kStepKeyBucket — so each op of a
 // replayed step only folds its arguments into a signature and stages its uploads at the offsets
 // the captured copies read, and end_step launches the recorded graph again when the signature,
-// the number of pinned bytes staged and the backend's buffers are the recorded step's: no capture, no update, no
-// launch per kernel on the host. Another step (a bucket crossed, a sequence added, a buffer
+// the number of pinned bytes staged and the backend's buffers are the recorded step's: no
+// capture, no update, no launch per kernel on the host. Another step (a bucket crossed, a sequence added, a buffer
 // grown) runs op by op, uncounted as a failure, and the steps after it are captured until two in
 // a row are alike (more after replays that missed at once: replay_missed).
 #include <algorithm>
