@@ -163,6 +163,7 @@ std::string CudaBackend::kernels() const {
   return name_ + (!keep_quantised_ ? "+f16-weights" : f16_prefill_copy_ ? "+quant+f16-weights" : "+quant-weights") +
          (attention_mma_enabled() ? "+mma-attention" : "+f32-attention") +
          (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "") + (f16_ffn_products_ ? "" : "+f32-ffn-products") +
+         (fused_qkv_rope_ ? "" : "+separate-qkv-rope") +
          (op_by_op_steps_ ? "+op-by-op-steps" : "");
 }
 
@@ -189,6 +190,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                                 "'f16' (a prefill FFN's gate and up products written in f16 where the weight bounds "
                                 "them, the default) or 'f32'"))
     f16_ffn_products_ = *v == "f16";
+  if (const auto v = env_choice("RAGKV_CUDA_QKV_ROPE", {"fused", "separate"},
+                                "'fused' (a decode step's Q, K and V products stored rotated, K and V into the "
+                                "cache, by the product's own launch; the default) or 'separate' (the rotation and "
+                                "the cache rows in a launch of their own)"))
+    fused_qkv_rope_ = *v == "fused";
   (void)env_choice("RAGKV_CUDA_ATTENTION", {"mma", "f32"},
                    "'mma' (tensor-core attention where it applies, the default) or 'f32' (the f32 kernel everywhere)");
   CUDA_CHECK(cudaSetDevice(device_));

@@ -143,6 +143,8 @@ class CudaBackend : public Backend {
   StepGraphStats step_graph_stats() const { return step_stats_; }
   // For tests: how many products took the operand add_rms_norm prepared for them (NextProduct).
   int64_t prepared_operands_used() const { return prepared_used_; }
+  // How many qkv_rope_scatter_kv calls took the GEMV's rotating store (tests).
+  int64_t qkv_rope_fused() const { return qkv_rope_fused_; }
   std::string step_summary() const override;
 
   bool supports(BackendOp op, DType dtype) const override;
@@ -191,6 +193,14 @@ class CudaBackend : public Backend {
   void rope_qk_scatter_kv_impl(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const int32_t> positions,
                                int n_head, int n_head_kv, int head_dim, const RopeParams& p, const Tensor& k_dst,
                                const Tensor& v_dst, std::span<const int32_t> rows) override;
+  // cuda-matmul.cpp: a decode step's QKV GEMV (f16 weights, or the integer GEMV on Q4_K, Q5_K, Q6_K,
+  // Q8_0 and the K-quant pairs) storing its rows rotated and scattered, one launch (unless
+  // RAGKV_CUDA_QKV_ROPE=separate); else the two ops.
+  void qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std::span<const Tensor> qkv,
+                                std::span<const Weight* const> biases, Activations act,
+                                std::span<const int32_t> positions, int n_head, int n_head_kv, int head_dim,
+                                const RopeParams& p, const Tensor& k_dst, const Tensor& v_dst,
+                                std::span<const int32_t> rows) override;
   void gather_rows_impl(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) override;
   void row_sq_dist_impl(const Tensor& a, const Tensor& b, std::span<const int32_t> rows,
                         const Tensor& out) override;
@@ -210,6 +220,7 @@ class CudaBackend : public Backend {
   bool f16_prefill_copy_ = false;   // RAGKV_CUDA_WEIGHTS=quant+f16: and an f16 copy for prefill GEMMs
   bool int8_decode_ = true;         // RAGKV_CUDA_DECODE_ACTS: block8 decode products in dp4a (default)
   bool f16_ffn_products_ = true;    // RAGKV_CUDA_FFN_PRODUCTS: prefill gate/up products in f16 (default)
+  bool fused_qkv_rope_ = true;      // RAGKV_CUDA_QKV_ROPE: a decode QKV GEMV rotates and scatters (default)
   // RAGKV_CUDA_PROFILE=FILE: every op's device time (op-profile.h), written at destruction.
   std::unique_ptr<CudaOpProfiler> profiler_;
   // Times one op under `op` (a literal: "matmul/gemv-f16") when profiling, else nothing.
@@ -264,7 +275,8 @@ class CudaBackend : public Backend {
   // The words ops fold (step_op): which op, and their arguments.
   enum class StepOp : uint64_t {
     embed = 1, matmul, rms_norm, rope, rope_qk, layer_norm, gelu_erf, swiglu, geglu, add, add_rms_norm, glu_ffn,
-    scatter_rows, scatter_kv_rows, gather_rows, row_sq_dist, attention, upload, repeated_upload, rope_qk_scatter_kv
+    scatter_rows, scatter_kv_rows, gather_rows, row_sq_dist, attention, upload, repeated_upload, rope_qk_scatter_kv,
+    qkv_rope_scatter_kv
   };
   // Step graphs (begin_step). While capturing, uploads copy from pinned host memory (a graph's
   // memcpy nodes read their source when the graph runs; pageable memory cannot be captured), and
@@ -316,6 +328,7 @@ class CudaBackend : public Backend {
   };
   PreparedOperand prepared_;
   int64_t prepared_used_ = 0;
+  int64_t qkv_rope_fused_ = 0;
   void* operand_q8_ = nullptr;  // device bytes [operand_q8_bytes_]: the prepared blocks
   size_t operand_q8_bytes_ = 0;
   // Split-K's counters per KV head (AttentionArgs::decode_done): as many as attention_cuda allows

@@ -139,6 +139,89 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   }
 }
 
+// A layer's Q, K and V products, rotated and scattered into the cache: where a decode step's
+// product takes the f16 GEMV or the integer GEMV in one launch (its parts' types in
+// int8_gemv_rope_types), that launch stores the rows so (gemv-rope-store.cuh) — matmul_impl's
+// GEMV, then rope_qk_scatter_kv_impl's kernel, bit for bit, without the second launch. Anything
+// else (prefill, repeated cache rows, other types, RAGKV_CUDA_QKV_ROPE=separate): the two ops.
+void CudaBackend::qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std::span<const Tensor> qkv,
+                                           std::span<const Weight* const> biases, Activations act,
+                                           std::span<const int32_t> positions, int n_head, int n_head_kv,
+                                           int head_dim, const RopeParams& p, const Tensor& k_dst,
+                                           const Tensor& v_dst, std::span<const int32_t> rows) {
+  const CudaWeight& cw = cuda_weight(w);
+  const int64_t n = x.rows, in = w.in_features;
+  const int block = int8_operand_block(cw, w, n, act);
+  const bool f16 = cw.dtype() == DType::f16 && !cw.quantised() && n <= kQuantGemvMaxRows && in % 8 == 0;
+  const auto parts = cw.parts();
+  // The integer GEMV's launch: one type, or Q and K of one type and V of its pair.
+  const bool int8 = block != 0 && parts.size() == 3 && parts[0].type == parts[1].type &&
+                    int8_gemv_rope_types(parts[0].type, parts[2].type);
+  bool repeats = false;  // a cache row named twice: the scatter's last-write rule, not this store
+  for (size_t i = 0; i < rows.size() && !repeats; ++i)
+    for (size_t j = i + 1; j < rows.size() && !repeats; ++j) repeats = rows[i] == rows[j];
+  if (!fused_qkv_rope_ || (!f16 && !int8) || n == 0 || p.n_rot / 2 == 0 || head_dim % 2 != 0 || repeats ||
+      w.part_rows.size() != 3) {
+    Backend::qkv_rope_scatter_kv_impl(x, w, qkv, biases, act, positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst,
+                                      rows);
+    return;
+  }
+  // x's blocks made by the op just before (add_rms_norm's hint), as matmul_impl takes them.
+  const PreparedOperand prepared = std::exchange(prepared_, {});
+  const bool use_prepared = int8 && prepared.block == block && prepared.data == x.data() && prepared.rows == n &&
+                            prepared.cols == in && prepared.weight == &w;
+  const bool replay = step_op(StepOp::qkv_rope_scatter_kv,
+                              {step_key(x), step_key(w), uint64_t(act), use_prepared, step_key(k_dst),
+                               step_key(v_dst), uint64_t(n_head), uint64_t(n_head_kv), uint64_t(head_dim),
+                               uint64_t(p.n_rot), step_key(p.freq_scale), p.neox});
+  for (size_t i = 0; i < 3; ++i) step_fold({step_key(qkv[i]), biases[i] ? step_key(*biases[i]) : 0});
+  const auto timed = profile(f16 ? "qkv_rope_scatter_kv/gemv-f16" : "qkv_rope_scatter_kv/gemv-int8", n);
+  const RopeLaunch r = rope_launch(positions, n, n_head, head_dim, p, /*inverse=*/false);
+  const ScatterRows dst = scatter_rows_on_device(rows);
+  step_fold({uint64_t(dst.n)});
+  if (replay) return;
+  ++qkv_rope_fused_;
+
+  GemvOutputs go;
+  GemvRope rope;
+  go.parts = 3;
+  for (int i = 0; i < 3; ++i) {
+    go.first[i + 1] = go.first[i] + w.part_rows[size_t(i)];
+    go.y[i] = qkv[size_t(i)].as<float>();
+    go.ld[i] = w.part_rows[size_t(i)];
+    go.bias[i] = biases[size_t(i)] ? cuda_vector(*biases[size_t(i)], "matmul bias").f32() : nullptr;
+    rope.kind[i] = i;
+  }
+  rope.positions = r.positions;
+  rope.inv_freq = r.inv_freq;
+  rope.dst_rows = dst.dst;
+  rope.k_dst = k_dst.data();
+  rope.v_dst = v_dst.data();
+  rope.dst_f16 = k_dst.dtype == DType::f16;
+  rope.neox = p.neox;
+  rope.head_dim = head_dim;
+  rope.half = p.n_rot / 2;
+  rope.freq_scale = p.freq_scale;
+  rope.kv_cols = k_dst.cols;
+  if (f16) {
+    f16_gemv_rope_cuda(cw.f16(), w.out_features, in, x.as<float>(), n, go, rope, stream_);
+    return;
+  }
+  quant_dot::ActQ8 a;
+  if (use_prepared) {
+    a = prepared.acts;
+    ++prepared_used_;
+  } else {
+    a = int8_acts_for(cw, n, [&](int b, void* work) {
+      return quantize_act_q8_cuda(x.as<float>(), n, in, b, work, stream_);
+    })[block == 256];
+  }
+  GemvWeights gw;
+  for (size_t i = 0; i < 3; ++i) gw.part[i] = parts[i].data;
+  const int64_t first1 = parts[2].type == parts[0].type ? w.out_features : go.first[2];
+  int8_gemv_rope_cuda(parts[0].type, parts[2].type, first1, gw, in, a, n, go, rope, stream_);
+}
+
 // Rows of a quantised weight's f16 tile: about kDequantTileValues values, at most its largest
 // part; 0 for an f16 matrix.
 int64_t CudaBackend::dequant_tile_rows(const CudaWeight& cw) {

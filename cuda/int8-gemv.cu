@@ -14,11 +14,16 @@
 // block's f32 term to a register accumulator per row; butterfly shuffles add the lanes, lane 0
 // writes the row (gemv-store.cuh). The integer work per 32 weight values is 8 dp4a plus the
 // nibble masks, where the f32 GEMV decodes 32 values and issues 32 FMAs per activation row.
+//
+// int8_gemv_rope: a layer's Q, K and V in one such launch, stored rotated and into the KV cache
+// (gemv-rope-store.cuh) instead of plainly; rows as int8_gemv_pair computes them.
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/act-quantize.cuh"
 #include "cuda/block-reduce.cuh"
 #include "cuda/cuda-check.h"
+#include "cuda/gemv-rope-store.cuh"
 #include "cuda/gemv-store.cuh"
 #include "cuda/glu-activations.cuh"
 #include "cuda/int8-gemv.cuh"
@@ -109,19 +114,15 @@ __global__ void int8_gemv_kernel(const GemvWeights w, size_t row_bytes, int64_t 
   if (lane == 0) store_gemv_row<N>(out, o, acc);
 }
 
-// Parts of type T0, then parts of type T1 from row first1 on (Q4_K_M's Q and K, then a Q6_K V):
-// each row as int8_gemv_kernel of its type computes it (a warp's rows are of one type), one launch.
+// Row o of parts of type T0, then of type T1 from row first1 on, as int8_gemv_kernel of its type
+// computes it. The whole warp calls it.
 template <GgmlType T0, GgmlType T1, int N>
-__global__ void int8_gemv_pair_kernel(const GemvWeights w, int64_t first1, int64_t rows, int64_t cols,
-                                      const qt::ActQ8 a, const GemvOutputs out) {
+__device__ __forceinline__ void pair_row(const GemvWeights& w, const GemvOutputs& out, int64_t first1, int64_t cols,
+                                         int64_t o, const qt::ActQ8& a, int lane, float (&acc)[N]) {
   using L0 = qt::Lane<T0>;
   using L1 = qt::Lane<T1>;
-  const int lane = threadIdx.x % 32;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (o >= rows) return;
   int64_t r_in_part = 0;
   const uint8_t* base = part_row(w, out, o, r_in_part);
-  float acc[N];
   if (o < first1) {
     const int64_t nb = cols / L0::kElems;
     int8_row<T0, N>(base + r_in_part * nb * L0::kBytes, nb, a, lane, acc);
@@ -129,7 +130,32 @@ __global__ void int8_gemv_pair_kernel(const GemvWeights w, int64_t first1, int64
     const int64_t nb = cols / L1::kElems;
     int8_row<T1, N>(base + r_in_part * nb * L1::kBytes, nb, a, lane, acc);
   }
+}
+
+// Parts of type T0, then parts of type T1 from row first1 on (Q4_K_M's Q and K, then a Q6_K V):
+// each row as int8_gemv_kernel of its type computes it (a warp's rows are of one type), one launch.
+template <GgmlType T0, GgmlType T1, int N>
+__global__ void int8_gemv_pair_kernel(const GemvWeights w, int64_t first1, int64_t rows, int64_t cols,
+                                      const qt::ActQ8 a, const GemvOutputs out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (o >= rows) return;
+  float acc[N];
+  pair_row<T0, T1, N>(w, out, first1, cols, o, a, lane, acc);
   if (lane == 0) store_gemv_row<N>(out, o, acc);
+}
+
+// A layer's Q, K and V (parts of type T0, then T1 from first1; first1 = rows: one type), stored
+// rotated and scattered (gemv-rope-store.cuh).
+template <GgmlType T0, GgmlType T1, int N>
+__global__ void int8_gemv_rope_kernel(const GemvWeights w, int64_t first1, int64_t rows, int64_t cols,
+                                      const qt::ActQ8 a, const GemvOutputs out, const GemvRope rope) {
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const bool active = g < rows;  // whole warps: int8_row's shuffles see all 32 lanes
+  const int64_t o = active ? gemv_rope_row(out, rope, g) : 0;
+  float acc[N] = {};
+  if (active) pair_row<T0, T1, N>(w, out, first1, cols, o, a, static_cast<int>(threadIdx.x % 32), acc);
+  store_gemv_rope<N, kWarps>(out, rope, active, o, acc);
 }
 
 template <GgmlType T, int N>
@@ -250,6 +276,44 @@ void int8_gemv_pair_cuda(GgmlType t0, GgmlType t1, int64_t first1, const GemvWei
     pair_rows<GgmlType::Q5_K, GgmlType::Q6_K>(w, first1, rows, cols, a, n, out, stream);
   else
     cuda_internal_fail("int8_gemv_pair_cuda: a pair of types without a launch of their own");
+  CUDA_CHECK(cudaGetLastError());
+}
+
+bool int8_gemv_rope_types(GgmlType t0, GgmlType t1) {
+  const auto single = [](GgmlType t) {
+    return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0;
+  };
+  return t0 == t1 ? single(t0) : int8_gemv_pairs(t0, t1);
+}
+
+void int8_gemv_rope_cuda(GgmlType t0, GgmlType t1, int64_t first1, const GemvWeights& w, int64_t cols,
+                         const qt::ActQ8& a, int64_t n, const GemvOutputs& out, const GemvRope& rope,
+                         cudaStream_t stream) {
+  const int64_t rows = out.first[out.parts];
+  if (!gemv_rope_fits(out, rope, rows, kWarps) || first1 <= 0 || first1 > rows || (t0 == t1) != (first1 == rows))
+    cuda_internal_fail("int8_gemv_rope_cuda: not a layer's Q, K and V of whole heads split at the second type");
+  if (n == 0) return;
+  if (n > kQuantGemvMaxRows) cuda_internal_fail("int8_gemv_rope_cuda: more activation rows than kQuantGemvMaxRows");
+  if (a.cols != cols || cols % qt::act_block(t0) != 0 || qt::act_block(t0) != qt::act_block(t1))
+    cuda_internal_fail("int8_gemv_rope_cuda: activation blocks of another width than the weight's rows");
+  const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  const auto launch = [&](auto t0c, auto t1c) {
+    with_row_count(n, [&](auto count) {
+      int8_gemv_rope_kernel<decltype(t0c)::value, decltype(t1c)::value, decltype(count)::value>
+          <<<blocks, kWarps * 32, 0, stream>>>(w, first1, rows, cols, a, out, rope);
+    });
+  };
+  using Q4K = std::integral_constant<GgmlType, GgmlType::Q4_K>;
+  using Q5K = std::integral_constant<GgmlType, GgmlType::Q5_K>;
+  using Q6K = std::integral_constant<GgmlType, GgmlType::Q6_K>;
+  using Q80 = std::integral_constant<GgmlType, GgmlType::Q8_0>;
+  if (t0 == t1 && t0 == GgmlType::Q4_K) launch(Q4K{}, Q4K{});
+  else if (t0 == t1 && t0 == GgmlType::Q5_K) launch(Q5K{}, Q5K{});
+  else if (t0 == t1 && t0 == GgmlType::Q6_K) launch(Q6K{}, Q6K{});
+  else if (t0 == t1 && t0 == GgmlType::Q8_0) launch(Q80{}, Q80{});
+  else if (t0 == GgmlType::Q4_K && t1 == GgmlType::Q6_K) launch(Q4K{}, Q6K{});
+  else if (t0 == GgmlType::Q5_K && t1 == GgmlType::Q6_K) launch(Q5K{}, Q6K{});
+  else cuda_internal_fail("int8_gemv_rope_cuda: types without a launch of their own");
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -54,4 +54,14 @@ bool int8_gemv_pairs(GgmlType t0, GgmlType t1);
 void int8_gemv_pair_cuda(GgmlType t0, GgmlType t1, int64_t first1, const GemvWeights& w, int64_t cols,
                          const quant_dot::ActQ8& a, int64_t n, const GemvOutputs& out, cudaStream_t stream);
 
+// Whether int8_gemv_rope_cuda has a launch for parts of type t0, then t1 (t1 == t0: one type):
+// Q4_K, Q5_K, Q6_K and Q8_0 alone, the int8_gemv_pairs pairs.
+bool int8_gemv_rope_types(GgmlType t0, GgmlType t1);
+// A layer's Q, K and V (out.parts = 3, rows of whole heads) of types t0, then t1 from row first1
+// (first1 = all rows where t1 == t0), stored as `rope` says (GemvRope, quant-matmul.cuh): what
+// int8_gemv_cuda (or int8_gemv_pair_cuda), then rope_qk_scatter_kv_cuda give, in one launch.
+void int8_gemv_rope_cuda(GgmlType t0, GgmlType t1, int64_t first1, const GemvWeights& w, int64_t cols,
+                         const quant_dot::ActQ8& a, int64_t n, const GemvOutputs& out, const GemvRope& rope,
+                         cudaStream_t stream);
+
 }  // namespace ragkv

@@ -15,7 +15,8 @@
 // f16_gemv: the same kernel over an f16 matrix (groups of eight halves): a decode step reads an
 // f16 weight once at f32 activations, instead of cuBLAS's GEMM on f16-rounded, row-scaled rows.
 // A stack (QKV, gate/up) is one launch whose lane 0 writes each row into its part's output
-// (GemvOutputs), instead of one product copied apart afterwards.
+// (GemvOutputs), instead of one product copied apart afterwards; a layer's Q, K and V stack may
+// store its rows rotated and into the KV cache instead (f16_gemv_rope, gemv-rope-store.cuh).
 //
 // dequantize_to_f16: one thread per group of eight, grid-stride; __float2half_rn per value, the
 // group's eight halves stored at once where the destination is 16-byte aligned.
@@ -24,6 +25,7 @@
 #include <cstdint>
 
 #include "cuda/cuda-check.h"
+#include "cuda/gemv-rope-store.cuh"
 #include "cuda/gemv-store.cuh"
 #include "cuda/glu-activations.cuh"
 #include "cuda/quant-decode.cuh"
@@ -138,6 +140,18 @@ __global__ void f16_gemv_glu_kernel(const uint8_t* __restrict__ w, size_t row_by
   }
 }
 
+// f16_gemv's rows of a layer's Q, K and V, stored rotated and scattered (gemv-rope-store.cuh).
+template <int N>
+__global__ void f16_gemv_rope_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
+                                     const float* __restrict__ x, const GemvOutputs out, const GemvRope rope) {
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const bool active = g < rows;  // whole warps: gemv_row's shuffles see all 32 lanes
+  const int64_t o = active ? gemv_rope_row(out, rope, g) : 0;
+  float acc[N] = {};
+  if (active) gemv_row<F16Group, N>(w + o * row_bytes, cols, x, static_cast<int>(threadIdx.x % 32), acc);
+  store_gemv_rope<N, kWarps>(out, rope, active, o, acc);
+}
+
 // kVector: dst is 16-byte aligned, so a group's eight halves go out in one 16-byte store (the
 // prefill tiles' case) instead of eight 2-byte ones; the same values either way.
 template <typename B, bool kVector>
@@ -247,6 +261,21 @@ void f16_gemv_parts_cuda(const __half* w, int64_t rows, int64_t cols, const floa
   if (out.parts < 1 || out.parts > GemvOutputs::kMaxParts || out.first[0] != 0 || out.first[out.parts] != rows)
     cuda_internal_fail("f16_gemv_parts_cuda: the outputs do not split the matrix's rows");
   gemv_rows<F16Group>(reinterpret_cast<const uint8_t*>(w), rows, cols, x, n, out, stream);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void f16_gemv_rope_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n, const GemvOutputs& out,
+                        const GemvRope& rope, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  if (n > kQuantGemvMaxRows || cols % 8 != 0)
+    cuda_internal_fail("f16_gemv_rope_cuda: more activation rows than kQuantGemvMaxRows, or a row not of whole groups");
+  if (!gemv_rope_fits(out, rope, rows, kWarps))
+    cuda_internal_fail("f16_gemv_rope_cuda: not a layer's Q, K and V of whole heads");
+  const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  with_row_count(n, [&](auto count) {
+    f16_gemv_rope_kernel<decltype(count)::value><<<blocks, kWarps * 32, 0, stream>>>(
+        reinterpret_cast<const uint8_t*>(w), row_bytes_of<F16Group>(cols), rows, cols, x, out, rope);
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -39,6 +39,28 @@ struct GemvOutputs {
   const float* bias[kMaxParts] = {};
 };
 
+// What a decode step's QKV GEMV stores in place of its plain rows (gemv-rope-store.cuh): the
+// launch's parts are Q, K or V (kind[p]: 0, 1, 2) of a layer, each of whole heads of head_dim
+// rows; activation row r is at positions[r] and its K and V rows go to cache row dst_rows[r]
+// (distinct rows) of k_dst and v_dst (kv_cols values a row; f16 when dst_f16, else f32). Q's and
+// K's outputs are stored rotated (their first 2 · half dimensions of each head, pairs (2i, 2i + 1),
+// or (i, i + half) when neox), K's and V's rows also to the cache: the values the plain store, then
+// rope_qk_scatter_kv_cuda (rope.cuh) leave, bit for bit.
+struct GemvRope {
+  const int32_t* positions = nullptr;  // [n]
+  const float* inv_freq = nullptr;     // [half], as rope.cuh's
+  const int32_t* dst_rows = nullptr;   // [n]
+  void* k_dst = nullptr;
+  void* v_dst = nullptr;
+  bool dst_f16 = true;
+  bool neox = false;
+  int head_dim = 0;
+  int half = 0;  // n_rot / 2 ≥ 1
+  float freq_scale = 1.f;
+  int64_t kv_cols = 0;
+  int kind[GemvOutputs::kMaxParts] = {};
+};
+
 // The same product over an f16 matrix w [rows][cols] (cols a multiple of 8, rows 16-byte aligned):
 // f32 activations times the exact f16 weights, f32 accumulation — decode steps on f16 weights.
 void f16_gemv_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y, int64_t y_ld,
@@ -46,6 +68,11 @@ void f16_gemv_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, 
 // f16_gemv_cuda into a stack's outputs, one launch (a decode step's QKV and gate/up).
 void f16_gemv_parts_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n,
                          const GemvOutputs& out, cudaStream_t stream);
+// f16_gemv_parts_cuda into a layer's Q, K and V outputs (out.parts = 3, rows of whole heads, at
+// most 2^31 − 1 of them), stored as `rope` says: the products, then rope_qk_scatter_kv_cuda, in
+// one launch.
+void f16_gemv_rope_cuda(const __half* w, int64_t rows, int64_t cols, const float* x, int64_t n, const GemvOutputs& out,
+                        const GemvRope& rope, cudaStream_t stream);
 // A decode step's gated FFN input on an f16 gate/up stack w_gate_up [2 ff][cols]: out [n][ff] =
 // act(x · gateᵀ) ⊙ (x · upᵀ), act silu or (gelu) gelu_tanh — what f16_gemv_parts_cuda into gate and
 // up, then swiglu / geglu store, bit for bit, in one launch.

@@ -11,10 +11,12 @@
 //
 // Agreement with the CPU reference (core/backend/cpu-backend.cpp) rests on computing the same float θ:
 // the host computes the inv_freq table exactly as the CPU backend does (double pow, divided by
-// the freq factor, rounded to f32), and here θ is the same two float products. sinf/cosf are
+// the freq factor, rounded to f32), and here θ is the same two float products (rope-math.cuh,
+// shared with the QKV GEMV's rotating store). sinf/cosf are
 // the accurate versions (no --use_fast_math: their full range reduction matters, as θ reaches
 // thousands of radians at long positions), so results differ from the CPU by a few f32 ulp.
 #include "cuda/cuda-check.h"
+#include "cuda/rope-math.cuh"
 #include "cuda/rope.cuh"
 
 namespace ragkv {
@@ -38,16 +40,15 @@ __device__ __forceinline__ void rotate_pair(T* __restrict__ x, int64_t t, const 
   const int64_t head = t / half;  // row · n_heads + h
   const int64_t row = head / n_heads;
 
-  const float pos = static_cast<float>(positions[row]) * freq_scale;
-  const float theta = pos * inv_freq[i];
-  const float c = cosf(theta);
-  const float s = sign * sinf(theta);
+  float c, s;
+  rope_cos_sin(positions[row], freq_scale, inv_freq[i], sign, c, s);
 
   T* v = x + head * head_dim;
   const int i0 = neox ? i : 2 * i;
   const int i1 = neox ? i + half : 2 * i + 1;
   const float a = load_f32(v + i0), b = load_f32(v + i1);
-  const float r0 = a * c - b * s, r1 = a * s + b * c;
+  float r0, r1;
+  rope_rotate(a, b, c, s, r0, r1);
   store_f32(v + i0, r0);
   store_f32(v + i1, r1);
   if (at) {

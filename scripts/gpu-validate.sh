@@ -27,7 +27,8 @@
 # process of its own (cuda-tests-isolated.txt: a kernel that faults poisons its process's CUDA
 # context, failing every case after it), and where a bench of the default paths fails (not by
 # running out of time), it runs once more on the paths before (NAME-safe.json: step graphs off,
-# f32 attention, f32 FFN products, f32 decode activations), which the report uses in its place.
+# f32 attention, f32 FFN products, f32 decode activations, rotation and KV scatter in a launch of
+# their own), which the report uses in its place.
 set -uo pipefail
 out=${1:?output directory}
 bundle=${2:-device-bundle}
@@ -50,7 +51,8 @@ step() {  # step NAME LIMIT_S OUTFILE COMMAND...
 }
 
 # The paths that came before this code's kernels, each kept behind a switch (docs/gpu.md).
-safe_env=(RAGKV_CUDA_GRAPHS=0 RAGKV_CUDA_ATTENTION=f32 RAGKV_CUDA_FFN_PRODUCTS=f32 RAGKV_CUDA_DECODE_ACTS=f32)
+safe_env=(RAGKV_CUDA_GRAPHS=0 RAGKV_CUDA_ATTENTION=f32 RAGKV_CUDA_FFN_PRODUCTS=f32 RAGKV_CUDA_DECODE_ACTS=f32
+  RAGKV_CUDA_QKV_ROPE=separate)
 
 # The device tool stops a command after 600 s: the reruns below are skipped where they would end
 # past this many seconds of the script (the files written so far still come back).

@@ -245,6 +245,71 @@ TEST_CASE("cpu backend: rope_qk_scatter_kv is rope_qk then scatter_kv_rows, and 
                   ragkv::Error);
 }
 
+TEST_CASE("cpu backend: qkv_rope_scatter_kv is matmul_parts then rope_qk_scatter_kv, and checks both") {
+  auto b = make_cpu_backend(2);
+  const int n = 2, in = 64, heads = 4, kv_heads = 2, hd = 16;
+  const std::vector<int32_t> pos = {40, 41}, rows = {40, 41};
+  RopeParams p;
+  p.n_rot = hd;
+  p.neox = true;
+  auto wq = random_vec(heads * hd * in, 41), wk = random_vec(kv_heads * hd * in, 42), wv = random_vec(kv_heads * hd * in, 43);
+  auto bq = random_vec(heads * hd, 44);
+  const auto make = [&](const char* name, std::vector<float>& v, int64_t out) {
+    GgufTensor t;
+    t.name = name;
+    t.type = GgmlType::F32;
+    t.ne = {in, out};
+    t.nbytes = v.size() * 4;
+    t.data = reinterpret_cast<const uint8_t*>(v.data());
+    return t;
+  };
+  const GgufTensor tq = make("blk.0.attn_q.weight", wq, heads * hd), tk = make("blk.0.attn_k.weight", wk, kv_heads * hd);
+  const GgufTensor tv = make("blk.0.attn_v.weight", wv, kv_heads * hd);
+  const GgufTensor* parts[] = {&tq, &tk, &tv};
+  const auto wqkv = b->load_weight_stack(parts, "blk.0.attn_qkv");
+  const auto bias_q = weight_from(*b, bq, 1, heads * hd);
+  const Weight* biases[3] = {bias_q.get(), nullptr, nullptr};
+  const Tensor X = upload(*b, random_vec(n * in, 45), n, in);
+  const auto run = [&](bool fused) {
+    const Tensor q = b->alloc(DType::f32, n, heads * hd), k = b->alloc(DType::f32, n, kv_heads * hd),
+                 v = b->alloc(DType::f32, n, kv_heads * hd);
+    const Tensor kc = b->alloc(DType::f16, 64, kv_heads * hd), vc = b->alloc(DType::f16, 64, kv_heads * hd);
+    b->fill_zero(kc);
+    b->fill_zero(vc);
+    const Tensor qkv[3] = {q, k, v};
+    if (fused) {
+      b->qkv_rope_scatter_kv(X, *wqkv, qkv, biases, Activations::f32, pos, heads, kv_heads, hd, p, kc, vc, rows);
+    } else {
+      b->matmul_parts(X, *wqkv, qkv, biases);
+      b->rope_qk_scatter_kv(q, k, v, pos, heads, kv_heads, hd, p, kc, vc, rows);
+    }
+    std::vector<std::vector<float>> out;
+    for (const Tensor& t : {q, k, v, kc, vc}) out.push_back(download(*b, t));
+    return out;
+  };
+  CHECK(run(true) == run(false));
+  // The stack's three parts into three outputs, each op's conditions, x kept off the outputs.
+  const Tensor q = b->alloc(DType::f32, n, heads * hd), k = b->alloc(DType::f32, n, kv_heads * hd),
+               v = b->alloc(DType::f32, n, kv_heads * hd);
+  const Tensor kc = b->alloc(DType::f16, 64, kv_heads * hd), vc = b->alloc(DType::f16, 64, kv_heads * hd);
+  const Tensor qkv[3] = {q, k, v};
+  const auto wide = weight_from(*b, wq, heads * hd, in);
+  CHECK_THROWS_AS(b->qkv_rope_scatter_kv(X, *wide, std::span(qkv).first(1), {}, Activations::f32, pos, heads, kv_heads,
+                                         hd, p, kc, vc, rows),
+                  ragkv::Error);
+  CHECK_THROWS_AS(b->qkv_rope_scatter_kv(X, *wqkv, qkv, biases, Activations::f32, std::span(pos).first(1), heads,
+                                         kv_heads, hd, p, kc, vc, rows),
+                  ragkv::Error);
+  CHECK_THROWS_AS(b->qkv_rope_scatter_kv(X, *wqkv, qkv, biases, Activations::f32, pos, heads, kv_heads, hd, p, kc, kc,
+                                         rows),
+                  ragkv::Error);
+  const Tensor qx = b->alloc(DType::f32, n, heads * hd);
+  const Tensor aliased[3] = {qx, k, v};
+  CHECK_THROWS_AS(b->qkv_rope_scatter_kv(qx.reshape(n * heads * hd / in, in), *wqkv, aliased, biases, Activations::f32,
+                                         pos, heads, kv_heads, hd, p, kc, vc, rows),
+                  ragkv::Error);
+}
+
 TEST_CASE("cpu backend: rope matches the rotation formula, and inverse undoes it (f32 and f16)") {
   auto b = make_cpu_backend(2);
   const int n = 5, heads = 3, hd = 64;

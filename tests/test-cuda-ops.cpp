@@ -1103,6 +1103,128 @@ TEST_CASE("cuda: rope_qk_scatter_kv equals rope_qk then scatter_kv_rows, bit for
   }
 }
 
+// A decode step's Q, K and V products stored rotated and scattered by their own GEMV launch
+// (cuda-matmul.cpp's qkv_rope_scatter_kv_impl, cuda/gemv-rope-store.cuh): bit for bit matmul_parts
+// then rope_qk_scatter_kv on the same backend — f16 weights and the integer GEMV's types (Q4_K
+// alone, Q4_K and Q5_K with a Q6_K V, Q8_0), 1 to 8 rows, pairs (2i, 2i + 1) and NeoX's, partial
+// rotation, biases, f16 and f32 caches, x's blocks prepared by the norm before it. Types without
+// a rotating launch, more than 8 rows and repeated cache rows take the two ops (the same values).
+TEST_CASE("cuda: qkv_rope_scatter_kv equals matmul_parts then rope_qk_scatter_kv, bit for bit") {
+  if (gpu_missing()) return;
+  Backends be;
+  const auto& cuda = static_cast<const ragkv::CudaBackend&>(*be.gpu);
+  const auto block8 = ragkv::Activations::block8;
+  uint32_t seed = 7300;
+  struct Case {
+    std::vector<GgmlType> types;
+    int64_t in;
+    int head_dim, n_head, n_head_kv;
+    bool fused;
+  };
+  const Case cases[] = {{{GgmlType::F16, GgmlType::F16, GgmlType::F16}, 256, 64, 6, 2, true},
+                        {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q4_K}, 512, 128, 4, 1, true},
+                        {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, 256, 64, 6, 2, true},
+                        {{GgmlType::Q5_K, GgmlType::Q5_K, GgmlType::Q6_K}, 256, 32, 2, 2, true},
+                        {{GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0}, 256, 32, 8, 4, true},
+                        {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0}, 256, 64, 2, 1, false}};
+  const int64_t cache_rows = 64;
+  for (const Case& c : cases) {
+    const std::string type_name = ragkv::ggml_type_name(c.types[0]) + std::string("/") + ragkv::ggml_type_name(c.types[2]);
+    CAPTURE(type_name);
+    const int64_t part_rows[3] = {int64_t(c.n_head) * c.head_dim, int64_t(c.n_head_kv) * c.head_dim,
+                                  int64_t(c.n_head_kv) * c.head_dim};
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<ragkv::GgufTensor> tensors;
+    const char* names[3] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"};
+    for (int p = 0; p < 3; ++p) bytes.push_back(random_matrix_bytes(c.types[size_t(p)], part_rows[p], c.in, ++seed));
+    for (int p = 0; p < 3; ++p)
+      tensors.push_back(matrix_tensor(names[p], c.types[size_t(p)], part_rows[p], c.in, bytes[size_t(p)]));
+    const ragkv::GgufTensor* parts[3] = {&tensors[0], &tensors[1], &tensors[2]};
+    const std::unique_ptr<Weight> w = be.gpu->load_weight_stack(parts, "blk.0.attn_qkv");
+    std::vector<std::vector<float>> bias_values;
+    std::vector<std::unique_ptr<Weight>> bias_weights;
+    for (int p = 0; p < 3; ++p) {
+      bias_values.push_back(random_values(size_t(part_rows[p]), ++seed));
+      bias_weights.push_back(be.gpu->load_weight(f32_vector("blk.0.bias" + std::to_string(p), bias_values.back())));
+    }
+    const std::unique_ptr<Weight> norm =
+        be.gpu->load_weight(f32_vector("blk.0.attn_norm.weight", random_values(size_t(c.in), ++seed)));
+    for (const int64_t n : {int64_t(1), int64_t(2), int64_t(5), int64_t(8), int64_t(9)}) {
+      std::vector<int32_t> pos(static_cast<size_t>(n)), dst(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        pos[size_t(i)] = int32_t(1000 + 37 * i);
+        dst[size_t(i)] = int32_t((i * 23 + 5) % cache_rows);
+      }
+      const auto x = random_values(size_t(n * c.in), ++seed), y = random_values(size_t(n * c.in), ++seed);
+      for (const auto& [neox, n_rot] : {std::pair(false, c.head_dim), std::pair(true, c.head_dim),
+                                        std::pair(true, c.head_dim / 2)})
+        for (const bool repeat : {false, true})
+          for (const bool prepare : {false, true})
+            for (const bool with_bias : {false, true})
+              for (const DType cache : {DType::f16, DType::f32}) {
+                if (repeat && (n == 1 || prepare || with_bias)) continue;
+                if (cache == DType::f32 && (prepare || with_bias || n_rot != c.head_dim)) continue;
+                CAPTURE(n);
+                CAPTURE(neox);
+                CAPTURE(n_rot);
+                CAPTURE(repeat);
+                CAPTURE(prepare);
+                CAPTURE(with_bias);
+                CAPTURE(int(cache));
+                ragkv::RopeParams rp;
+                rp.n_rot = n_rot;
+                rp.freq_base = 500000.f;
+                rp.neox = neox;
+                std::vector<int32_t> rows = dst;
+                if (repeat) rows[1] = rows[0];
+                const Weight* biases[3] = {};
+                if (with_bias)
+                  for (int p = 0; p < 3; ++p) biases[p] = bias_weights[size_t(p)].get();
+                const auto run = [&](bool fused) {
+                  Tensor xn = be.gpu->alloc(DType::f32, n, c.in);
+                  if (prepare) {
+                    Tensor tx = make_tensor(*be.gpu, DType::f32, n, c.in, x);
+                    Tensor ty = make_tensor(*be.gpu, DType::f32, n, c.in, y);
+                    be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, xn, ragkv::NextProduct{w.get(), block8});
+                  } else {
+                    upload_values(*be.gpu, xn, x);
+                  }
+                  const Tensor q = be.gpu->alloc(DType::f32, n, part_rows[0]), k = be.gpu->alloc(DType::f32, n, part_rows[1]),
+                               v = be.gpu->alloc(DType::f32, n, part_rows[2]);
+                  const Tensor kc = be.gpu->alloc(cache, cache_rows, part_rows[1]),
+                               vc = be.gpu->alloc(cache, cache_rows, part_rows[2]);
+                  be.gpu->fill_zero(kc);
+                  be.gpu->fill_zero(vc);
+                  const Tensor qkv[3] = {q, k, v};
+                  if (fused) {
+                    be.gpu->qkv_rope_scatter_kv(xn, *w, qkv, biases, block8, pos, c.n_head, c.n_head_kv, c.head_dim, rp,
+                                                kc, vc, rows);
+                  } else {
+                    be.gpu->matmul_parts(xn, *w, qkv, biases, block8);
+                    be.gpu->rope_qk_scatter_kv(q, k, v, pos, c.n_head, c.n_head_kv, c.head_dim, rp, kc, vc, rows);
+                  }
+                  std::vector<std::vector<uint8_t>> out;
+                  for (const Tensor& t : {q, k, v, kc, vc}) {
+                    std::vector<uint8_t> h(t.bytes());
+                    be.gpu->download(t, h.data());
+                    out.push_back(std::move(h));
+                  }
+                  return out;
+                };
+                const int64_t fused_before = cuda.qkv_rope_fused();
+                const auto fused = run(true);
+                CHECK(cuda.qkv_rope_fused() - fused_before == (c.fused && !repeat && n <= 8 ? 1 : 0));
+                const auto ops = run(false);
+                CHECK(fused[0] == ops[0]);  // q
+                CHECK(fused[1] == ops[1]);  // k
+                CHECK(fused[2] == ops[2]);  // v
+                CHECK(fused[3] == ops[3]);  // the K cache
+                CHECK(fused[4] == ops[4]);  // the V cache
+              }
+    }
+  }
+}
+
 TEST_CASE("cuda: rms_norm matches the CPU backend (out of place and in place)") {
   if (gpu_missing()) return;
   Backends be;

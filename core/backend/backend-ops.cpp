@@ -410,6 +410,29 @@ void Backend::rope_qk_scatter_kv(const Tensor& q, const Tensor& k, const Tensor&
   rope_qk_scatter_kv_impl(q, k, v, positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst, rows);
 }
 
+void Backend::qkv_rope_scatter_kv(const Tensor& x, const Weight& w, std::span<const Tensor> qkv,
+                                  std::span<const Weight* const> biases, Activations act,
+                                  std::span<const int32_t> positions, int n_head, int n_head_kv, int head_dim,
+                                  const RopeParams& p, const Tensor& k_dst, const Tensor& v_dst,
+                                  std::span<const int32_t> rows) {
+  if (qkv.size() != 3 || w.part_rows.size() != 3)
+    fail("internal: qkv_rope_scatter_kv of {} ({} parts) into {} outputs", w.name, w.part_rows.size(), qkv.size());
+  check_matmul(x, w, qkv, biases);
+  check_rope_qk(qkv[0], qkv[1], positions, n_head, n_head_kv, head_dim, p, "qkv_rope_scatter_kv");
+  check_scatter_kv(qkv[1], qkv[2], k_dst, v_dst, rows, "qkv_rope_scatter_kv");
+  for (const Tensor& out : qkv) {
+    check_disjoint(x, out, "qkv_rope_scatter_kv", "x", "an output");
+    check_disjoint(out, k_dst, "qkv_rope_scatter_kv", "an output", "k_dst");
+    check_disjoint(out, v_dst, "qkv_rope_scatter_kv", "an output", "v_dst");
+  }
+  check_disjoint(qkv[0], qkv[1], "qkv_rope_scatter_kv", "q", "k");
+  check_disjoint(qkv[0], qkv[2], "qkv_rope_scatter_kv", "q", "v");
+  check_disjoint(qkv[1], qkv[2], "qkv_rope_scatter_kv", "k", "v");
+  std::vector<const Weight*> b(3, nullptr);
+  std::copy(biases.begin(), biases.end(), b.begin());
+  qkv_rope_scatter_kv_impl(x, w, qkv, b, act, positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst, rows);
+}
+
 void Backend::gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows) {
   check_tensor(src, "gather_rows", "src");
   check_tensor(out, "gather_rows", "out");

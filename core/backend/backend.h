@@ -343,6 +343,15 @@ class Backend {
   void rope_qk_scatter_kv(const Tensor& q, const Tensor& k, const Tensor& v, std::span<const int32_t> positions,
                           int n_head, int n_head_kv, int head_dim, const RopeParams& p, const Tensor& k_dst,
                           const Tensor& v_dst, std::span<const int32_t> rows);
+  // matmul_parts(x, w, qkv, biases, act) then rope_qk_scatter_kv(qkv[0], qkv[1], qkv[2], positions, …):
+  // a layer's Q, K and V products, rotated, and the new K and V rows written to the cache, in one
+  // pass where the backend fuses them (the CUDA backend's decode steps: the GEMV stores its rows
+  // rotated and scattered). Exactly those two ops' results, under both ops' conditions; w a stack
+  // of three parts, x overlapping no output.
+  void qkv_rope_scatter_kv(const Tensor& x, const Weight& w, std::span<const Tensor> qkv,
+                           std::span<const Weight* const> biases, Activations act, std::span<const int32_t> positions,
+                           int n_head, int n_head_kv, int head_dim, const RopeParams& p, const Tensor& k_dst,
+                           const Tensor& v_dst, std::span<const int32_t> rows);
   // out row i = src row rows[i] (f32 gather of active rows). src and out must not overlap.
   void gather_rows(const Tensor& src, const Tensor& out, std::span<const int32_t> rows);
   // KV deviation (CacheBlend §4.1): out[i][0] = Σ_c (a[i][c] − b[rows[i]][c])² for a f32 [n][d]
@@ -399,6 +408,14 @@ class Backend {
     scatter_kv_rows_impl(k, v, k_dst, v_dst, rows);
   }
   // Unfused by default: rope_impl on q, then on k.
+  virtual void qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std::span<const Tensor> qkv,
+                                        std::span<const Weight* const> biases, Activations act,
+                                        std::span<const int32_t> positions, int n_head, int n_head_kv, int head_dim,
+                                        const RopeParams& p, const Tensor& k_dst, const Tensor& v_dst,
+                                        std::span<const int32_t> rows) {
+    matmul_impl(x, w, qkv, biases, act);
+    rope_qk_scatter_kv_impl(qkv[0], qkv[1], qkv[2], positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst, rows);
+  }
   virtual void rope_qk_impl(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head,
                             int n_head_kv, int head_dim, const RopeParams& p) {
     rope_impl(q, positions, n_head, head_dim, p, /*inverse=*/false);

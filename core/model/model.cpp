@@ -143,6 +143,11 @@ void Model::layer_qkv(int l, int64_t n, std::span<const int32_t> pos, Workspace&
   ws.xn_layer = -1;
   const Tensor qkv[3] = {q, k, v};
   const Weight* biases[3] = {w.bq.get(), w.bk.get(), w.bv.get()};
+  if (kv && !c.qk_norm) {  // the products, rotation and scatter as one op (fused on the CUDA decode path)
+    b.qkv_rope_scatter_kv(xn, *w.wqkv, qkv, biases, ws.act, pos, c.n_head, c.n_head_kv, c.head_dim, c.rope(l),
+                          kv->k[l], kv->v[l], kv_rows);
+    return;
+  }
   b.matmul_parts(xn, *w.wqkv, qkv, biases, ws.act);
   if (c.qk_norm) {
     b.rms_norm(q.reshape(n * c.n_head, c.head_dim), *w.q_norm, c.norm_eps, q.reshape(n * c.n_head, c.head_dim));
