@@ -163,7 +163,7 @@ std::string CudaBackend::kernels() const {
   return name_ + (!keep_quantised_ ? "+f16-weights" : f16_prefill_copy_ ? "+quant+f16-weights" : "+quant-weights") +
          (attention_mma_enabled() ? "+mma-attention" : "+f32-attention") +
          (keep_quantised_ && !int8_decode_ ? "+f32-decode-acts" : "") + (f16_ffn_products_ ? "" : "+f32-ffn-products") +
-         (fused_qkv_rope_ ? "" : "+separate-qkv-rope") +
+         (fused_gemv_stores_ ? "" : "+separate-gemv-stores") +
          (op_by_op_steps_ ? "+op-by-op-steps" : "");
 }
 
@@ -190,11 +190,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                                 "'f16' (a prefill FFN's gate and up products written in f16 where the weight bounds "
                                 "them, the default) or 'f32'"))
     f16_ffn_products_ = *v == "f16";
-  if (const auto v = env_choice("RAGKV_CUDA_QKV_ROPE", {"fused", "separate"},
-                                "'fused' (a decode step's Q, K and V products stored rotated, K and V into the "
-                                "cache, by the product's own launch; the default) or 'separate' (the rotation and "
-                                "the cache rows in a launch of their own)"))
-    fused_qkv_rope_ = *v == "fused";
+  if (const auto v = env_choice("RAGKV_CUDA_GEMV_STORES", {"fused", "separate"},
+                                "'fused' (a decode step's GEMVs store the next op's work: Q and K rotated with the "
+                                "new K and V rows in the cache, the GLU quantised for the down product; the "
+                                "default) or 'separate' (those ops in launches of their own)"))
+    fused_gemv_stores_ = *v == "fused";
   (void)env_choice("RAGKV_CUDA_ATTENTION", {"mma", "f32"},
                    "'mma' (tensor-core attention where it applies, the default) or 'f32' (the f32 kernel everywhere)");
   CUDA_CHECK(cudaSetDevice(device_));
@@ -216,10 +216,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     CUBLAS_CHECK(cublas::api().set_math_mode(
         cublas_, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-    // Split-K's counters (AttentionArgs::decode_done), one per KV head a call may have: zeroed
-    // here, outside any step graph, and left zero by every call.
-    CUDA_CHECK(cudaMalloc(&decode_done_, kDecodeDoneCounters * sizeof(unsigned)));
-    CUDA_CHECK(cudaMemsetAsync(decode_done_, 0, kDecodeDoneCounters * sizeof(unsigned), stream_));
+    // Split-K's counters (AttentionArgs::decode_done), one per KV head a call may have, then the
+    // decode GLU's (glu_done): zeroed here, outside any step graph, and left zero by every call.
+    const size_t counter_bytes = (kDecodeDoneCounters + kGluDoneCounters) * sizeof(unsigned);
+    CUDA_CHECK(cudaMalloc(&decode_done_, counter_bytes));
+    CUDA_CHECK(cudaMemsetAsync(decode_done_, 0, counter_bytes, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // (the legacy stream's cudaMemset is not ordered with stream_)
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));

@@ -145,6 +145,8 @@ class CudaBackend : public Backend {
   int64_t prepared_operands_used() const { return prepared_used_; }
   // How many qkv_rope_scatter_kv calls took the GEMV's rotating store (tests).
   int64_t qkv_rope_fused() const { return qkv_rope_fused_; }
+  // How many glu_ffn calls took the gate/up GEMV that quantises the GLU (tests).
+  int64_t glu_q8_fused() const { return glu_q8_fused_; }
   std::string step_summary() const override;
 
   bool supports(BackendOp op, DType dtype) const override;
@@ -195,7 +197,7 @@ class CudaBackend : public Backend {
                                const Tensor& v_dst, std::span<const int32_t> rows) override;
   // cuda-matmul.cpp: a decode step's QKV GEMV (f16 weights, or the integer GEMV on Q4_K, Q5_K, Q6_K,
   // Q8_0 and the K-quant pairs) storing its rows rotated and scattered, one launch (unless
-  // RAGKV_CUDA_QKV_ROPE=separate); else the two ops.
+  // RAGKV_CUDA_GEMV_STORES=separate); else the two ops.
   void qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std::span<const Tensor> qkv,
                                 std::span<const Weight* const> biases, Activations act,
                                 std::span<const int32_t> positions, int n_head, int n_head_kv, int head_dim,
@@ -220,7 +222,7 @@ class CudaBackend : public Backend {
   bool f16_prefill_copy_ = false;   // RAGKV_CUDA_WEIGHTS=quant+f16: and an f16 copy for prefill GEMMs
   bool int8_decode_ = true;         // RAGKV_CUDA_DECODE_ACTS: block8 decode products in dp4a (default)
   bool f16_ffn_products_ = true;    // RAGKV_CUDA_FFN_PRODUCTS: prefill gate/up products in f16 (default)
-  bool fused_qkv_rope_ = true;      // RAGKV_CUDA_QKV_ROPE: a decode QKV GEMV rotates and scatters (default)
+  bool fused_gemv_stores_ = true;   // RAGKV_CUDA_GEMV_STORES: decode GEMVs rotate, scatter, quantise the GLU
   // RAGKV_CUDA_PROFILE=FILE: every op's device time (op-profile.h), written at destruction.
   std::unique_ptr<CudaOpProfiler> profiler_;
   // Times one op under `op` (a literal: "matmul/gemv-f16") when profiling, else nothing.
@@ -329,12 +331,17 @@ class CudaBackend : public Backend {
   PreparedOperand prepared_;
   int64_t prepared_used_ = 0;
   int64_t qkv_rope_fused_ = 0;
+  int64_t glu_q8_fused_ = 0;
   void* operand_q8_ = nullptr;  // device bytes [operand_q8_bytes_]: the prepared blocks
   size_t operand_q8_bytes_ = 0;
   // Split-K's counters per KV head (AttentionArgs::decode_done): as many as attention_cuda allows
   // KV heads, zeroed at construction and left zero by every call.
   static constexpr size_t kDecodeDoneCounters = 65536;
+  // Then the decode GLU's chunk counters (int8_gemv_glu_q8_cuda), one per activation block of an
+  // intermediate row, in the same allocation: glu_done().
+  static constexpr size_t kGluDoneCounters = 16384;
   void* decode_done_ = nullptr;
+  unsigned* glu_done() const { return static_cast<unsigned*>(decode_done_) + kDecodeDoneCounters; }
   // The activation block size of cw's decode product by n ≤ kQuantGemvMaxRows rows on 8-bit blocks
   // (the integer GEMV of matmul_impl), 0 where that product takes another path or its parts read
   // blocks of both sizes.

@@ -20,7 +20,10 @@
 // stack the GEMV computes each GLU value's gate and up rows in one warp and stores the GLU (one
 // launch and the products' f32 round trip fewer, the same values bit for bit). Other calls of up to
 // kQuantGemvMaxRows rows, f32 weights, and intermediates wider than kGluF16MaxCols take the unfused
-// ops.
+// ops. On a quantised gate/up stack of one type, the gate/up GEMV computes each GLU value's two
+// rows in one warp and quantises the GLU for the down projection itself: the last of the blocks of
+// an activation block's values quantises it (int8_gemv_glu_q8_cuda; unless
+// RAGKV_CUDA_GEMV_STORES=separate), one launch fewer, the same blocks bit for bit.
 #include <algorithm>
 #include <limits>
 
@@ -60,10 +63,39 @@ void CudaBackend::glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const 
   const NestedOps nested(op_depth_);  // its products and GLU are part of it
   if (n <= kQuantGemvMaxRows && act == Activations::block8 && int8_decode_ && cd.quantised() &&
       !w_down.wide_activations) {
+    const Weight* no_bias[2] = {nullptr, nullptr};
+    const int x_block = int8_operand_block(cgu, w_gate_up, n, act), down_block = int8_operand_block(cd, w_down, n, act);
+    const auto parts = cgu.parts();
+    if (fused_gemv_stores_ && x_block != 0 && parts.size() == 2 && parts[0].type == parts[1].type &&
+        parts[0].rows == ff && parts[1].rows == ff && int8_gemv_glu_q8_types(parts[0].type, down_block) &&
+        ff % down_block == 0 && size_t(ff / down_block) <= kGluDoneCounters) {
+      // A decode step on one quantised type: the gate/up GEMV's blocks each quantise their chunk of
+      // the GLU for the down projection as the last of them ends (int8-gemv.cu), one launch.
+      const auto timed = profile("matmul/gemv-int8+glu-q8", n);
+      ++glu_q8_fused_;
+      const PreparedOperand& prepared = prepared_;  // add_rms_norm's blocks of xn, where they are these
+      const bool use_prepared = prepared.block == x_block && prepared.data == xn.data() && prepared.rows == n &&
+                                prepared.cols == in && prepared.weight == &w_gate_up;
+      const size_t x_bytes = use_prepared ? 0 : act_q8_bytes(x_block, n, in);
+      auto* work = static_cast<uint8_t*>(work_reserve(x_bytes + act_q8_bytes(down_block, n, ff)));
+      quant_dot::ActQ8 a;
+      if (use_prepared) {
+        a = prepared.acts;
+        ++prepared_used_;
+      } else {
+        a = quantize_act_q8_cuda(xn.as<float>(), n, in, x_block, work, stream_);
+      }
+      const quant_dot::ActQ8Out q8 = act_q8_outputs(down_block, n, ff, work + x_bytes);
+      int8_gemv_glu_q8_cuda(parts[0].type, parts[0].data, parts[1].data, ff, in, a, n, gelu, gate.as<float>(),
+                            down_block, q8, glu_done(), stream_);
+      Int8Acts acts;
+      acts[down_block == 256] = act_q8_view(q8, ff);
+      matmul_quant_gemv(gate, cd, std::span(&proj, 1), std::span(no_bias).first(1), &acts);
+      return;
+    }
     // A decode step: gate and up as any decode product, then the GLU computed as it is quantised
     // into the down projection's activation blocks (int8-gemv.cu), without a pass of its own.
     const Tensor gate_up[2] = {gate, up};
-    const Weight* no_bias[2] = {nullptr, nullptr};
     matmul_impl(xn, w_gate_up, gate_up, no_bias, act);
     const auto timed = profile("glu+matmul/gemv-int8", n);
     const Int8Acts acts = int8_acts_for(cd, n, [&](int block, void* work) {

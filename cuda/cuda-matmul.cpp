@@ -143,7 +143,7 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
 // product takes the f16 GEMV or the integer GEMV in one launch (its parts' types in
 // int8_gemv_rope_types), that launch stores the rows so (gemv-rope-store.cuh) — matmul_impl's
 // GEMV, then rope_qk_scatter_kv_impl's kernel, bit for bit, without the second launch. Anything
-// else (prefill, repeated cache rows, other types, RAGKV_CUDA_QKV_ROPE=separate): the two ops.
+// else (prefill, repeated cache rows, other types, RAGKV_CUDA_GEMV_STORES=separate): the two ops.
 void CudaBackend::qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std::span<const Tensor> qkv,
                                            std::span<const Weight* const> biases, Activations act,
                                            std::span<const int32_t> positions, int n_head, int n_head_kv,
@@ -158,9 +158,10 @@ void CudaBackend::qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std
   const bool int8 = block != 0 && parts.size() == 3 && parts[0].type == parts[1].type &&
                     int8_gemv_rope_types(parts[0].type, parts[2].type);
   bool repeats = false;  // a cache row named twice: the scatter's last-write rule, not this store
-  for (size_t i = 0; i < rows.size() && !repeats; ++i)
-    for (size_t j = i + 1; j < rows.size() && !repeats; ++j) repeats = rows[i] == rows[j];
-  if (!fused_qkv_rope_ || (!f16 && !int8) || n == 0 || p.n_rot / 2 == 0 || head_dim % 2 != 0 || repeats ||
+  if (f16 || int8)        // (n ≤ kQuantGemvMaxRows rows: the pairs are few)
+    for (size_t i = 0; i < rows.size() && !repeats; ++i)
+      for (size_t j = i + 1; j < rows.size() && !repeats; ++j) repeats = rows[i] == rows[j];
+  if (!fused_gemv_stores_ || (!f16 && !int8) || n == 0 || p.n_rot / 2 == 0 || head_dim % 2 != 0 || repeats ||
       w.part_rows.size() != 3) {
     Backend::qkv_rope_scatter_kv_impl(x, w, qkv, biases, act, positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst,
                                       rows);

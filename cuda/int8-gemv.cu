@@ -158,6 +158,48 @@ __global__ void int8_gemv_rope_kernel(const GemvWeights w, int64_t first1, int64
   store_gemv_rope<N, kWarps>(out, rope, active, o, acc);
 }
 
+// A decode step's gate/up products, GLU and the down product's operand in one launch: warp j
+// computes gate row j and up row j (gate_w, up_w: ff rows each) as int8_gemv_kernel computes
+// each, lane 0 stores act(gate) · up (GluValues' expression) into glu [N][ff], and the last of the
+// blocks of a chunk of B values (B / kWarps blocks, counted on chunk_done[chunk] after a
+// __threadfence, as attention-decode.cu's last-block combine) quantises the chunk's N activation
+// blocks with quantize_act_block: int8_gemv_cuda, then quantize_glu_act_q8_cuda's blocks, bit for
+// bit, without their launch. ff % B == 0; the counters are left zero.
+template <GgmlType T, int N, typename Act, int B>
+__global__ void int8_gemv_glu_q8_kernel(const uint8_t* __restrict__ gate_w, const uint8_t* __restrict__ up_w,
+                                        size_t row_bytes, int64_t ff, int64_t nb, const qt::ActQ8 a,
+                                        float* __restrict__ glu, const ActQ8Out q8, unsigned* __restrict__ chunk_done) {
+  static_assert(B % kWarps == 0, "a block's rows in one chunk");
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // < ff: the grid is ff / kWarps blocks
+  float gate[N], up[N];
+  int8_row<T, N>(gate_w + j * row_bytes, nb, a, lane, gate);
+  int8_row<T, N>(up_w + j * row_bytes, nb, a, lane, up);
+  if (lane == 0) {
+    const Act act;
+#pragma unroll
+    for (int r = 0; r < N; ++r) glu[r * ff + j] = act(gate[r]) * up[r];
+  }
+  // Counted once this block's values are visible to every block; the chunk's last one quantises.
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kWarps / B;
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(&chunk_done[chunk], 1u) == B / kWarps - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x == 0) chunk_done[chunk] = 0;  // zero again for the next launch
+  constexpr int V = B / 32;
+  for (int r = warp; r < N; r += kWarps) {  // whole warps: quantize_act_block's shuffles
+    float v[V];
+    const float* src = glu + r * ff + chunk * B + lane * V;
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = __ldcg(src + i);  // other blocks' stores: from L2
+    quantize_act_block<B>(v, lane, r * (ff / B) + chunk, q8);
+  }
+}
+
 template <GgmlType T, int N>
 void gemv_launch(const GemvWeights& w, int64_t rows, int64_t cols, const qt::ActQ8& a, const GemvOutputs& out,
                  cudaStream_t stream) {
@@ -314,6 +356,42 @@ void int8_gemv_rope_cuda(GgmlType t0, GgmlType t1, int64_t first1, const GemvWei
   else if (t0 == GgmlType::Q4_K && t1 == GgmlType::Q6_K) launch(Q4K{}, Q6K{});
   else if (t0 == GgmlType::Q5_K && t1 == GgmlType::Q6_K) launch(Q5K{}, Q6K{});
   else cuda_internal_fail("int8_gemv_rope_cuda: types without a launch of their own");
+  CUDA_CHECK(cudaGetLastError());
+}
+
+bool int8_gemv_glu_q8_types(GgmlType t, int block) {
+  return (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0) &&
+         block == qt::act_block(t);
+}
+
+void int8_gemv_glu_q8_cuda(GgmlType t, const uint8_t* gate_w, const uint8_t* up_w, int64_t ff, int64_t cols,
+                           const qt::ActQ8& a, int64_t n, bool gelu, float* glu, int block, const ActQ8Out& q8,
+                           unsigned* chunk_done, cudaStream_t stream) {
+  if (!int8_gemv_glu_q8_types(t, block) || ff <= 0 || ff % block != 0 || ff / kWarps > INT32_MAX)
+    cuda_internal_fail("int8_gemv_glu_q8_cuda: a type without this launch, or an intermediate not of whole blocks");
+  if (n == 0) return;
+  if (n > kQuantGemvMaxRows) cuda_internal_fail("int8_gemv_glu_q8_cuda: more activation rows than kQuantGemvMaxRows");
+  if (a.cols != cols || cols % qt::act_block(t) != 0)
+    cuda_internal_fail("int8_gemv_glu_q8_cuda: activation blocks of another width than the weight's rows");
+  const auto blocks = static_cast<unsigned>(ff / kWarps);
+  const auto launch = [&](auto type, auto act) {
+    constexpr GgmlType T = decltype(type)::value;
+    using L = qt::Lane<T>;
+    const int64_t nb = cols / L::kElems;
+    const size_t row_bytes = static_cast<size_t>(nb) * L::kBytes;
+    with_row_count(n, [&](auto count) {
+      int8_gemv_glu_q8_kernel<T, decltype(count)::value, decltype(act), qt::act_block(T)>
+          <<<blocks, kWarps * 32, 0, stream>>>(gate_w, up_w, row_bytes, ff, nb, a, glu, q8, chunk_done);
+    });
+  };
+  const auto with_act = [&](auto type) {
+    if (gelu) launch(type, GeluTanh{});
+    else launch(type, Silu{});
+  };
+  if (t == GgmlType::Q4_K) with_act(std::integral_constant<GgmlType, GgmlType::Q4_K>{});
+  else if (t == GgmlType::Q5_K) with_act(std::integral_constant<GgmlType, GgmlType::Q5_K>{});
+  else if (t == GgmlType::Q6_K) with_act(std::integral_constant<GgmlType, GgmlType::Q6_K>{});
+  else with_act(std::integral_constant<GgmlType, GgmlType::Q8_0>{});
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -54,6 +54,18 @@ bool int8_gemv_pairs(GgmlType t0, GgmlType t1);
 void int8_gemv_pair_cuda(GgmlType t0, GgmlType t1, int64_t first1, const GemvWeights& w, int64_t cols,
                          const quant_dot::ActQ8& a, int64_t n, const GemvOutputs& out, cudaStream_t stream);
 
+// Whether int8_gemv_glu_q8_cuda has a launch for gate/up weights of type t and the down
+// product's activation blocks of `block` values: Q4_K, Q5_K, Q6_K and Q8_0, their own block size.
+bool int8_gemv_glu_q8_types(GgmlType t, int block);
+// A decode step's gate/up products (gate_w, up_w: ff rows each of type t, a their input's blocks),
+// GLU (silu, or gelu_tanh when gelu) stored in glu [n][ff], and its activation blocks of `block`
+// values in q8 (act_q8_outputs(block, n, ff, …)): what int8_gemv_cuda into gate and up, then
+// quantize_glu_act_q8_cuda give (the blocks bit for bit), in one launch. chunk_done: ff / block
+// device counters, zero, left zero.
+void int8_gemv_glu_q8_cuda(GgmlType t, const uint8_t* gate_w, const uint8_t* up_w, int64_t ff, int64_t cols,
+                           const quant_dot::ActQ8& a, int64_t n, bool gelu, float* glu, int block,
+                           const quant_dot::ActQ8Out& q8, unsigned* chunk_done, cudaStream_t stream);
+
 // Whether int8_gemv_rope_cuda has a launch for parts of type t0, then t1 (t1 == t0: one type):
 // Q4_K, Q5_K, Q6_K and Q8_0 alone, the int8_gemv_pairs pairs.
 bool int8_gemv_rope_types(GgmlType t0, GgmlType t1);

@@ -27,8 +27,8 @@
 # process of its own (cuda-tests-isolated.txt: a kernel that faults poisons its process's CUDA
 # context, failing every case after it), and where a bench of the default paths fails (not by
 # running out of time), it runs once more on the paths before (NAME-safe.json: step graphs off,
-# f32 attention, f32 FFN products, f32 decode activations, rotation and KV scatter in a launch of
-# their own), which the report uses in its place.
+# f32 attention, f32 FFN products, f32 decode activations, the decode GEMVs' fused stores off),
+# which the report uses in its place.
 set -uo pipefail
 out=${1:?output directory}
 bundle=${2:-device-bundle}
@@ -52,7 +52,7 @@ step() {  # step NAME LIMIT_S OUTFILE COMMAND...
 
 # The paths that came before this code's kernels, each kept behind a switch (docs/gpu.md).
 safe_env=(RAGKV_CUDA_GRAPHS=0 RAGKV_CUDA_ATTENTION=f32 RAGKV_CUDA_FFN_PRODUCTS=f32 RAGKV_CUDA_DECODE_ACTS=f32
-  RAGKV_CUDA_QKV_ROPE=separate)
+  RAGKV_CUDA_GEMV_STORES=separate)
 
 # The device tool stops a command after 600 s: the reruns below are skipped where they would end
 # past this many seconds of the script (the files written so far still come back).
@@ -174,7 +174,13 @@ if has llama && [ -s "$llama_bundle/llama-bench.xz" ]; then
   # device-bundle/, so it comes in a call of its own). Prefill of the same 4,096 tokens on an
   # empty context; decode of 32 tokens on an empty context and after 4,096 (ours decodes after the
   # timed prompt). Flash attention on, every layer on the GPU.
-  [ -x "$llama_bench" ] || { xz -dc "$llama_bundle/llama-bench.xz" > "$llama_bench" && chmod +x "$llama_bench"; }
+  # (xz where the machine has it, else python3's lzma)
+  [ -x "$llama_bench" ] || {
+    { if command -v xz > /dev/null; then xz -dc "$llama_bundle/llama-bench.xz"
+      else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' \
+        "$llama_bundle/llama-bench.xz"; fi; } > "$llama_bench.part" && mv "$llama_bench.part" "$llama_bench" &&
+      chmod +x "$llama_bench"
+  }
   for pair in "bf16:$model" "q4km:$model_q4"; do
     [ -s "${pair#*:}" ] || continue
     step "llama-bench-${pair%%:*}" 240 "llama-bench-${pair%%:*}.json" \

@@ -230,6 +230,8 @@ TEST_CASE("cuda graphs: decode steps launched as CUDA graphs give the op-by-op l
         std::vector<KvCache*> pe, pg;
         for (int b = 0; b < batch; ++b) pe.push_back(&ke[size_t(b)]), pg.push_back(&kg[size_t(b)]);
         const CudaBackend::StepGraphStats before = stats();
+        const auto& ce = static_cast<const CudaBackend&>(*eager);
+        const int64_t rope_before = ce.qkv_rope_fused(), glu_before = ce.glu_q8_fused();
         const int steps = 40;
         for (int step = 0; step < steps; ++step) {
           CAPTURE(step);
@@ -240,6 +242,12 @@ TEST_CASE("cuda graphs: decode steps launched as CUDA graphs give the op-by-op l
             next[size_t(b)] = int32_t(std::max_element(row, row + me.config().n_vocab) - row);
           }
         }
+        // One sequence's steps take the GEMVs' fused stores: the rotating QKV store on f16 and
+        // K-quant weights (not Q4_1), the quantising gate/up GEMV on the K-quants; a batch's Q, K
+        // and V have no cache rows of one sequence (the two ops).
+        const int64_t layer_steps = int64_t(steps) * me.config().n_layer;
+        CHECK(ce.qkv_rope_fused() - rope_before == (batch == 1 && type_name != "Q4_1" ? layer_steps : 0));
+        CHECK(ce.glu_q8_fused() - glu_before == (type_name == "Q4_K_M" ? layer_steps : 0));
         const CudaBackend::StepGraphStats after = stats();
         const int64_t captured = after.captured - before.captured, replayed = after.replayed - before.replayed;
         const int64_t missed = after.missed - before.missed;

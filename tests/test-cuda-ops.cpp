@@ -934,6 +934,83 @@ TEST_CASE("cuda: glu_ffn with f32 products equals matmul_parts, swiglu or geglu,
 // the three widths of the fused kernel, row 0 scaled for its products (values of 3e4 that would
 // overflow them), finite everywhere. The weight's row-sum
 // bound (CudaWeight::max_row_l1) is checked against the host's sums of its values.
+// A decode step's gate/up GEMV on a quantised stack of one type quantises the GLU for the down
+// projection itself, the last block of each activation block's values doing it
+// (int8_gemv_glu_q8_cuda): bit for bit matmul_parts, swiglu or geglu, then matmul on 8-bit blocks —
+// Q4_K, Q5_K, Q6_K and Q8_0 stacks, the Q4_K_M mix's Q6_K down projection, 1 to 8 rows, xn's
+// blocks prepared by the norm before it, the same call twice (its counters must be left zero).
+// A down projection on blocks of another size takes the unfused path.
+TEST_CASE("cuda: glu_ffn's quantising gate/up GEMV equals the unfused ops on 8-bit blocks, bit for bit") {
+  if (gpu_missing()) return;
+  Backends be;
+  const auto& cuda = static_cast<const ragkv::CudaBackend&>(*be.gpu);
+  const auto block8 = ragkv::Activations::block8;
+  uint32_t seed = 7700;
+  struct Case {
+    GgmlType gate_up, down;
+    int64_t in, ff;
+    bool fused;
+  };
+  const Case cases[] = {{GgmlType::Q4_K, GgmlType::Q6_K, 512, 1536, true},
+                        {GgmlType::Q4_K, GgmlType::Q4_K, 256, 768, true},
+                        {GgmlType::Q5_K, GgmlType::Q6_K, 256, 512, true},
+                        {GgmlType::Q6_K, GgmlType::Q6_K, 256, 256, true},
+                        {GgmlType::Q8_0, GgmlType::Q8_0, 256, 96, true},
+                        {GgmlType::Q8_0, GgmlType::Q4_K, 256, 512, false}};
+  for (const Case& c : cases) {
+    const std::string type_name =
+        ragkv::ggml_type_name(c.gate_up) + std::string("/") + ragkv::ggml_type_name(c.down);
+    CAPTURE(type_name);
+    const auto gate_bytes = random_matrix_bytes(c.gate_up, c.ff, c.in, ++seed);
+    const auto up_bytes = random_matrix_bytes(c.gate_up, c.ff, c.in, ++seed);
+    const auto down_bytes = random_matrix_bytes(c.down, c.in, c.ff, ++seed);
+    const ragkv::GgufTensor tg = matrix_tensor("blk.0.ffn_gate.weight", c.gate_up, c.ff, c.in, gate_bytes);
+    const ragkv::GgufTensor tu = matrix_tensor("blk.0.ffn_up.weight", c.gate_up, c.ff, c.in, up_bytes);
+    const ragkv::GgufTensor* parts[] = {&tg, &tu};
+    const std::unique_ptr<Weight> gate_up = be.gpu->load_weight_stack(parts, "blk.0.ffn_gate_up");
+    const std::unique_ptr<Weight> down =
+        be.gpu->load_weight(matrix_tensor("blk.0.ffn_down.weight", c.down, c.in, c.ff, down_bytes));
+    const std::unique_ptr<Weight> norm =
+        be.gpu->load_weight(f32_vector("blk.0.ffn_norm.weight", random_values(size_t(c.in), ++seed)));
+    for (const int64_t n : {int64_t(1), int64_t(3), int64_t(8)}) {
+      const auto x = random_values(size_t(n * c.in), ++seed), y = random_values(size_t(n * c.in), ++seed);
+      for (const bool gelu : {false, true})
+        for (const bool prepare : {false, true}) {
+          CAPTURE(n);
+          CAPTURE(gelu);
+          CAPTURE(prepare);
+          const auto run = [&](bool fused) {
+            Tensor xn = be.gpu->alloc(DType::f32, n, c.in);
+            if (prepare) {
+              Tensor tx = make_tensor(*be.gpu, DType::f32, n, c.in, x), ty = make_tensor(*be.gpu, DType::f32, n, c.in, y);
+              be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, xn, ragkv::NextProduct{gate_up.get(), block8});
+            } else {
+              upload_values(*be.gpu, xn, x);
+            }
+            const Tensor g = be.gpu->alloc(DType::f32, n, c.ff), u = be.gpu->alloc(DType::f32, n, c.ff);
+            const Tensor proj = be.gpu->alloc(DType::f32, n, c.in);
+            if (fused) {
+              be.gpu->glu_ffn(xn, *gate_up, *down, g, u, proj, gelu, block8);
+            } else {
+              const Tensor gu[2] = {g, u};
+              be.gpu->matmul_parts(xn, *gate_up, gu, {}, block8);
+              if (gelu) be.gpu->geglu(g, u, g);
+              else be.gpu->swiglu(g, u, g);
+              be.gpu->matmul(g, *down, proj, nullptr, block8);
+            }
+            return download_values(*be.gpu, proj);
+          };
+          const int64_t before = cuda.glu_q8_fused();
+          const auto first = run(true), second = run(true);
+          CHECK(cuda.glu_q8_fused() - before == (c.fused ? 2 : 0));
+          const auto ops = run(false);
+          CHECK(std::memcmp(first.data(), ops.data(), ops.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(second.data(), ops.data(), ops.size() * sizeof(float)) == 0);
+        }
+    }
+  }
+}
+
 TEST_CASE("cuda: glu_ffn with f16 products stays within its derived bound of the unfused ops") {
   if (gpu_missing()) return;
   Backends be;
@@ -1156,8 +1233,8 @@ TEST_CASE("cuda: qkv_rope_scatter_kv equals matmul_parts then rope_qk_scatter_kv
         dst[size_t(i)] = int32_t((i * 23 + 5) % cache_rows);
       }
       const auto x = random_values(size_t(n * c.in), ++seed), y = random_values(size_t(n * c.in), ++seed);
-      for (const auto& [neox, n_rot] : {std::pair(false, c.head_dim), std::pair(true, c.head_dim),
-                                        std::pair(true, c.head_dim / 2)})
+      for (const auto& [neox, n_rot] : {std::pair(false, c.head_dim), std::pair(false, c.head_dim / 2),
+                                        std::pair(true, c.head_dim), std::pair(true, c.head_dim / 2)})
         for (const bool repeat : {false, true})
           for (const bool prepare : {false, true})
             for (const bool with_bias : {false, true})

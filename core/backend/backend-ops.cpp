@@ -425,6 +425,8 @@ void Backend::qkv_rope_scatter_kv(const Tensor& x, const Weight& w, std::span<co
     check_disjoint(out, k_dst, "qkv_rope_scatter_kv", "an output", "k_dst");
     check_disjoint(out, v_dst, "qkv_rope_scatter_kv", "an output", "v_dst");
   }
+  check_disjoint(x, k_dst, "qkv_rope_scatter_kv", "x", "k_dst");  // read while the cache is written
+  check_disjoint(x, v_dst, "qkv_rope_scatter_kv", "x", "v_dst");
   check_disjoint(qkv[0], qkv[1], "qkv_rope_scatter_kv", "q", "k");
   check_disjoint(qkv[0], qkv[2], "qkv_rope_scatter_kv", "q", "v");
   check_disjoint(qkv[1], qkv[2], "qkv_rope_scatter_kv", "k", "v");

@@ -407,7 +407,7 @@ class Backend {
     rope_qk_impl(q, k, positions, n_head, n_head_kv, head_dim, p);
     scatter_kv_rows_impl(k, v, k_dst, v_dst, rows);
   }
-  // Unfused by default: rope_impl on q, then on k.
+  // Unfused by default: matmul_impl, then rope_qk_scatter_kv_impl.
   virtual void qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std::span<const Tensor> qkv,
                                         std::span<const Weight* const> biases, Activations act,
                                         std::span<const int32_t> positions, int n_head, int n_head_kv, int head_dim,
@@ -416,6 +416,7 @@ class Backend {
     matmul_impl(x, w, qkv, biases, act);
     rope_qk_scatter_kv_impl(qkv[0], qkv[1], qkv[2], positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst, rows);
   }
+  // Unfused by default: rope_impl on q, then on k.
   virtual void rope_qk_impl(const Tensor& q, const Tensor& k, std::span<const int32_t> positions, int n_head,
                             int n_head_kv, int head_dim, const RopeParams& p) {
     rope_impl(q, positions, n_head, head_dim, p, /*inverse=*/false);
