@@ -51,6 +51,8 @@ PREFILL_RUNS = [  # (file, label)
     ("bench-prefill-q4km-f16.json", "8B-shaped Q4_K_M, RAGKV_CUDA_WEIGHTS=f16"),
     ("bench-prefill-q4km-quant-f16.json", "8B-shaped Q4_K_M, RAGKV_CUDA_WEIGHTS=quant+f16"),
     ("bench-prefill-q4km-f32-acts.json", "8B-shaped Q4_K_M, RAGKV_CUDA_DECODE_ACTS=f32"),
+    ("bench-prefill-separate-stores.json", "8B-shaped bf16, RAGKV_CUDA_GEMV_STORES=separate"),
+    ("bench-prefill-q4km-separate-stores.json", "8B-shaped Q4_K_M, RAGKV_CUDA_GEMV_STORES=separate"),
     ("bench-prefill-op-by-op.json", "8B-shaped bf16, decode op by op (RAGKV_CUDA_GRAPHS=0)"),
     ("bench-prefill-q4km-op-by-op.json", "8B-shaped Q4_K_M, decode op by op (RAGKV_CUDA_GRAPHS=0)"),
 ]

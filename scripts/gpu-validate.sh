@@ -18,7 +18,7 @@
 # (llama-bench on both files, when $LLAMA_BUNDLE, default llama-bundle/, holds
 # scripts/llama-bench-bundle.sh's llama-bench.xz), compare (the paths before: f32 attention, the
 # FFN's products in f32, the controller off, Q4_K_M converted to f16, Q4_K_M with an f16 copy for prefill, Q4_K_M decode on f32
-# activations). Name fewer groups to split a run over calls of the
+# activations, the decode GEMVs' stores unfused). Name fewer groups to split a run over calls of the
 # device tool: the models stay in $TMPDIR on a warm machine, so a later call finds them. Within 15
 # minutes of device time: `tests bf16 q4km` in the first call, then `graphs llama profile` with
 # llama-bundle carried.
@@ -206,6 +206,12 @@ if has compare; then
   # Quantised for decode plus an f16 copy for prefill (the flag of issue 40 item 3).
   step bench-prefill-q4km-quant-f16 150 bench-prefill-q4km-quant-f16.json env RAGKV_CUDA_WEIGHTS=quant+f16 "$run" \
     ragkv bench prefill --models "$model_q4" --device cuda --tokens 4096
+  # Decode steps with the GEMVs' stores unfused (the rotation and KV scatter, the GLU's
+  # quantisation in launches of their own, as before): what one and two launches fewer a layer give.
+  step bench-prefill-q4km-separate-stores 150 bench-prefill-q4km-separate-stores.json \
+    env RAGKV_CUDA_GEMV_STORES=separate "$run" ragkv bench prefill --models "$model_q4" --device cuda --tokens 4096
+  step bench-prefill-separate-stores 120 bench-prefill-separate-stores.json env RAGKV_CUDA_GEMV_STORES=separate \
+    "$run" ragkv bench prefill --models "$model" --device cuda --tokens 4096
   # Decode steps on the quantised weights with f32 activations (the GEMV before the integer one).
   step bench-prefill-q4km-f32-acts 150 bench-prefill-q4km-f32-acts.json env RAGKV_CUDA_DECODE_ACTS=f32 "$run" ragkv \
     bench prefill --models "$model_q4" --device cuda --tokens 4096
