@@ -24,11 +24,22 @@ ldd "$build/ragkv" "$build/ragkv_tests" | awk '$2 == "=>" && $3 ~ /^\// {print $
 tar -C "$stage" -cf - bin lib | xz -T0 -6 > "$out/bundle.tar.xz"
 cat > "$out/run" <<'RUN'
 #!/bin/bash
-# Runs a bundled binary with the bundled libraries first on the search path; the first call
-# unpacks bundle.tar.xz into unpacked/ (built apart, then renamed: a concurrent first call keeps
-# the one that got there first).
+# Runs a bundled binary with the bundled libraries first on the search path:
+#   run ragkv|ragkv_tests [ARGS...]
+# The first call unpacks bundle.tar.xz into unpacked/ (49 MB: run it on the device, not here, or
+# the carried folder outgrows the device tool's limit), built apart and then renamed, so that a
+# concurrent first call keeps the one that got there first; unpacked/ from another archive (its
+# size and time in unpacked/.archive) is replaced.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+if [ $# -lt 1 ]; then
+  echo "usage: $0 ragkv|ragkv_tests [ARGS...]" >&2
+  exit 2
+fi
+archive=$(stat -c '%s %Y' "$here/bundle.tar.xz")
+if [ -d "$here/unpacked" ] && [ "$(cat "$here/unpacked/.archive" 2> /dev/null)" != "$archive" ]; then
+  rm -rf "$here/unpacked"
+fi
 if [ ! -d "$here/unpacked" ]; then
   tmp=$(mktemp -d "$here/.unpacking.XXXXXX")
   unpack='import sys, tarfile
@@ -42,7 +53,9 @@ with tarfile.open(sys.argv[1], "r:xz") as t:
     echo "run: cannot unpack $here/bundle.tar.xz" >&2
     exit 1
   fi
-  mv -T "$tmp" "$here/unpacked" 2> /dev/null || rm -rf "$tmp"
+  echo "$archive" > "$tmp/.archive"
+  mv -T "$tmp" "$here/unpacked" 2> /dev/null || rm -rf "$tmp"  # another call's is there: that one
+  [ -x "$here/unpacked/bin/$1" ] || { echo "run: $here/unpacked/bin/$1 is missing" >&2; exit 1; }
 fi
 export LD_LIBRARY_PATH="$here/unpacked/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exe=$1

@@ -927,19 +927,13 @@ TEST_CASE("cuda: glu_ffn with f32 products equals matmul_parts, swiglu or geglu,
   }
 }
 
-// The default prefill FFN writes its gate/up products in f16, xn's rows scaled under the ceiling
-// its weight's row sums allow (cuda/f16-product-bound.h): within the derived bound of
-// tests/ffn-f16-products-bound.h of the unfused ops (f32 products), computed from their products;
-// f16, Q4_K and Q8_0 weights (one quantised case in several dequantised tiles), SwiGLU and GeGLU,
-// the three widths of the fused kernel, row 0 scaled for its products (values of 3e4 that would
-// overflow them), finite everywhere. The weight's row-sum
-// bound (CudaWeight::max_row_l1) is checked against the host's sums of its values.
 // A decode step's gate/up GEMV on a quantised stack of one type quantises the GLU for the down
 // projection itself, the last block of each activation block's values doing it
 // (int8_gemv_glu_q8_cuda): bit for bit matmul_parts, swiglu or geglu, then matmul on 8-bit blocks —
 // Q4_K, Q5_K, Q6_K and Q8_0 stacks, the Q4_K_M mix's Q6_K down projection, 1 to 8 rows, xn's
-// blocks prepared by the norm before it, the same call twice (its counters must be left zero).
-// A down projection on blocks of another size takes the unfused path.
+// blocks prepared by the norm before it, a second call on other inputs (the first must leave its
+// counters zero, or the second's blocks would not be quantised). A down projection on blocks of
+// another size, and RAGKV_CUDA_GEMV_STORES=separate, take the unfused path.
 TEST_CASE("cuda: glu_ffn's quantising gate/up GEMV equals the unfused ops on 8-bit blocks, bit for bit") {
   if (gpu_missing()) return;
   Backends be;
@@ -979,13 +973,14 @@ TEST_CASE("cuda: glu_ffn's quantising gate/up GEMV equals the unfused ops on 8-b
           CAPTURE(n);
           CAPTURE(gelu);
           CAPTURE(prepare);
-          const auto run = [&](bool fused) {
+          const auto run = [&](bool fused, const std::vector<float>& in0, const std::vector<float>& in1) {
             Tensor xn = be.gpu->alloc(DType::f32, n, c.in);
             if (prepare) {
-              Tensor tx = make_tensor(*be.gpu, DType::f32, n, c.in, x), ty = make_tensor(*be.gpu, DType::f32, n, c.in, y);
+              Tensor tx = make_tensor(*be.gpu, DType::f32, n, c.in, in0);
+              Tensor ty = make_tensor(*be.gpu, DType::f32, n, c.in, in1);
               be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, xn, ragkv::NextProduct{gate_up.get(), block8});
             } else {
-              upload_values(*be.gpu, xn, x);
+              upload_values(*be.gpu, xn, in0);
             }
             const Tensor g = be.gpu->alloc(DType::f32, n, c.ff), u = be.gpu->alloc(DType::f32, n, c.ff);
             const Tensor proj = be.gpu->alloc(DType::f32, n, c.in);
@@ -1001,16 +996,35 @@ TEST_CASE("cuda: glu_ffn's quantising gate/up GEMV equals the unfused ops on 8-b
             return download_values(*be.gpu, proj);
           };
           const int64_t before = cuda.glu_q8_fused();
-          const auto first = run(true), second = run(true);
+          const auto first = run(true, x, y), second = run(true, y, x);
           CHECK(cuda.glu_q8_fused() - before == (c.fused ? 2 : 0));
-          const auto ops = run(false);
-          CHECK(std::memcmp(first.data(), ops.data(), ops.size() * sizeof(float)) == 0);
-          CHECK(std::memcmp(second.data(), ops.data(), ops.size() * sizeof(float)) == 0);
+          const auto ops_first = run(false, x, y), ops_second = run(false, y, x);
+          CHECK(std::memcmp(first.data(), ops_first.data(), ops_first.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(second.data(), ops_second.data(), ops_second.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) != 0);  // other inputs
         }
     }
   }
+  // The switch back to the two launches.
+  const ragkv::test::ScopedEnv separate("RAGKV_CUDA_GEMV_STORES", "separate");
+  const std::unique_ptr<Backend> unfused = ragkv::make_cuda_backend(0);
+  CHECK(unfused->kernels().find("+separate-gemv-stores") != std::string::npos);
+  const FfnCase c{GgmlType::Q4_K, 256, 768, 2};
+  const RandomFfn f = random_ffn(*unfused, c, seed);
+  const Tensor xn = make_tensor(*unfused, DType::f32, c.n, c.in, random_values(size_t(c.n * c.in), ++seed));
+  const Tensor g = unfused->alloc(DType::f32, c.n, c.ff), u = unfused->alloc(DType::f32, c.n, c.ff);
+  const Tensor proj = unfused->alloc(DType::f32, c.n, c.in);
+  unfused->glu_ffn(xn, *f.gate_up, *f.down, g, u, proj, false, block8);
+  CHECK(static_cast<const ragkv::CudaBackend&>(*unfused).glu_q8_fused() == 0);
 }
 
+// The default prefill FFN writes its gate/up products in f16, xn's rows scaled under the ceiling
+// its weight's row sums allow (cuda/f16-product-bound.h): within the derived bound of
+// tests/ffn-f16-products-bound.h of the unfused ops (f32 products), computed from their products;
+// f16, Q4_K and Q8_0 weights (one quantised case in several dequantised tiles), SwiGLU and GeGLU,
+// the three widths of the fused kernel, row 0 scaled for its products (values of 3e4 that would
+// overflow them), finite everywhere. The weight's row-sum
+// bound (CudaWeight::max_row_l1) is checked against the host's sums of its values.
 TEST_CASE("cuda: glu_ffn with f16 products stays within its derived bound of the unfused ops") {
   if (gpu_missing()) return;
   Backends be;
