@@ -107,8 +107,9 @@ void convert_rows_f32_to_f16_scaled_cuda(const float* x, __half* xh, float* row_
                                          int64_t rows, int64_t cols, cudaStream_t stream, int product_top) {
   if (rows == 0) return;
   if (product_top > kF16RowTop) cuda_internal_fail("convert_rows_f32_to_f16_scaled_cuda: product_top above 15");
-  const float ceiling = product_top < 0 ? kF16RowCeiling : ldexpf(1.f, product_top);
-  const int top = product_top < 0 ? kF16RowTop : product_top;
+  float ceiling;
+  int top;
+  f16_row_limits(product_top, ceiling, top);
   const auto grid = static_cast<unsigned>(rows);
   // Short rows (the hidden sizes of the small models) take one warp, as rms-norm.cu does.
   if (cols < 1024)

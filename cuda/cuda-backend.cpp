@@ -279,6 +279,7 @@ CudaBackend::~CudaBackend() {
     if (u->device) CUDA_CHECK_NOTHROW(cudaFree(u->device));
   if (work_) CUDA_CHECK_NOTHROW(cudaFree(work_));
   if (operand_q8_) CUDA_CHECK_NOTHROW(cudaFree(operand_q8_));
+  if (operand_f16_) CUDA_CHECK_NOTHROW(cudaFree(operand_f16_));
   if (decode_done_) CUDA_CHECK_NOTHROW(cudaFree(decode_done_));
   for (const PendingMass& m : mass_buffers_)
     if (m.device) CUDA_CHECK_NOTHROW(cudaFree(m.device));
@@ -523,6 +524,35 @@ quant_dot::ActQ8Out CudaBackend::prepare_operand(const Tensor& out, const Weight
   const quant_dot::ActQ8Out q8 = act_q8_outputs(block, out.rows, out.cols, operand_q8_);
   prepared_ = {out.data(), out.rows, out.cols, weight, block, act_q8_view(q8, out.cols)};
   return q8;
+}
+
+std::optional<int> CudaBackend::f16_operand_for(NextProduct next, int64_t rows, int64_t cols) {
+  // matmul_gemm's rows (more than a GEMV's) on a weight it multiplies in f16 (f16, or quantised and
+  // dequantised in tiles); glu_ffn's gate/up scaled for its f16 products, as glu_ffn_impl does.
+  if (!next.weight || rows <= kQuantGemvMaxRows) return std::nullopt;
+  const CudaWeight& cw = cuda_weight(*next.weight);
+  if (!cw.quantised() && cw.dtype() != DType::f16) return std::nullopt;
+  const int top = next.gated && f16_ffn_products_ ? f16_product_top(cw.max_row_l1()) : -1;
+  const auto round_up = [](size_t b) { return (b + 255) / 256 * 256; };
+  grow_device_buffer(operand_f16_, operand_f16_bytes_,
+                     round_up(size_t(rows * cols) * sizeof(__half)) + round_up(size_t(rows) * sizeof(float)),
+                     /*geometric=*/true);
+  return top;
+}
+
+const CudaBackend::PreparedOperand& CudaBackend::prepare_f16_operand(const Tensor& out, const Weight* weight, int top) {
+  auto* base = static_cast<uint8_t*>(operand_f16_);
+  const size_t xh_bytes = (size_t(out.rows * out.cols) * sizeof(__half) + 255) / 256 * 256;
+  prepared_ = {};
+  prepared_.data = out.data();
+  prepared_.rows = out.rows;
+  prepared_.cols = out.cols;
+  prepared_.weight = weight;
+  prepared_.f16 = true;
+  prepared_.top = top;
+  prepared_.xh = reinterpret_cast<__half*>(base);
+  prepared_.unscale = reinterpret_cast<float*>(base + xh_bytes);
+  return prepared_;
 }
 
 void CudaBackend::untracked_write(const char* what) {
@@ -789,10 +819,21 @@ void CudaBackend::add_rms_norm_impl(const Tensor& x, const Tensor& y, const Weig
                                     NextProduct next) {
   const CudaWeight& cw = cuda_vector(w, "add_rms_norm");
   check_grid_rows(x.rows, "add_rms_norm");
-  // A decode product on 8-bit blocks comes next: xn's blocks for it in the same pass.
+  // A decode product on 8-bit blocks comes next: xn's blocks for it in the same pass; a prefill
+  // GEMM: its f16 operand.
   const int block = operand_block_for(next, x.rows, x.cols);
+  const std::optional<int> f16_top = block ? std::nullopt : f16_operand_for(next, x.rows, x.cols);
   const bool replay = step_op(StepOp::add_rms_norm, {step_key(x), step_key(y), step_key(w), step_key(eps),
-                                                     step_key(xn), uint64_t(block)});
+                                                     step_key(xn), uint64_t(block), f16_top.has_value(),
+                                                     uint64_t(int64_t(f16_top.value_or(-2)))});
+  if (f16_top) {
+    const PreparedOperand& op = prepare_f16_operand(xn, next.weight, *f16_top);
+    if (replay) return;
+    const auto timed = profile("add_rms_norm+f16", x.rows);
+    add_rms_norm_f16_cuda(x.as<float>(), y.as<float>(), cw.f32(), xn.as<float>(), x.rows, x.cols, eps, op.xh,
+                          op.unscale, op.top, stream_);
+    return;
+  }
   if (block) {
     const quant_dot::ActQ8Out q8 = prepare_operand(xn, next.weight, block);
     if (replay) return;

@@ -55,6 +55,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -316,17 +317,27 @@ class CudaBackend : public Backend {
   // Drops the prepared operand (below) for every op but a product.
   bool step_op(StepOp op, std::initializer_list<uint64_t> args);
   void step_fold(std::initializer_list<uint64_t> words);  // more words of the op, as step_op
-  // A decode product's operand made by the op before it (add_rms_norm or attention with a
-  // NextProduct hint):
-  // xn's 8-bit activation blocks of `block` values in operand_q8_, valid for the one next op — the
-  // product of exactly that tensor by that weight takes them (matmul_impl) instead of quantising
-  // xn again; any other op drops them (step_op, and the ops that write device memory without it).
+  // A product's operand made by the op before it (add_rms_norm or attention with a NextProduct
+  // hint): for a decode product, xn's 8-bit activation blocks of `block` values in operand_q8_; for
+  // a prefill GEMM (add_rms_norm only), xn's row-scaled f16 operand and row unscales in
+  // operand_f16_, scaled for products written in f16 below 2^top (top ≥ 0: glu_ffn's gate/up) or
+  // plainly (−1). Valid for the one next op — the product of exactly that tensor by that weight
+  // takes them (matmul_impl, glu_ffn_impl) instead of making them again; any other op drops them
+  // (step_op, and the ops that write device memory without it).
   struct PreparedOperand {
     const void* data = nullptr;  // xn
     int64_t rows = 0, cols = 0;
     const Weight* weight = nullptr;
-    int block = 0;               // 32 or 256; 0: none
+    int block = 0;               // 32 or 256; 0: no 8-bit blocks
     quant_dot::ActQ8 acts;
+    bool f16 = false;            // the f16 operand instead
+    int top = -1;
+    __half* xh = nullptr;        // [rows][cols]
+    float* unscale = nullptr;    // [rows]
+    // The f16 operand of x by w at `top`, where it is this one.
+    bool f16_for(const Tensor& x, const Weight& w, int product_top) const {
+      return f16 && data == x.data() && rows == x.rows && cols == x.cols && weight == &w && top == product_top;
+    }
   };
   PreparedOperand prepared_;
   int64_t prepared_used_ = 0;
@@ -334,6 +345,8 @@ class CudaBackend : public Backend {
   int64_t glu_q8_fused_ = 0;
   void* operand_q8_ = nullptr;  // device bytes [operand_q8_bytes_]: the prepared blocks
   size_t operand_q8_bytes_ = 0;
+  void* operand_f16_ = nullptr;  // device bytes [operand_f16_bytes_]: the prepared f16 operand
+  size_t operand_f16_bytes_ = 0;
   // Split-K's counters per KV head (AttentionArgs::decode_done): as many as attention_cuda allows
   // KV heads, zeroed at construction and left zero by every call.
   static constexpr size_t kDecodeDoneCounters = 65536;
@@ -352,6 +365,11 @@ class CudaBackend : public Backend {
   // operand and says where to write them — after step_op and the op's uploads, which drop it.
   int operand_block_for(NextProduct next, int64_t rows, int64_t cols);
   quant_dot::ActQ8Out prepare_operand(const Tensor& out, const Weight* weight, int block);
+  // The same for a prefill GEMM's f16 operand: the product_top `next` scales it for (−1 plain), or
+  // nullopt where that product is no f16 GEMM (decode rows, an f32 weight), with room in
+  // operand_f16_; then prepare_f16_operand records it (after step_op) and says where it goes.
+  std::optional<int> f16_operand_for(NextProduct next, int64_t rows, int64_t cols);
+  const PreparedOperand& prepare_f16_operand(const Tensor& out, const Weight* weight, int top);
   // An upload, fill or copy (device memory written outside the ops' bookkeeping): not in a replay,
   // and the prepared operand dropped.
   void untracked_write(const char* what);
@@ -469,8 +487,9 @@ class CudaBackend : public Backend {
   void gemm_f16_rows(const __half* w, int64_t rows, int64_t in, const __half* xh, int64_t n, void* y,
                      cudaDataType y_type, int64_t ldy);
   // matmul through cuBLAS on f16 operands: an f16 matrix, or a quantised one in dequantised tiles.
+  // f16_operand: x's operand made by the op before (PreparedOperand::f16_for), or null.
   void matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
-                   std::span<const Weight* const> biases);
+                   std::span<const Weight* const> biases, const PreparedOperand* f16_operand = nullptr);
   // Its GEMMs from an f16 operand xh [n][in], no epilogue (`tile`: dequant_tile_bytes of work);
   // f16_products: written in f16 into the first half of each output's memory.
   void gemm_into(const __half* xh, int64_t n, const CudaWeight& cw, std::span<const Tensor> outs, __half* tile,

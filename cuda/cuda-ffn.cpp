@@ -137,7 +137,13 @@ void CudaBackend::glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const 
 
   // Products in f16 where the weight bounds them (f16_product_top ≥ 0), else in f32.
   const int product_top = f16_ffn_products_ ? f16_product_top(cgu.max_row_l1()) : -1;
-  convert_rows_f32_to_f16_scaled_cuda(xn.as<float>(), xh, x_unscale, n, in, stream_, product_top);
+  if (prepared_.f16_for(xn, w_gate_up, product_top)) {  // made by the norm before (add_rms_norm's hint)
+    xh = prepared_.xh;
+    x_unscale = prepared_.unscale;
+    ++prepared_used_;
+  } else {
+    convert_rows_f32_to_f16_scaled_cuda(xn.as<float>(), xh, x_unscale, n, in, stream_, product_top);
+  }
   const Tensor gate_up[2] = {gate, up};
   gemm_into(xh, n, cgu, gate_up, tile, product_top >= 0);
   if (product_top >= 0)

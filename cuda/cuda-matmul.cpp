@@ -62,7 +62,10 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   const int block = int8_operand_block(cw, w, n, act);
   const bool use_prepared = block != 0 && prepared.block == block && prepared.data == x.data() &&
                             prepared.rows == n && prepared.cols == in && prepared.weight == &w;
-  const bool replay = step_op(StepOp::matmul, {step_key(x), step_key(w), uint64_t(act), outs.size(), use_prepared});
+  // Or x's f16 operand for the GEMM below (add_rms_norm's, for a prefill).
+  const bool use_f16 = prepared.f16_for(x, w, /*product_top=*/-1);
+  const bool replay =
+      step_op(StepOp::matmul, {step_key(x), step_key(w), uint64_t(act), outs.size(), use_prepared, use_f16});
   for (size_t p = 0; p < outs.size(); ++p)
     step_fold({step_key(outs[p]), p < biases.size() && biases[p] ? step_key(*biases[p]) : 0});
   if (replay) return;
@@ -126,7 +129,8 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
     return;
   }
   if (cw.dtype() == DType::f16) {
-    matmul_gemm(x, cw, outs, biases);
+    if (use_f16) ++prepared_used_;
+    matmul_gemm(x, cw, outs, biases, use_f16 ? &prepared : nullptr);
   } else {  // an f32 vector weight (out_features == 1)
     auto* work = static_cast<uint8_t*>(split ? work_reserve(y_bytes) : nullptr);
     float* y = split ? reinterpret_cast<float*>(work) : outs[0].as<float>();
@@ -239,17 +243,18 @@ size_t CudaBackend::dequant_tile_bytes(const CudaWeight& cw) {
 // x → f16 [n][in] in the work buffer (row-scaled where it would overflow), then the GEMM(s), then
 // row scales and bias. A quantised weight adds its f16 tile to the work buffer.
 void CudaBackend::matmul_gemm(const Tensor& x, const CudaWeight& cw, std::span<const Tensor> outs,
-                              std::span<const Weight* const> biases) {
+                              std::span<const Weight* const> biases, const PreparedOperand* f16_operand) {
   const int64_t n = x.rows, in = cw.in_features, out = cw.out_features;
   const bool split = outs.size() > 1;
   const float* d_bias = !split && biases[0] ? cuda_vector(*biases[0], "matmul bias").f32() : nullptr;
-  const size_t xh_bytes = round_up_256(static_cast<size_t>(n * in) * sizeof(__half));
-  const size_t unscale_bytes = round_up_256(static_cast<size_t>(n) * sizeof(float));
+  // The operand in the work buffer, unless the op before made it.
+  const size_t xh_bytes = f16_operand ? 0 : round_up_256(static_cast<size_t>(n * in) * sizeof(__half));
+  const size_t unscale_bytes = f16_operand ? 0 : round_up_256(static_cast<size_t>(n) * sizeof(float));
   auto* work = static_cast<uint8_t*>(work_reserve(xh_bytes + unscale_bytes + dequant_tile_bytes(cw)));
-  auto* xh = reinterpret_cast<__half*>(work);
-  auto* row_unscale = reinterpret_cast<float*>(work + xh_bytes);
+  __half* xh = f16_operand ? f16_operand->xh : reinterpret_cast<__half*>(work);
+  float* row_unscale = f16_operand ? f16_operand->unscale : reinterpret_cast<float*>(work + xh_bytes);
   auto* tile = reinterpret_cast<__half*>(work + xh_bytes + unscale_bytes);
-  convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
+  if (!f16_operand) convert_rows_f32_to_f16_scaled_cuda(x.as<float>(), xh, row_unscale, n, in, stream_);
   gemm_into(xh, n, cw, outs, tile);
   if (!split) {
     matmul_epilogue_f32_cuda(outs[0].as<float>(), row_unscale, d_bias, n, out, stream_);

@@ -33,4 +33,12 @@ RAGKV_ROW_SCALE_HD void f16_row_scale(float largest, float& scale, float& unscal
   }
 }
 
+// The ceiling and top of an operand for a GEMM that writes its products in f16 when product_top ≥ 0
+// (f16_product_top), else of a plain operand (65504, 15): convert.cu's and rms-norm.cu's f16
+// operands alike.
+RAGKV_ROW_SCALE_HD void f16_row_limits(int product_top, float& ceiling, int& top) {
+  ceiling = product_top < 0 ? kF16RowCeiling : ldexpf(1.f, product_top);
+  top = product_top < 0 ? kF16RowTop : product_top;
+}
+
 }  // namespace ragkv

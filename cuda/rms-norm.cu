@@ -13,14 +13,19 @@
 // add_rms_norm_f32_cuda fuses the residual add before it (x += y, then the norm of the new x);
 // add_rms_norm_q8_cuda also quantises xn, as it is written, into the 8-bit activation blocks of the
 // decode product that reads it next (act-quantize.cuh, the blocks int8-gemv.cu's quantize_act would
-// make of xn): one launch instead of two, twice per layer of a decode step on quantised weights.
+// make of xn): one launch instead of two, twice per layer of a decode step on quantised weights;
+// add_rms_norm_f16_cuda writes a prefill GEMM's row-scaled f16 operand instead (convert.cu's), the
+// pass over xn that conversion took saved twice per layer of a prefill.
 //
 // Numerics against the CPU reference (core/backend/cpu-backend.cpp, which sums in double): the sum of
 // squares is a float tree reduction here, within a few ulp of the double sum for the row lengths
 // the models use; then inv = 1 / sqrt(ss / n + eps) and y = x · inv · w in the same order.
+#include <cfloat>
+
 #include "cuda/act-quantize.cuh"
 #include "cuda/block-reduce.cuh"
 #include "cuda/cuda-check.h"
+#include "cuda/f16-row-scale.cuh"
 #include "cuda/rms-norm.cuh"
 
 namespace ragkv {
@@ -104,6 +109,35 @@ __global__ void add_rms_norm_q8_kernel(float* x, const float* __restrict__ y, co
   }
 }
 
+// add_rms_norm_f32_kernel, then xn as the f16 operand of the prefill GEMM that reads it next: the
+// row's largest finite |xn|, its scale (f16_row_scale with the GEMM's ceiling and top) and
+// xh = f16(xn · scale), row_unscale = 1 / scale — what convert.cu's rows_f32_to_f16_scaled_kernel
+// makes of the stored xn, bit for bit (the same thread count, a max exact in any order), in the
+// same pass. Each thread reads back only the xn values it stored, so xn may alias x.
+template <int kBlock>
+__global__ void add_rms_norm_f16_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w, float* xn,
+                                        int64_t cols, float eps, __half* __restrict__ xh,
+                                        float* __restrict__ row_unscale, float ceiling, int top) {
+  const int64_t row = blockIdx.x;
+  float* xr = x + row * cols;
+  float* nr = xn + row * cols;
+  const float inv = add_row_inv_rms<kBlock>(xr, y + row * cols, cols, eps);
+  float largest = 0.f;
+  for (int64_t j = threadIdx.x; j < cols; j += kBlock) {
+    const float v = xr[j] * inv * w[j];
+    nr[j] = v;
+    const float a = fabsf(v);
+    if (a <= FLT_MAX) largest = fmaxf(largest, a);  // false for inf and NaN
+  }
+  __shared__ float partial[kBlock / 32];
+  largest = block_reduce<kBlock>(largest, partial, 0.f, MaxOp{});
+  float scale, unscale;
+  f16_row_scale(largest, scale, unscale, ceiling, top);
+  __half* hr = xh + row * cols;
+  for (int64_t j = threadIdx.x; j < cols; j += kBlock) hr[j] = __float2half_rn(nr[j] * scale);
+  if (threadIdx.x == 0) row_unscale[row] = unscale;
+}
+
 template <int B>
 void add_rms_norm_q8_launch(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
                             const ActQ8Out& q8, cudaStream_t stream) {
@@ -125,6 +159,23 @@ void add_rms_norm_q8_cuda(float* x, const float* y, const float* w, float* xn, i
     add_rms_norm_q8_launch<32>(x, y, w, xn, rows, cols, eps, q8, stream);
   else
     add_rms_norm_q8_launch<256>(x, y, w, xn, rows, cols, eps, q8, stream);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_rms_norm_f16_cuda(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
+                           __half* xh, float* row_unscale, int product_top, cudaStream_t stream) {
+  if (product_top > kF16RowTop) cuda_internal_fail("add_rms_norm_f16_cuda: product_top above 15");
+  if (rows == 0 || cols == 0) return;
+  float ceiling;
+  int top;
+  f16_row_limits(product_top, ceiling, top);
+  // The thread counts of add_rms_norm_f32_cuda and of the operand conversion (the same rule).
+  if (cols < 1024)
+    add_rms_norm_f16_kernel<32><<<static_cast<unsigned>(rows), 32, 0, stream>>>(x, y, w, xn, cols, eps, xh,
+                                                                                row_unscale, ceiling, top);
+  else
+    add_rms_norm_f16_kernel<256><<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, y, w, xn, cols, eps, xh,
+                                                                                  row_unscale, ceiling, top);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,5 +1,6 @@
 // RMSNorm launchers (rms-norm.cu).
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,5 +24,11 @@ void add_rms_norm_f32_cuda(float* x, const float* y, const float* w, float* xn, 
 // of xn, bit for bit, in the same pass.
 void add_rms_norm_q8_cuda(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
                           int block, const quant_dot::ActQ8Out& q8, cudaStream_t stream);
+
+// The same x and xn, and xn as the f16 operand of the GEMM that reads it next: xh [rows][cols] and
+// row_unscale [rows], what convert_rows_f32_to_f16_scaled_cuda(xn, …, product_top) makes of xn,
+// bit for bit, in the same pass.
+void add_rms_norm_f16_cuda(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t cols, float eps,
+                           __half* xh, float* row_unscale, int product_top, cudaStream_t stream);
 
 }  // namespace ragkv

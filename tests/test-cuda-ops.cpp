@@ -876,6 +876,94 @@ TEST_CASE("cuda: add_rms_norm with the next product named prepares that product'
   }
 }
 
+// add_rms_norm told the prefill GEMM that reads xn next (more rows than a GEMV takes) writes xn's
+// row-scaled f16 operand as well (rms-norm.cu's add_rms_norm_f16_cuda), and the GEMM takes it
+// instead of converting xn again: x, xn and the product bit for bit the unhinted ops' — f16 and
+// Q4_K weights, the one-warp and 256-thread norms, rows scaled up (tiny values) and down (beyond
+// f16), a stack's parts into their outputs, glu_ffn's gate/up operand scaled for its f16 products
+// (NextProduct::gated). Not taken after an op that changes xn, by another weight's product, or by
+// glu_ffn when the hint did not say gated (another scaling).
+TEST_CASE("cuda: add_rms_norm before a prefill GEMM makes its f16 operand, bit for bit") {
+  if (gpu_missing()) return;
+  Backends be;
+  const auto& cuda = static_cast<const ragkv::CudaBackend&>(*be.gpu);
+  const auto block8 = ragkv::Activations::block8;
+  uint32_t seed = 8100;
+  const int64_t n = 40, rows = 96;
+  for (const GgmlType type : {GgmlType::F16, GgmlType::Q4_K})
+    for (const int64_t in : {int64_t(512), int64_t(1024)})
+      for (const float norm_scale : {1.f, 1e-4f, 3e5f}) {
+        const std::string type_name = ragkv::ggml_type_name(type);
+        CAPTURE(type_name);
+        CAPTURE(in);
+        CAPTURE(norm_scale);
+        const auto x = random_values(size_t(n * in), ++seed), y = random_values(size_t(n * in), ++seed);
+        auto norm_values = random_values(size_t(in), ++seed);
+        for (float& v : norm_values) v *= norm_scale;
+        const std::unique_ptr<Weight> norm = be.gpu->load_weight(f32_vector("blk.0.ffn_norm.weight", norm_values));
+        std::vector<std::vector<uint8_t>> bytes;
+        std::vector<ragkv::GgufTensor> tensors;
+        for (int p = 0; p < 3; ++p) bytes.push_back(random_matrix_bytes(type, rows, in, ++seed));
+        for (int p = 0; p < 3; ++p)
+          tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p) + ".weight", type, rows, in, bytes[size_t(p)]));
+        const ragkv::GgufTensor* parts[3] = {&tensors[0], &tensors[1], &tensors[2]};
+        const std::unique_ptr<Weight> stack = be.gpu->load_weight_stack(parts, "blk.0.stack");
+        const std::unique_ptr<Weight> single = be.gpu->load_weight(tensors[0]);
+        // between(xn): an op between the norm and the product (none, or one that changes xn).
+        const auto run = [&](bool hint, const Weight& product, const Weight& named,
+                             const std::function<void(const Tensor&)>& between) {
+          Tensor tx = make_tensor(*be.gpu, DType::f32, n, in, x), ty = make_tensor(*be.gpu, DType::f32, n, in, y);
+          Tensor tn = be.gpu->alloc(DType::f32, n, in);
+          be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, tn, hint ? ragkv::NextProduct{&named, block8} : ragkv::NextProduct{});
+          if (between) between(tn);
+          std::vector<Tensor> outs;
+          for (const int64_t r : product.part_rows) outs.push_back(be.gpu->alloc(DType::f32, n, r));
+          if (outs.size() == 1) be.gpu->matmul(tn, product, outs[0], nullptr, block8);
+          else be.gpu->matmul_parts(tn, product, outs, {}, block8);
+          std::vector<std::vector<float>> got{download_values(*be.gpu, tx), download_values(*be.gpu, tn)};
+          for (const Tensor& o : outs) got.push_back(download_values(*be.gpu, o));
+          return got;
+        };
+        const std::function<void(const Tensor&)> none;
+        for (const Weight* w : {single.get(), stack.get()}) {
+          const int64_t used = cuda.prepared_operands_used();
+          const auto hinted = run(true, *w, *w, none);
+          CHECK(cuda.prepared_operands_used() - used == 1);
+          CHECK(hinted == run(false, *w, *w, none));
+        }
+        const int64_t used = cuda.prepared_operands_used();
+        const auto doubled = [&](const Tensor& tn) { be.gpu->add(tn, tn); };
+        CHECK(run(true, *single, *single, doubled) == run(false, *single, *single, doubled));
+        CHECK(run(true, *single, *stack, none) == run(false, *single, *stack, none));  // another weight's
+        CHECK(cuda.prepared_operands_used() == used);
+      }
+  // glu_ffn's gate/up operand, scaled for its f16 products: taken when the hint says gated.
+  for (const FfnCase& c : {FfnCase{GgmlType::F16, 1024, 2048, 40}, FfnCase{GgmlType::Q4_K, 512, 1536, 24}}) {
+    const std::string type_name = ragkv::ggml_type_name(c.type);
+    CAPTURE(type_name);
+    const RandomFfn f = random_ffn(*be.gpu, c, seed);
+    const auto x = random_values(size_t(c.n * c.in), ++seed), y = random_values(size_t(c.n * c.in), ++seed);
+    const std::unique_ptr<Weight> norm =
+        be.gpu->load_weight(f32_vector("blk.0.ffn_norm.weight", random_values(size_t(c.in), ++seed)));
+    const auto run = [&](bool hint, bool gated) {
+      Tensor tx = make_tensor(*be.gpu, DType::f32, c.n, c.in, x), ty = make_tensor(*be.gpu, DType::f32, c.n, c.in, y);
+      Tensor tn = be.gpu->alloc(DType::f32, c.n, c.in), proj = be.gpu->alloc(DType::f32, c.n, c.in);
+      Tensor gate = be.gpu->alloc(DType::f32, c.n, c.ff), up = be.gpu->alloc(DType::f32, c.n, c.ff);
+      be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, tn,
+                           hint ? ragkv::NextProduct{f.gate_up.get(), block8, gated} : ragkv::NextProduct{});
+      be.gpu->glu_ffn(tn, *f.gate_up, *f.down, gate, up, proj, false, block8);
+      return std::vector<std::vector<float>>{download_values(*be.gpu, tx), download_values(*be.gpu, tn),
+                                             download_values(*be.gpu, proj)};
+    };
+    const int64_t used = cuda.prepared_operands_used();
+    const auto hinted = run(true, true);
+    CHECK(cuda.prepared_operands_used() - used == 1);
+    const auto plain = run(false, false);
+    CHECK(hinted == plain);
+    CHECK(run(true, false) == plain);  // an operand scaled for another product: converted again
+  }
+}
+
 // The prefill FFN in one pass over its intermediate, and a decode step's GLU quantised on the way
 // into the down projection's 8-bit blocks (cuda/cuda-ffn.cpp): bit for bit the three ops they
 // replace, f16, Q4_K and Q8_0 weights (both activation block sizes), SwiGLU and GeGLU, f32 and

@@ -47,10 +47,12 @@ class Weight;
 
 // The product that will read an op's output next, named to the op as a hint: a backend may prepare
 // that product's operand in the same pass (the CUDA backend quantises a decode step's xn into the
-// 8-bit blocks of a quantised weight as it writes it). The results are the same with or without.
+// 8-bit blocks of a quantised weight as it writes it, and writes a prefill GEMM's row-scaled f16
+// operand). The results are the same with or without.
 struct NextProduct {
   const Weight* weight = nullptr;  // none: no hint
   Activations act = Activations::f32;
+  bool gated = false;  // the product is glu_ffn's gate/up (the CUDA prefill scales its operand for f16 products)
 };
 
 class Backend;

@@ -178,7 +178,7 @@ void Model::layer_output_ffn(int l, int64_t n, Workspace& ws) const {
   const Tensor x = ws.x.slice_rows(0, n), xn = ws.xn.slice_rows(0, n), proj = ws.proj.slice_rows(0, n);
   b.matmul(ws.attn.slice_rows(0, n), *w.wo, proj, nullptr, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_attn_norm, c.norm_eps, proj);
-  b.add_rms_norm(x, proj, *w.ffn_norm, c.norm_eps, xn, {w.w_gate_up.get(), ws.act});  // x += proj; xn = norm(x)
+  b.add_rms_norm(x, proj, *w.ffn_norm, c.norm_eps, xn, {w.w_gate_up.get(), ws.act, /*gated=*/true});  // x += proj; xn = norm(x)
 
   b.glu_ffn(xn, *w.w_gate_up, *w.w_down, ws.gate.slice_rows(0, n), ws.up.slice_rows(0, n), proj, c.gelu, ws.act);
   if (c.sandwich_norm) b.rms_norm(proj, *w.post_ffn_norm, c.norm_eps, proj);
