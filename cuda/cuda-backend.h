@@ -304,12 +304,12 @@ class CudaBackend : public Backend {
   struct StepRecord {
     uint64_t signature = 0;
     size_t pinned_used = 0;
-    std::array<const void*, 7> buffers{};  // work, scratch, the three repeated uploads, pinned, operand
+    std::array<const void*, 8> buffers{};  // work, scratch, the three repeated uploads, pinned, operands
   } recorded_step_;
   StepGraphStats step_stats_;
-  std::array<const void*, 7> step_buffers() const {
+  std::array<const void*, 8> step_buffers() const {
     return {work_,          scratch_,     attention_params_.device, rope_params_.device, scatter_params_.device,
-            capture_host_, operand_q8_};
+            capture_host_, operand_q8_, operand_f16_};
   }
   // Called first by every op: while a step is recorded or replayed, folds the op and its
   // arguments into step_signature_ (not for an op inside another); true when the op must launch

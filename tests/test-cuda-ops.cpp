@@ -783,7 +783,8 @@ RandomFfn random_ffn(Backend& b, const FfnCase& c, uint32_t& seed) {
 // 256-value blocks, the one-warp and 256-thread norms (rows under and over 1,024 values), 1 to 8
 // rows, xn in place, a stack (QKV-like, a Q6_K part after Q4_K ones), and glu_ffn's gate/up product.
 // The blocks must be used where they apply, and never after an op that may have changed xn, by
-// another weight's product, or where a stack's parts read both block sizes.
+// another weight's product, or where a stack's parts read both block sizes (9 rows: no blocks, the
+// prefill GEMM's f16 operand instead, the next test's).
 TEST_CASE("cuda: add_rms_norm with the next product named prepares that product's operand, bit for bit") {
   if (gpu_missing()) return;
   Backends be;
@@ -793,12 +794,12 @@ TEST_CASE("cuda: add_rms_norm with the next product named prepares that product'
   struct Case {
     std::vector<GgmlType> parts;
     int64_t in, n;
-    bool fused;  // one block size: the prepared blocks apply
+    bool fused;  // one block size: the prepared blocks apply (or, past 8 rows, the f16 operand)
   };
   const Case cases[] = {{{GgmlType::Q4_K}, 256, 1, true},           {{GgmlType::Q4_K}, 2048, 3, true},
                         {{GgmlType::Q4_0}, 256, 8, true},           {{GgmlType::Q8_0}, 1024, 2, true},
                         {{GgmlType::Q6_K}, 512, 5, true},           {{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K}, 1024, 1, true},
-                        {{GgmlType::Q4_0, GgmlType::Q4_K}, 256, 2, false}, {{GgmlType::Q4_K}, 256, 9, false}};
+                        {{GgmlType::Q4_0, GgmlType::Q4_K}, 256, 2, false}, {{GgmlType::Q4_K}, 256, 9, true}};
   for (const Case& c : cases) {
     CAPTURE(c.in);
     CAPTURE(c.n);
