@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "cuda/gemv-rope-rows.h"
 #include "cuda/quant-matmul.cuh"
 #include "cuda/rope-math.cuh"
 
@@ -47,15 +48,13 @@ __device__ __forceinline__ GemvRopePart gemv_rope_part(const GemvOutputs& out, c
   return p;
 }
 
-// The row warp slot g computes. A Q or K head's rotated dimensions go to its slots pair by pair
-// (slots 2i and 2i + 1: the rows of pair i, (i, i + half) under neox; (2i, 2i + 1) otherwise, the
-// slots' own rows); every other slot computes its own row. A pair's slots are then one block's
-// warps: blocks of an even count of warps, parts and heads starting at even rows.
+// The row warp slot g computes (gemv-rope-rows.h: a Q or K head's rotated pairs to slots 2i and
+// 2i + 1, every other slot its own row). A pair's slots are then one block's warps: blocks of an
+// even count of warps, parts and heads starting at even rows.
 __device__ __forceinline__ int64_t gemv_rope_row(const GemvOutputs& out, const GemvRope& rope, int64_t g) {
   const GemvRopePart p = gemv_rope_part(out, rope, g);
   const int t = static_cast<int>(p.c % rope.head_dim);
-  if (!rope.neox || p.kind == 2 || t >= 2 * rope.half) return g;
-  return g - t + t / 2 + (t % 2) * rope.half;
+  return g - t + rope_row_of_slot(t, rope.half, rope.neox, p.kind != 2);
 }
 
 // Row o's sums acc (every lane holding them; active: the warp's slot is a row) stored as GemvRope
@@ -79,7 +78,7 @@ __device__ __forceinline__ void store_gemv_rope(const GemvOutputs& out, const Ge
   float v = sums[warp][r];
   const int t = static_cast<int>(p.c % rope.head_dim);
   if (p.kind != 2 && t < 2 * rope.half) {  // the pair's first element in the even warp, its second in the odd
-    const int i = rope.neox ? (t < rope.half ? t : t - rope.half) : t / 2;
+    const int i = rope_pair_of_row(t, rope.half, rope.neox);
     float c, s, r0, r1;
     rope_cos_sin(rope.positions[r], rope.freq_scale, rope.inv_freq[i], 1.f, c, s);
     rope_rotate(sums[warp & ~1][r], sums[warp | 1][r], c, s, r0, r1);
