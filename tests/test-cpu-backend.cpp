@@ -20,6 +20,17 @@ using namespace ragkv::test;
 
 namespace {
 
+// An F32 matrix [out][cols] over v's values, as a GGUF file's tensor (v outlives it).
+GgufTensor f32_matrix_tensor(const char* name, const std::vector<float>& v, int64_t out, int64_t cols) {
+  GgufTensor t;
+  t.name = name;
+  t.type = GgmlType::F32;
+  t.ne = {cols, out};
+  t.nbytes = v.size() * 4;
+  t.data = reinterpret_cast<const uint8_t*>(v.data());
+  return t;
+}
+
 // One query head's attention in double over the f16 keys and values of the KV head at column
 // col (rows kc apart): writes the output row to out and returns the softmax probabilities (0 for
 // keys the query cannot see: later positions, or outside the window).
@@ -150,16 +161,8 @@ TEST_CASE("cpu backend: glu_ffn is matmul_parts, swiglu or geglu, then matmul, e
   auto b = make_cpu_backend(2);
   const int rows = 5, in = 64, ff = 96;
   auto g = random_vec(ff * in, 21), u = random_vec(ff * in, 22), d = random_vec(in * ff, 23);
-  auto make = [&](const char* name, std::vector<float>& v, int64_t out, int64_t cols) {
-    GgufTensor t;
-    t.name = name;
-    t.type = GgmlType::F32;
-    t.ne = {cols, out};
-    t.nbytes = v.size() * 4;
-    t.data = reinterpret_cast<const uint8_t*>(v.data());
-    return t;
-  };
-  const GgufTensor tg = make("blk.0.ffn_gate.weight", g, ff, in), tu = make("blk.0.ffn_up.weight", u, ff, in);
+  const GgufTensor tg = f32_matrix_tensor("blk.0.ffn_gate.weight", g, ff, in);
+  const GgufTensor tu = f32_matrix_tensor("blk.0.ffn_up.weight", u, ff, in);
   const GgufTensor* parts[] = {&tg, &tu};
   auto gate_up = b->load_weight_stack(parts, "blk.0.ffn_gate_up");
   auto down = weight_from(*b, d, in, ff);
@@ -254,17 +257,9 @@ TEST_CASE("cpu backend: qkv_rope_scatter_kv is matmul_parts then rope_qk_scatter
   p.neox = true;
   auto wq = random_vec(heads * hd * in, 41), wk = random_vec(kv_heads * hd * in, 42), wv = random_vec(kv_heads * hd * in, 43);
   auto bq = random_vec(heads * hd, 44);
-  const auto make = [&](const char* name, std::vector<float>& v, int64_t out) {
-    GgufTensor t;
-    t.name = name;
-    t.type = GgmlType::F32;
-    t.ne = {in, out};
-    t.nbytes = v.size() * 4;
-    t.data = reinterpret_cast<const uint8_t*>(v.data());
-    return t;
-  };
-  const GgufTensor tq = make("blk.0.attn_q.weight", wq, heads * hd), tk = make("blk.0.attn_k.weight", wk, kv_heads * hd);
-  const GgufTensor tv = make("blk.0.attn_v.weight", wv, kv_heads * hd);
+  const GgufTensor tq = f32_matrix_tensor("blk.0.attn_q.weight", wq, heads * hd, in);
+  const GgufTensor tk = f32_matrix_tensor("blk.0.attn_k.weight", wk, kv_heads * hd, in);
+  const GgufTensor tv = f32_matrix_tensor("blk.0.attn_v.weight", wv, kv_heads * hd, in);
   const GgufTensor* parts[] = {&tq, &tk, &tv};
   const auto wqkv = b->load_weight_stack(parts, "blk.0.attn_qkv");
   const auto bias_q = weight_from(*b, bq, 1, heads * hd);

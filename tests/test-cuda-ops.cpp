@@ -852,28 +852,32 @@ TEST_CASE("cuda: add_rms_norm with the next product named prepares that product'
     CHECK(elsewhere == run(false, false, *other, none));
     CHECK(cuda.prepared_operands_used() == used);
   }
-  // glu_ffn's gate/up product takes the blocks prepared for the stack.
-  for (const FfnCase& c : {FfnCase{GgmlType::Q4_K, 256, 768, 1}, FfnCase{GgmlType::Q8_0, 256, 512, 4}}) {
+  // glu_ffn's gate/up product takes the blocks prepared for the stack — past 8 rows (a prefill), the
+  // f16 operand scaled for its f16 products, where the hint says gated (the next test's).
+  for (const FfnCase& c : {FfnCase{GgmlType::Q4_K, 256, 768, 1}, FfnCase{GgmlType::Q8_0, 256, 512, 4},
+                           FfnCase{GgmlType::F16, 1024, 2048, 40}, FfnCase{GgmlType::Q4_K, 512, 1536, 24}}) {
     const std::string type_name = ragkv::ggml_type_name(c.type);
     CAPTURE(type_name);
     const RandomFfn f = random_ffn(*be.gpu, c, seed);
     const auto x = random_values(size_t(c.n * c.in), ++seed), y = random_values(size_t(c.n * c.in), ++seed);
     const std::unique_ptr<Weight> norm =
         be.gpu->load_weight(f32_vector("blk.0.ffn_norm.weight", random_values(size_t(c.in), ++seed)));
-    const auto run = [&](bool hint) {
+    const auto run = [&](bool hint, bool gated) {
       Tensor tx = make_tensor(*be.gpu, DType::f32, c.n, c.in, x), ty = make_tensor(*be.gpu, DType::f32, c.n, c.in, y);
       Tensor tn = be.gpu->alloc(DType::f32, c.n, c.in), proj = be.gpu->alloc(DType::f32, c.n, c.in);
       Tensor gate = be.gpu->alloc(DType::f32, c.n, c.ff), up = be.gpu->alloc(DType::f32, c.n, c.ff);
       be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, tn,
-                           hint ? ragkv::NextProduct{f.gate_up.get(), block8} : ragkv::NextProduct{});
+                           hint ? ragkv::NextProduct{f.gate_up.get(), block8, gated} : ragkv::NextProduct{});
       be.gpu->glu_ffn(tn, *f.gate_up, *f.down, gate, up, proj, false, block8);
       return std::vector<std::vector<float>>{download_values(*be.gpu, tx), download_values(*be.gpu, tn),
                                              download_values(*be.gpu, proj)};
     };
     const int64_t used = cuda.prepared_operands_used();
-    const auto hinted = run(true);
+    const auto hinted = run(true, true);
     CHECK(cuda.prepared_operands_used() - used == 1);
-    CHECK(hinted == run(false));
+    const auto plain = run(false, false);
+    CHECK(hinted == plain);
+    CHECK(run(true, false) == plain);  // past 8 rows an operand scaled for another product: converted again
   }
 }
 
@@ -881,9 +885,9 @@ TEST_CASE("cuda: add_rms_norm with the next product named prepares that product'
 // row-scaled f16 operand as well (rms-norm.cu's add_rms_norm_f16_cuda), and the GEMM takes it
 // instead of converting xn again: x, xn and the product bit for bit the unhinted ops' — f16 and
 // Q4_K weights, the one-warp and 256-thread norms, rows scaled up (tiny values) and down (beyond
-// f16), a stack's parts into their outputs, glu_ffn's gate/up operand scaled for its f16 products
-// (NextProduct::gated). Not taken after an op that changes xn, by another weight's product, or by
-// glu_ffn when the hint did not say gated (another scaling).
+// f16), a stack's parts into their outputs (glu_ffn's gate/up operand, scaled for its f16 products
+// where the hint says so — NextProduct::gated —, is the previous test's). Not taken after an op that
+// changes xn, or by another weight's product.
 TEST_CASE("cuda: add_rms_norm before a prefill GEMM makes its f16 operand, bit for bit") {
   if (gpu_missing()) return;
   Backends be;
@@ -938,31 +942,6 @@ TEST_CASE("cuda: add_rms_norm before a prefill GEMM makes its f16 operand, bit f
         CHECK(run(true, *single, *stack, none) == run(false, *single, *stack, none));  // another weight's
         CHECK(cuda.prepared_operands_used() == used);
       }
-  // glu_ffn's gate/up operand, scaled for its f16 products: taken when the hint says gated.
-  for (const FfnCase& c : {FfnCase{GgmlType::F16, 1024, 2048, 40}, FfnCase{GgmlType::Q4_K, 512, 1536, 24}}) {
-    const std::string type_name = ragkv::ggml_type_name(c.type);
-    CAPTURE(type_name);
-    const RandomFfn f = random_ffn(*be.gpu, c, seed);
-    const auto x = random_values(size_t(c.n * c.in), ++seed), y = random_values(size_t(c.n * c.in), ++seed);
-    const std::unique_ptr<Weight> norm =
-        be.gpu->load_weight(f32_vector("blk.0.ffn_norm.weight", random_values(size_t(c.in), ++seed)));
-    const auto run = [&](bool hint, bool gated) {
-      Tensor tx = make_tensor(*be.gpu, DType::f32, c.n, c.in, x), ty = make_tensor(*be.gpu, DType::f32, c.n, c.in, y);
-      Tensor tn = be.gpu->alloc(DType::f32, c.n, c.in), proj = be.gpu->alloc(DType::f32, c.n, c.in);
-      Tensor gate = be.gpu->alloc(DType::f32, c.n, c.ff), up = be.gpu->alloc(DType::f32, c.n, c.ff);
-      be.gpu->add_rms_norm(tx, ty, *norm, 1e-5f, tn,
-                           hint ? ragkv::NextProduct{f.gate_up.get(), block8, gated} : ragkv::NextProduct{});
-      be.gpu->glu_ffn(tn, *f.gate_up, *f.down, gate, up, proj, false, block8);
-      return std::vector<std::vector<float>>{download_values(*be.gpu, tx), download_values(*be.gpu, tn),
-                                             download_values(*be.gpu, proj)};
-    };
-    const int64_t used = cuda.prepared_operands_used();
-    const auto hinted = run(true, true);
-    CHECK(cuda.prepared_operands_used() - used == 1);
-    const auto plain = run(false, false);
-    CHECK(hinted == plain);
-    CHECK(run(true, false) == plain);  // an operand scaled for another product: converted again
-  }
 }
 
 // The prefill FFN in one pass over its intermediate, and a decode step's GLU quantised on the way
