@@ -17,8 +17,8 @@
 //   cudaMallocAsync on the stream).
 // Combine: M = max over ranges of m, L = Σ l_r · exp(m_r − M), O = Σ O_r · exp(m_r − M), out = O / L
 // (0 when no key is visible: L = 0). By the partial kernel itself: each block, its sums stored,
-// counts itself on its KV head's counter (AttentionArgs::decode_done; __threadfence before the
-// atomicAdd, the CUDA programming guide's threadFenceReduction pattern), and the last one of the
+// counts itself on its KV head's counter (AttentionArgs::decode_done; last-block.cuh, the CUDA
+// programming guide's threadFenceReduction pattern), and the last one of the
 // head reads every range's sums from L2 and combines its head's vectors — no second launch (one
 // per layer of a decode step), the same arithmetic. With AttentionArgs::q8_block (a decode step
 // whose output the O projection reads next on 8-bit blocks) it also quantises them
@@ -44,6 +44,7 @@
 #include "cuda/act-quantize.cuh"
 #include "cuda/attention-decode.cuh"
 #include "cuda/cuda-check.h"
+#include "cuda/last-block.cuh"
 
 namespace ragkv {
 
@@ -253,14 +254,7 @@ __global__ void __launch_bounds__(kSplitKeys) decode_partial_kernel(AttentionArg
   }
   if constexpr (kCombine != kSeparate) {
     // Counted once this block's sums are visible to every block; the last one counted combines.
-    __threadfence();
-    __syncthreads();
-    __shared__ bool last;
-    if (tid == 0) last = atomicAdd(&p.decode_done[g], 1u) == gridDim.y - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (tid == 0) p.decode_done[g] = 0;  // zero again for the next call (a later launch sees it)
+    if (!last_block_to_finish(&p.decode_done[g], gridDim.y)) return;
     combine_in_last_block<D, kCombine>(p, g, part_o, part_ml, p_s);
   }
 }

@@ -92,4 +92,18 @@ __device__ __forceinline__ void store_gemv_rope(const GemvOutputs& out, const Ge
   else static_cast<float*>(dst)[at] = v;
 }
 
+// A rotating GEMV block: warp slot g of `rows` (kWarps a block) computes its row
+// (gemv_rope_row) with row(o, lane, acc) — the whole warp, acc [N] summed in every lane — and the
+// block stores the rows (store_gemv_rope). Warps past the last row take part in the barrier only.
+template <int N, int kWarps, typename Row>
+__device__ __forceinline__ void gemv_rope_block(const GemvOutputs& out, const GemvRope& rope, int64_t rows,
+                                                const Row& row) {
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const bool active = g < rows;  // whole warps: the row's shuffles see all 32 lanes
+  const int64_t o = active ? gemv_rope_row(out, rope, g) : 0;
+  float acc[N] = {};
+  if (active) row(o, static_cast<int>(threadIdx.x % 32), acc);
+  store_gemv_rope<N, kWarps>(out, rope, active, o, acc);
+}
+
 }  // namespace ragkv

@@ -27,6 +27,7 @@
 #include "cuda/gemv-store.cuh"
 #include "cuda/glu-activations.cuh"
 #include "cuda/int8-gemv.cuh"
+#include "cuda/last-block.cuh"
 
 namespace ragkv {
 
@@ -150,19 +151,16 @@ __global__ void int8_gemv_pair_kernel(const GemvWeights w, int64_t first1, int64
 template <GgmlType T0, GgmlType T1, int N>
 __global__ void int8_gemv_rope_kernel(const GemvWeights w, int64_t first1, int64_t rows, int64_t cols,
                                       const qt::ActQ8 a, const GemvOutputs out, const GemvRope rope) {
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  const bool active = g < rows;  // whole warps: int8_row's shuffles see all 32 lanes
-  const int64_t o = active ? gemv_rope_row(out, rope, g) : 0;
-  float acc[N] = {};
-  if (active) pair_row<T0, T1, N>(w, out, first1, cols, o, a, static_cast<int>(threadIdx.x % 32), acc);
-  store_gemv_rope<N, kWarps>(out, rope, active, o, acc);
+  gemv_rope_block<N, kWarps>(out, rope, rows, [&](int64_t o, int lane, float(&acc)[N]) {
+    pair_row<T0, T1, N>(w, out, first1, cols, o, a, lane, acc);
+  });
 }
 
 // A decode step's gate/up products, GLU and the down product's operand in one launch: warp j
 // computes gate row j and up row j (gate_w, up_w: ff rows each) as int8_gemv_kernel computes
 // each, lane 0 stores act(gate) · up (GluValues' expression) into glu [N][ff], and the last of the
-// blocks of a chunk of B values (B / kWarps blocks, counted on chunk_done[chunk] after a
-// __threadfence, as attention-decode.cu's last-block combine) quantises the chunk's N activation
+// blocks of a chunk of B values (B / kWarps blocks, counted on chunk_done[chunk]: last-block.cuh)
+// quantises the chunk's N activation
 // blocks with quantize_act_block: int8_gemv_cuda, then quantize_glu_act_q8_cuda's blocks, bit for
 // bit, without their launch. ff % B == 0; the counters are left zero.
 template <GgmlType T, int N, typename Act, int B>
@@ -182,14 +180,7 @@ __global__ void int8_gemv_glu_q8_kernel(const uint8_t* __restrict__ gate_w, cons
   }
   // Counted once this block's values are visible to every block; the chunk's last one quantises.
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kWarps / B;
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(&chunk_done[chunk], 1u) == B / kWarps - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (threadIdx.x == 0) chunk_done[chunk] = 0;  // zero again for the next launch
+  if (!last_block_to_finish(&chunk_done[chunk], B / kWarps)) return;
   constexpr int V = B / 32;
   for (int r = warp; r < N; r += kWarps) {  // whole warps: quantize_act_block's shuffles
     float v[V];

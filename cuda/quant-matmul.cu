@@ -144,12 +144,9 @@ __global__ void f16_gemv_glu_kernel(const uint8_t* __restrict__ w, size_t row_by
 template <int N>
 __global__ void f16_gemv_rope_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
                                      const float* __restrict__ x, const GemvOutputs out, const GemvRope rope) {
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  const bool active = g < rows;  // whole warps: gemv_row's shuffles see all 32 lanes
-  const int64_t o = active ? gemv_rope_row(out, rope, g) : 0;
-  float acc[N] = {};
-  if (active) gemv_row<F16Group, N>(w + o * row_bytes, cols, x, static_cast<int>(threadIdx.x % 32), acc);
-  store_gemv_rope<N, kWarps>(out, rope, active, o, acc);
+  gemv_rope_block<N, kWarps>(out, rope, rows, [&](int64_t o, int lane, float(&acc)[N]) {
+    gemv_row<F16Group, N>(w + o * row_bytes, cols, x, lane, acc);
+  });
 }
 
 // kVector: dst is 16-byte aligned, so a group's eight halves go out in one 16-byte store (the
