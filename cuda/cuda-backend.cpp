@@ -97,29 +97,15 @@ std::optional<std::string> env_choice(const char* name, std::initializer_list<st
   return v;
 }
 
+// The f16 operand's bytes in operand_f16_ (256-byte aligned: its row unscales follow).
+size_t f16_operand_xh_bytes(int64_t rows, int64_t cols) {
+  return (size_t(rows * cols) * sizeof(__half) + 255) / 256 * 256;
+}
+
 // A row sum for CudaWeight::max_row_l1: never below the double it comes from.
 float row_sum_bound(double sum) {
   const float f = static_cast<float>(sum);
   return double(f) < sum ? std::nextafter(f, std::numeric_limits<float>::infinity()) : f;
-}
-
-// The writes of scatter_rows that survive: for each destination row named more than once, only
-// the last source row (the CPU backend's sequential loop leaves the last write). std::nullopt
-// when no row repeats (the usual case: every source row is written).
-std::optional<std::vector<int32_t>> surviving_writes(std::span<const int32_t> rows) {
-  bool ascending = true;
-  for (size_t i = 1; i < rows.size() && ascending; ++i) ascending = rows[i - 1] < rows[i];
-  if (ascending) return std::nullopt;
-  std::vector<int32_t> order(rows.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return rows[a] < rows[b]; });
-  bool repeats = false;
-  for (size_t k = 1; k < order.size() && !repeats; ++k) repeats = rows[order[k - 1]] == rows[order[k]];
-  if (!repeats) return std::nullopt;
-  std::vector<int32_t> keep;
-  for (size_t k = 0; k < order.size(); ++k)
-    if (k + 1 == order.size() || rows[order[k + 1]] != rows[order[k]]) keep.push_back(order[k]);
-  return keep;
 }
 
 // The profile's label of each attention route (op-profile.h).
@@ -136,6 +122,22 @@ const char* attention_profile_name(AttentionRoute r) {
 }
 
 }  // namespace
+
+std::optional<std::vector<int32_t>> surviving_writes(std::span<const int32_t> rows) {
+  bool ascending = true;
+  for (size_t i = 1; i < rows.size() && ascending; ++i) ascending = rows[i - 1] < rows[i];
+  if (ascending) return std::nullopt;
+  std::vector<int32_t> order(rows.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return rows[a] < rows[b]; });
+  bool repeats = false;
+  for (size_t k = 1; k < order.size() && !repeats; ++k) repeats = rows[order[k - 1]] == rows[order[k]];
+  if (!repeats) return std::nullopt;
+  std::vector<int32_t> keep;
+  for (size_t k = 0; k < order.size(); ++k)
+    if (k + 1 == order.size() || rows[order[k + 1]] != rows[order[k]]) keep.push_back(order[k]);
+  return keep;
+}
 
 bool cuda_device_present() {
   int n = 0;
@@ -533,16 +535,14 @@ std::optional<int> CudaBackend::f16_operand_for(NextProduct next, int64_t rows, 
   const CudaWeight& cw = cuda_weight(*next.weight);
   if (!cw.quantised() && cw.dtype() != DType::f16) return std::nullopt;
   const int top = next.gated && f16_ffn_products_ ? f16_product_top(cw.max_row_l1()) : -1;
-  const auto round_up = [](size_t b) { return (b + 255) / 256 * 256; };
   grow_device_buffer(operand_f16_, operand_f16_bytes_,
-                     round_up(size_t(rows * cols) * sizeof(__half)) + round_up(size_t(rows) * sizeof(float)),
+                     f16_operand_xh_bytes(rows, cols) + (size_t(rows) * sizeof(float) + 255) / 256 * 256,
                      /*geometric=*/true);
   return top;
 }
 
 const CudaBackend::PreparedOperand& CudaBackend::prepare_f16_operand(const Tensor& out, const Weight* weight, int top) {
   auto* base = static_cast<uint8_t*>(operand_f16_);
-  const size_t xh_bytes = (size_t(out.rows * out.cols) * sizeof(__half) + 255) / 256 * 256;
   prepared_ = {};
   prepared_.data = out.data();
   prepared_.rows = out.rows;
@@ -551,7 +551,7 @@ const CudaBackend::PreparedOperand& CudaBackend::prepare_f16_operand(const Tenso
   prepared_.f16 = true;
   prepared_.top = top;
   prepared_.xh = reinterpret_cast<__half*>(base);
-  prepared_.unscale = reinterpret_cast<float*>(base + xh_bytes);
+  prepared_.unscale = reinterpret_cast<float*>(base + f16_operand_xh_bytes(out.rows, out.cols));
   return prepared_;
 }
 

@@ -77,6 +77,11 @@ bool cuda_device_present();
 // does not exist or cannot be initialised.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
+// The writes of a scatter of rows that survive: for each destination row named more than once,
+// only the last source row (the CPU backend's sequential loop leaves the last write). std::nullopt
+// when no row repeats (the usual case: every source row is written; ascending rows in one pass).
+std::optional<std::vector<int32_t>> surviving_writes(std::span<const int32_t> rows);
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -334,9 +339,16 @@ class CudaBackend : public Backend {
     int top = -1;
     __half* xh = nullptr;        // [rows][cols]
     float* unscale = nullptr;    // [rows]
+    // x's 8-bit blocks of `block` values (not 0) for w, where they are these.
+    bool blocks_for(const Tensor& x, const Weight& w, int for_block) const {
+      return for_block != 0 && block == for_block && of(x, w);
+    }
     // The f16 operand of x by w at `top`, where it is this one.
     bool f16_for(const Tensor& x, const Weight& w, int product_top) const {
-      return f16 && data == x.data() && rows == x.rows && cols == x.cols && weight == &w && top == product_top;
+      return f16 && top == product_top && of(x, w);
+    }
+    bool of(const Tensor& x, const Weight& w) const {
+      return data == x.data() && rows == x.rows && cols == x.cols && weight == &w;
     }
   };
   PreparedOperand prepared_;

@@ -74,8 +74,7 @@ void CudaBackend::glu_ffn_impl(const Tensor& xn, const Weight& w_gate_up, const 
       const auto timed = profile("matmul/gemv-int8+glu-q8", n);
       ++glu_q8_fused_;
       const PreparedOperand& prepared = prepared_;  // add_rms_norm's blocks of xn, where they are these
-      const bool use_prepared = prepared.block == x_block && prepared.data == xn.data() && prepared.rows == n &&
-                                prepared.cols == in && prepared.weight == &w_gate_up;
+      const bool use_prepared = prepared.blocks_for(xn, w_gate_up, x_block);
       const size_t x_bytes = use_prepared ? 0 : act_q8_bytes(x_block, n, in);
       auto* work = static_cast<uint8_t*>(work_reserve(x_bytes + act_q8_bytes(down_block, n, ff)));
       quant_dot::ActQ8 a;

@@ -46,6 +46,20 @@ void check_int_dim(int64_t v, const char* what, const char* op) {
 
 size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// A GEMV's outputs for a stack's parts into their own outputs (outs[p] ↔ part p, at most
+// GemvOutputs::kMaxParts), each with its bias where given.
+GemvOutputs part_outputs(const Weight& w, std::span<const Tensor> outs, std::span<const Weight* const> biases) {
+  GemvOutputs go;
+  go.parts = int(outs.size());
+  for (size_t p = 0; p < outs.size(); ++p) {
+    go.first[p + 1] = go.first[p] + w.part_rows[p];
+    go.y[p] = outs[p].as<float>();
+    go.ld[p] = w.part_rows[p];
+    go.bias[p] = biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr;
+  }
+  return go;
+}
+
 }  // namespace
 
 void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const Tensor> outs,
@@ -60,8 +74,7 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
   // x's blocks made by the op just before (add_rms_norm's hint), where they are this product's.
   const PreparedOperand prepared = std::exchange(prepared_, {});
   const int block = int8_operand_block(cw, w, n, act);
-  const bool use_prepared = block != 0 && prepared.block == block && prepared.data == x.data() &&
-                            prepared.rows == n && prepared.cols == in && prepared.weight == &w;
+  const bool use_prepared = prepared.blocks_for(x, w, block);
   // Or x's f16 operand for the GEMM below (add_rms_norm's, for a prefill).
   const bool use_f16 = prepared.f16_for(x, w, /*product_top=*/-1);
   const bool replay =
@@ -111,13 +124,7 @@ void CudaBackend::matmul_impl(const Tensor& x, const Weight& w, std::span<const 
       go.ld[0] = out;
       go.bias[0] = d_bias;
     } else {
-      go.parts = int(outs.size());
-      for (size_t p = 0; p < outs.size(); ++p) {
-        go.first[p + 1] = go.first[p] + w.part_rows[p];
-        go.y[p] = outs[p].as<float>();
-        go.ld[p] = w.part_rows[p];
-        go.bias[p] = biases[p] ? cuda_vector(*biases[p], "matmul bias").f32() : nullptr;
-      }
+      go = part_outputs(w, outs, biases);
     }
     f16_gemv_parts_cuda(cw.f16(), out, in, x.as<float>(), n, go, stream_);
     return;
@@ -161,10 +168,8 @@ void CudaBackend::qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std
   // The integer GEMV's launch: one type, or Q and K of one type and V of its pair.
   const bool int8 = block != 0 && parts.size() == 3 && parts[0].type == parts[1].type &&
                     int8_gemv_rope_types(parts[0].type, parts[2].type);
-  bool repeats = false;  // a cache row named twice: the scatter's last-write rule, not this store
-  if (f16 || int8)        // (n ≤ kQuantGemvMaxRows rows: the pairs are few)
-    for (size_t i = 0; i < rows.size() && !repeats; ++i)
-      for (size_t j = i + 1; j < rows.size() && !repeats; ++j) repeats = rows[i] == rows[j];
+  // A cache row named twice: the scatter's last-write rule, not this store.
+  const bool repeats = (f16 || int8) && surviving_writes(rows).has_value();
   if (!fused_gemv_stores_ || (!f16 && !int8) || n == 0 || p.n_rot / 2 == 0 || head_dim % 2 != 0 || repeats ||
       w.part_rows.size() != 3) {
     Backend::qkv_rope_scatter_kv_impl(x, w, qkv, biases, act, positions, n_head, n_head_kv, head_dim, p, k_dst, v_dst,
@@ -173,8 +178,7 @@ void CudaBackend::qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std
   }
   // x's blocks made by the op just before (add_rms_norm's hint), as matmul_impl takes them.
   const PreparedOperand prepared = std::exchange(prepared_, {});
-  const bool use_prepared = int8 && prepared.block == block && prepared.data == x.data() && prepared.rows == n &&
-                            prepared.cols == in && prepared.weight == &w;
+  const bool use_prepared = int8 && prepared.blocks_for(x, w, block);
   const bool replay = step_op(StepOp::qkv_rope_scatter_kv,
                               {step_key(x), step_key(w), uint64_t(act), use_prepared, step_key(k_dst),
                                step_key(v_dst), uint64_t(n_head), uint64_t(n_head_kv), uint64_t(head_dim),
@@ -187,16 +191,9 @@ void CudaBackend::qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std
   if (replay) return;
   ++qkv_rope_fused_;
 
-  GemvOutputs go;
+  const GemvOutputs go = part_outputs(w, qkv, biases);
   GemvRope rope;
-  go.parts = 3;
-  for (int i = 0; i < 3; ++i) {
-    go.first[i + 1] = go.first[i] + w.part_rows[size_t(i)];
-    go.y[i] = qkv[size_t(i)].as<float>();
-    go.ld[i] = w.part_rows[size_t(i)];
-    go.bias[i] = biases[size_t(i)] ? cuda_vector(*biases[size_t(i)], "matmul bias").f32() : nullptr;
-    rope.kind[i] = i;
-  }
+  for (int i = 0; i < 3; ++i) rope.kind[i] = i;
   rope.positions = r.positions;
   rope.inv_freq = r.inv_freq;
   rope.dst_rows = dst.dst;

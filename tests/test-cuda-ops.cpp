@@ -752,6 +752,25 @@ TEST_CASE("cuda: add_rms_norm equals add then rms_norm on the GPU bit for bit, a
 
 namespace {
 
+// A stack of parts with random values (types[p], rows[p] rows of `in` values): their GGUF bytes
+// and tensors, kept beside the stack loaded on a backend (a part may be loaded alone too).
+struct RandomStack {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<ragkv::GgufTensor> tensors;
+  std::unique_ptr<Weight> weight;
+};
+RandomStack random_stack(Backend& b, const std::vector<GgmlType>& types, const std::vector<int64_t>& rows, int64_t in,
+                         uint32_t& seed, const std::string& name) {
+  RandomStack s;
+  for (size_t p = 0; p < types.size(); ++p) s.bytes.push_back(random_matrix_bytes(types[p], rows[p], in, ++seed));
+  for (size_t p = 0; p < types.size(); ++p)
+    s.tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p) + ".weight", types[p], rows[p], in, s.bytes[p]));
+  std::vector<const ragkv::GgufTensor*> parts;
+  for (const auto& t : s.tensors) parts.push_back(&t);
+  s.weight = b.load_weight_stack(parts, name);
+  return s;
+}
+
 // A layer's FFN weights of one type with random values: their GGUF bytes and the gate/up stack and
 // down projection loaded on a backend, as a model loads them.
 struct FfnCase {
@@ -809,15 +828,10 @@ TEST_CASE("cuda: add_rms_norm with the next product named prepares that product'
     const auto x = random_values(size_t(c.n * c.in), ++seed), y = random_values(size_t(c.n * c.in), ++seed);
     const auto norm_values = random_values(size_t(c.in), ++seed);
     const std::unique_ptr<Weight> norm = be.gpu->load_weight(f32_vector("blk.0.attn_norm.weight", norm_values));
-    std::vector<std::vector<uint8_t>> bytes;
-    std::vector<ragkv::GgufTensor> tensors;
     const int64_t rows = 96;
-    for (size_t p = 0; p < c.parts.size(); ++p) bytes.push_back(random_matrix_bytes(c.parts[p], rows, c.in, ++seed));
-    for (size_t p = 0; p < c.parts.size(); ++p)
-      tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p) + ".weight", c.parts[p], rows, c.in, bytes[p]));
-    std::vector<const ragkv::GgufTensor*> parts;
-    for (const auto& t : tensors) parts.push_back(&t);
-    const std::unique_ptr<Weight> w = be.gpu->load_weight_stack(parts, "blk.0.stack");
+    const RandomStack stack = random_stack(*be.gpu, c.parts, std::vector<int64_t>(c.parts.size(), rows), c.in, seed,
+                                           "blk.0.stack");
+    const std::unique_ptr<Weight>& w = stack.weight;
     const auto other_bytes = random_matrix_bytes(c.parts[0], rows, c.in, ++seed);
     const std::unique_ptr<Weight> other =
         be.gpu->load_weight(matrix_tensor("blk.0.other.weight", c.parts[0], rows, c.in, other_bytes));
@@ -906,14 +920,9 @@ TEST_CASE("cuda: add_rms_norm before a prefill GEMM makes its f16 operand, bit f
         auto norm_values = random_values(size_t(in), ++seed);
         for (float& v : norm_values) v *= norm_scale;
         const std::unique_ptr<Weight> norm = be.gpu->load_weight(f32_vector("blk.0.ffn_norm.weight", norm_values));
-        std::vector<std::vector<uint8_t>> bytes;
-        std::vector<ragkv::GgufTensor> tensors;
-        for (int p = 0; p < 3; ++p) bytes.push_back(random_matrix_bytes(type, rows, in, ++seed));
-        for (int p = 0; p < 3; ++p)
-          tensors.push_back(matrix_tensor("blk.0.part" + std::to_string(p) + ".weight", type, rows, in, bytes[size_t(p)]));
-        const ragkv::GgufTensor* parts[3] = {&tensors[0], &tensors[1], &tensors[2]};
-        const std::unique_ptr<Weight> stack = be.gpu->load_weight_stack(parts, "blk.0.stack");
-        const std::unique_ptr<Weight> single = be.gpu->load_weight(tensors[0]);
+        const RandomStack parts = random_stack(*be.gpu, {type, type, type}, {rows, rows, rows}, in, seed, "blk.0.stack");
+        const std::unique_ptr<Weight>& stack = parts.weight;
+        const std::unique_ptr<Weight> single = be.gpu->load_weight(parts.tensors[0]);
         // between(xn): an op between the norm and the product (none, or one that changes xn).
         const auto run = [&](bool hint, const Weight& product, const Weight& named,
                              const std::function<void(const Tensor&)>& between) {
@@ -1292,14 +1301,9 @@ TEST_CASE("cuda: qkv_rope_scatter_kv equals matmul_parts then rope_qk_scatter_kv
     CAPTURE(type_name);
     const int64_t part_rows[3] = {int64_t(c.n_head) * c.head_dim, int64_t(c.n_head_kv) * c.head_dim,
                                   int64_t(c.n_head_kv) * c.head_dim};
-    std::vector<std::vector<uint8_t>> bytes;
-    std::vector<ragkv::GgufTensor> tensors;
-    const char* names[3] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"};
-    for (int p = 0; p < 3; ++p) bytes.push_back(random_matrix_bytes(c.types[size_t(p)], part_rows[p], c.in, ++seed));
-    for (int p = 0; p < 3; ++p)
-      tensors.push_back(matrix_tensor(names[p], c.types[size_t(p)], part_rows[p], c.in, bytes[size_t(p)]));
-    const ragkv::GgufTensor* parts[3] = {&tensors[0], &tensors[1], &tensors[2]};
-    const std::unique_ptr<Weight> w = be.gpu->load_weight_stack(parts, "blk.0.attn_qkv");
+    const RandomStack qkv_stack = random_stack(*be.gpu, c.types, {part_rows[0], part_rows[1], part_rows[2]}, c.in, seed,
+                                               "blk.0.attn_qkv");
+    const std::unique_ptr<Weight>& w = qkv_stack.weight;
     std::vector<std::vector<float>> bias_values;
     std::vector<std::unique_ptr<Weight>> bias_weights;
     for (int p = 0; p < 3; ++p) {
