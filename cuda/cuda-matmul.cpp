@@ -193,7 +193,6 @@ void CudaBackend::qkv_rope_scatter_kv_impl(const Tensor& x, const Weight& w, std
 
   const GemvOutputs go = part_outputs(w, qkv, biases);
   GemvRope rope;
-  for (int i = 0; i < 3; ++i) rope.kind[i] = i;
   rope.positions = r.positions;
   rope.inv_freq = r.inv_freq;
   rope.dst_rows = dst.dst;

@@ -30,21 +30,21 @@ inline bool gemv_rope_fits(const GemvOutputs& out, const GemvRope& rope, int64_t
   return true;
 }
 
-// The part of `out` holding row o: its output, bias, row stride and kind, and o's column in it
-// (picked with constant indices, as store_gemv_row does).
+// The part of `out` holding row o: its output, bias, row stride and index (0 Q, 1 K, 2 V), and o's
+// column in it (picked with constant indices, as store_gemv_row does).
 struct GemvRopePart {
   float* y;
   const float* bias;
   int64_t ld;
   int64_t c;
-  int kind;  // GemvRope::kind: 0 Q, 1 K, 2 V
+  int kind;  // the part: 0 Q, 1 K, 2 V
 };
 
-__device__ __forceinline__ GemvRopePart gemv_rope_part(const GemvOutputs& out, const GemvRope& rope, int64_t o) {
-  GemvRopePart p{out.y[0], out.bias[0], out.ld[0], o, rope.kind[0]};
+__device__ __forceinline__ GemvRopePart gemv_rope_part(const GemvOutputs& out, int64_t o) {
+  GemvRopePart p{out.y[0], out.bias[0], out.ld[0], o, 0};
 #pragma unroll
   for (int i = 1; i < GemvOutputs::kMaxParts; ++i)
-    if (i < out.parts && o >= out.first[i]) p = {out.y[i], out.bias[i], out.ld[i], o - out.first[i], rope.kind[i]};
+    if (i < out.parts && o >= out.first[i]) p = {out.y[i], out.bias[i], out.ld[i], o - out.first[i], i};
   return p;
 }
 
@@ -52,7 +52,7 @@ __device__ __forceinline__ GemvRopePart gemv_rope_part(const GemvOutputs& out, c
 // 2i + 1, every other slot its own row). A pair's slots are then one block's warps: blocks of an
 // even count of warps, parts and heads starting at even rows.
 __device__ __forceinline__ int64_t gemv_rope_row(const GemvOutputs& out, const GemvRope& rope, int64_t g) {
-  const GemvRopePart p = gemv_rope_part(out, rope, g);
+  const GemvRopePart p = gemv_rope_part(out, g);
   const int t = static_cast<int>(p.c % rope.head_dim);
   return g - t + rope_row_of_slot(t, rope.half, rope.neox, p.kind != 2);
 }
@@ -66,7 +66,7 @@ __device__ __forceinline__ void store_gemv_rope(const GemvOutputs& out, const Ge
   static_assert(kWarps % 2 == 0, "a pair's two warps in one block");
   __shared__ float sums[kWarps][N];  // each warp's row, bias added: what the plain store writes
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const GemvRopePart p = gemv_rope_part(out, rope, o);
+  const GemvRopePart p = gemv_rope_part(out, o);
   if (active && lane == 0) {
     const float b = p.bias ? p.bias[p.c] : 0.f;
 #pragma unroll

@@ -40,7 +40,7 @@ struct GemvOutputs {
 };
 
 // What a decode step's QKV GEMV stores in place of its plain rows (gemv-rope-store.cuh): the
-// launch's parts are Q, K or V (kind[p]: 0, 1, 2) of a layer, each of whole heads of head_dim
+// launch's three parts are a layer's Q, K and V, in that order, each of whole heads of head_dim
 // rows; activation row r is at positions[r] and its K and V rows go to cache row dst_rows[r]
 // (distinct rows) of k_dst and v_dst (kv_cols values a row; f16 when dst_f16, else f32). Q's and
 // K's outputs are stored rotated (their first 2 · half dimensions of each head, pairs (2i, 2i + 1),
@@ -58,7 +58,6 @@ struct GemvRope {
   int half = 0;  // n_rot / 2 ≥ 1
   float freq_scale = 1.f;
   int64_t kv_cols = 0;
-  int kind[GemvOutputs::kMaxParts] = {};
 };
 
 // The same product over an f16 matrix w [rows][cols] (cols a multiple of 8, rows 16-byte aligned):
